@@ -1,0 +1,155 @@
+//! What to do after an attempt: the retry decision as a pure function.
+//!
+//! [`decide`] takes the attempt's [`Classification`], the operation's
+//! history so far and the provider's policies, and returns one
+//! [`Decision`]. It owns the rules of DESIGN promises 1 and 5: bounded
+//! attempts, backoff with jitter, `Retry-After` honoured and capped, an
+//! overall deadline, and ambiguous writes retried only under a key the
+//! provider still honours. Carrying the decision out (scheduling,
+//! recording) is the relay's job.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::{Backoff, Classification, IdempotencyPolicy};
+
+/// Invalid retry policy parameters.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RetryPolicyError {
+    /// `max_attempts` was zero.
+    #[error("max_attempts must be at least 1")]
+    ZeroAttempts,
+    /// `deadline` was zero.
+    #[error("deadline must be greater than 0 ms")]
+    ZeroDeadline,
+}
+
+/// Bounds on the attempts of one operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    max_attempts: u32,
+    backoff: Backoff,
+    deadline: Duration,
+    max_retry_after: Duration,
+}
+
+impl RetryPolicy {
+    /// Validates and builds a policy: at most `max_attempts` attempts (≥ 1,
+    /// the first included), delays from `backoff`, no attempt scheduled later
+    /// than `deadline` after the operation was created, and a provider's
+    /// `Retry-After` honoured up to `max_retry_after` (a longer one ends the
+    /// retries: failwell never retries earlier than the provider asked).
+    pub fn try_new(
+        max_attempts: u32,
+        backoff: Backoff,
+        deadline: Duration,
+        max_retry_after: Duration,
+    ) -> Result<Self, RetryPolicyError> {
+        if max_attempts == 0 {
+            return Err(RetryPolicyError::ZeroAttempts);
+        }
+        if deadline.is_zero() {
+            return Err(RetryPolicyError::ZeroDeadline);
+        }
+        Ok(Self { max_attempts, backoff, deadline, max_retry_after })
+    }
+
+    /// The maximum number of attempts, the first included.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The deadline across all attempts, counted from the operation's creation.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+}
+
+/// The history of an operation at the moment its latest attempt failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attempted {
+    /// Attempts made so far, the failed one included (≥ 1).
+    pub attempts: u32,
+    /// Time since the operation was created.
+    pub age: Duration,
+    /// Time since the current idempotency key was first sent.
+    pub key_age: Duration,
+    /// The delay chosen before the previous attempt (zero before the first).
+    pub previous_delay: Duration,
+}
+
+/// What the relay does next with an operation whose attempt failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Try again, with the same idempotency key, after `delay`.
+    Retry {
+        /// How long to wait, `Retry-After` included.
+        delay: Duration,
+    },
+    /// The provider refused for good: the operation has failed.
+    Fail,
+    /// The outcome is unknown and may not be retried blindly: hand the
+    /// operation to reconciliation (status lookup).
+    Unknown {
+        /// Why no retry: a stable, human-readable phrase.
+        reason: &'static str,
+    },
+    /// Nothing more will be tried automatically: park the message as a
+    /// dead letter for a human.
+    DeadLetter {
+        /// Why: a stable, human-readable phrase.
+        reason: &'static str,
+    },
+}
+
+/// Decides what follows a failed attempt. `rng` feeds the backoff jitter.
+///
+/// Rules, in order: permanent → [`Decision::Fail`]; out of attempts,
+/// past the deadline, or a `Retry-After` above the cap → give up
+/// ([`Decision::DeadLetter`] when the provider certainly did not act,
+/// [`Decision::Unknown`] when it may have); ambiguous with no idempotency
+/// key the provider will still honour at the retry's time →
+/// [`Decision::Unknown`]; otherwise [`Decision::Retry`] after
+/// `max(backoff, Retry-After)`.
+pub fn decide(
+    policy: &RetryPolicy,
+    idempotency: &IdempotencyPolicy,
+    classification: Classification,
+    attempted: Attempted,
+    rng: &mut impl Rng,
+) -> Decision {
+    let retry_after = match classification {
+        Classification::Permanent => return Decision::Fail,
+        Classification::Retryable { retry_after } => retry_after,
+        Classification::Ambiguous => None,
+    };
+    let give_up = |reason| match classification {
+        Classification::Ambiguous => Decision::Unknown { reason },
+        _ => Decision::DeadLetter { reason },
+    };
+    if attempted.attempts >= policy.max_attempts {
+        return give_up("attempts exhausted");
+    }
+    if retry_after.is_some_and(|wait| wait > policy.max_retry_after) {
+        return give_up("Retry-After exceeds max_retry_after");
+    }
+    let backoff = policy.backoff.delay(attempted.attempts - 1, attempted.previous_delay, rng);
+    let delay = retry_after.map_or(backoff, |wait| wait.max(backoff));
+    if attempted.age.saturating_add(delay) >= policy.deadline {
+        return give_up("deadline exceeded");
+    }
+    if classification == Classification::Ambiguous && !idempotency.key_honoured(attempted.key_age, delay) {
+        return Decision::Unknown {
+            reason: if idempotency.header.is_some() {
+                "idempotency key expires before the retry"
+            } else {
+                "provider has no idempotency keys"
+            },
+        };
+    }
+    Decision::Retry { delay }
+}
+
+#[cfg(test)]
+mod tests;
