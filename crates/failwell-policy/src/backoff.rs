@@ -67,7 +67,9 @@ impl Backoff {
     /// without overflow for any `n`.
     pub fn ceiling(&self, n: u32) -> Duration {
         let factor = 1u32.checked_shl(n.min(31)).unwrap_or(u32::MAX);
-        self.base.checked_mul(factor).map_or(self.cap, |d| d.min(self.cap))
+        self.base
+            .checked_mul(factor)
+            .map_or(self.cap, |d| d.min(self.cap))
     }
 
     /// The delay before retry `n` (0 for the first retry). `previous` is the

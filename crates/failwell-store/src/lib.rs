@@ -1,1 +1,95 @@
-//! placeholder
+//! failwell's durable core: operations, the outbox and the append-only
+//! attempt history, behind the [`Store`] trait.
+//!
+//! Only this crate knows SQL. The embedded default is SQLite
+//! ([`SqliteStore`]); the relay and the HTTP API are generic over
+//! [`Store`], so another database can be added beside it. Every state change
+//! an attempt causes (its history row, the operation, the outbox message) is
+//! written in one transaction, and outbox completions are compare-and-set on
+//! `(id, lease_token)`: a worker that lost its lease cannot overwrite the
+//! state a newer owner wrote. This crate makes no decisions: what to write
+//! is decided by `failwell-policy` and carried out by `failwell-engine`.
+
+mod error;
+mod model;
+mod sqlite;
+
+use std::future::Future;
+
+pub use error::StoreError;
+pub use model::{
+    AttemptKind, AttemptRecord, AttemptRow, Claimed, Completion, Counts, NewOperation, Operation,
+    OperationStatus, Reconciled, Resolution, Submitted, Transition,
+};
+pub use sqlite::{Outbox, SqliteStore, Synchronous};
+
+/// The durable store the relay, the reconciler and the HTTP API work on.
+///
+/// All times are milliseconds since the Unix epoch, passed in by the caller
+/// (`now_ms`), so a store never reads the clock itself.
+pub trait Store: Clone + Send + Sync + 'static {
+    /// Records a new intent and its outbox message in one transaction.
+    /// Returns [`Submitted::Replayed`] with the stored operation when the
+    /// idempotency key exists with the same request, and
+    /// [`StoreError::KeyReused`] when it exists with a different one; in
+    /// both cases nothing is written.
+    fn submit(
+        &self,
+        op: NewOperation,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Submitted, StoreError>> + Send;
+
+    /// Claims up to `limit` due outbox messages under a lease of `lease_ms`,
+    /// counting the attempt about to be made and stamping the first use of
+    /// the operation's idempotency key. A message whose earlier lease expired
+    /// while an attempt was in flight comes back with
+    /// [`Claimed::interrupted`] set.
+    fn claim(
+        &self,
+        now_ms: i64,
+        limit: u32,
+        lease_ms: u64,
+    ) -> impl Future<Output = Result<Vec<Claimed>, StoreError>> + Send;
+
+    /// Writes the results of finished attempts, all in one transaction: each
+    /// history row is appended, and each operation and message transition is
+    /// applied only if the message still carries the claim's lease token.
+    /// Returns, per completion in order, whether its transition was applied
+    /// (`false`: the lease was lost, only the history row was written).
+    fn complete(
+        &self,
+        completions: Vec<Completion>,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
+
+    /// Operations whose outcome is unknown and whose next reconciliation is
+    /// due, oldest first, at most `limit`.
+    fn due_unknown(
+        &self,
+        now_ms: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<Operation>, StoreError>> + Send;
+
+    /// Applies a status lookup's result to an unknown operation (a no-op if
+    /// the operation is no longer unknown).
+    fn reconcile(
+        &self,
+        reconciled: Reconciled,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The operation with this idempotency key, if any.
+    fn operation(
+        &self,
+        idempotency_key: &str,
+    ) -> impl Future<Output = Result<Option<Operation>, StoreError>> + Send;
+
+    /// The attempt history of one operation, oldest first.
+    fn attempts(
+        &self,
+        operation_id: i64,
+    ) -> impl Future<Output = Result<Vec<AttemptRow>, StoreError>> + Send;
+
+    /// Operation and message counts by state.
+    fn counts(&self) -> impl Future<Output = Result<Counts, StoreError>> + Send;
+}

@@ -1,0 +1,256 @@
+//! HTTP routes of the simulator: `/v1/charges` (create, get, list) with fault
+//! injection and idempotency, and the `/_sim` control routes.
+//!
+//! Handlers sequence the steps (count, latency, pre-commit faults, idempotency
+//! and commit, post-commit faults); the decisions themselves live in `state.rs`
+//! and `config.rs`. Connection resets are only *requested* here: the accept loop
+//! in `server.rs` performs them. Nothing here listens on sockets.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::{Bytes, to_bytes};
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::api::Reply;
+use crate::config::Fault;
+use crate::params::{RawFields, decode_form};
+use crate::server::ConnReset;
+use crate::state::{Admission, SimState};
+
+/// Largest accepted request body, bytes.
+const BODY_LIMIT: usize = 64 * 1024;
+
+/// The simulator's router, with its state applied.
+pub(crate) fn router(state: Arc<SimState>) -> Router {
+    Router::new()
+        .route("/v1/charges", post(create_charge).get(list_charges))
+        .route("/v1/charges/{id}", get(get_charge))
+        .route("/_sim/effects", get(effects))
+        .route("/_sim/script/{reference}", put(put_script))
+        .route("/_sim/down", put(put_down))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+fn unavailable() -> Reply {
+    Reply::error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "api_error",
+        "service_unavailable",
+        "The service is temporarily unavailable.",
+    )
+}
+
+/// The answer of a pre-commit fault, if `fault` is one.
+fn pre_commit_reply(state: &SimState, fault: Fault) -> Option<Response> {
+    let reply = match fault {
+        Fault::Ok | Fault::TimeoutAfterCommit | Fault::ResetAfterCommit => return None,
+        Fault::Error500 => Reply::error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "api_error",
+            "internal_error",
+            "An internal error occurred.",
+        ),
+        Fault::Error502 => Reply::error(
+            StatusCode::BAD_GATEWAY,
+            "api_error",
+            "bad_gateway",
+            "Bad gateway.",
+        ),
+        Fault::Error503 => unavailable(),
+        Fault::RateLimited => {
+            let mut response = Reply::error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "rate_limit",
+                "Too many requests.",
+            )
+            .into_response();
+            response.headers_mut().insert(
+                RETRY_AFTER,
+                HeaderValue::from(state.config.retry_after_secs),
+            );
+            return Some(response);
+        }
+    };
+    Some(reply.into_response())
+}
+
+async fn create_charge(State(state): State<Arc<SimState>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let content_type = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let key = parts
+        .headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned);
+    let raw = match to_bytes(body, BODY_LIMIT).await {
+        Ok(bytes) => RawFields::parse(content_type, &bytes),
+        Err(_) => Err(Reply::invalid(
+            "parameter_invalid",
+            "body",
+            "The request body could not be read or is too large.",
+        )),
+    };
+    // 1. Count and pick the fault; 2. latency.
+    let reference = raw.as_ref().ok().and_then(RawFields::reference);
+    let (fault, latency) = state.begin_charge(reference);
+    tokio::time::sleep(latency).await;
+    // 3. Pre-commit faults: nothing stored, no effect.
+    if state.unavailable() {
+        return unavailable().into_response();
+    }
+    if let Some(response) = pre_commit_reply(&state, fault) {
+        return response;
+    }
+    // 4. Validation, idempotency check and commit.
+    let params = match raw.and_then(|raw| raw.validate()) {
+        Ok(params) => params,
+        Err(reply) => return reply.into_response(),
+    };
+    let hold = matches!(fault, Fault::TimeoutAfterCommit | Fault::ResetAfterCommit);
+    let (reply, replayed, _guard) = match state.admit(key.as_deref(), &params, hold) {
+        Admission::Fresh(reply, guard) => (reply, false, guard),
+        Admission::Replay(reply) => (reply, true, None),
+        Admission::Reused => {
+            return Reply::error(
+                StatusCode::BAD_REQUEST,
+                "idempotency_error",
+                "idempotency_key_reused",
+                "Keys for idempotent requests can only be used with the same parameters they were first used with.",
+            )
+            .into_response();
+        }
+        Admission::InUse => {
+            return Reply::error(
+                StatusCode::CONFLICT,
+                "idempotency_error",
+                "idempotency_key_in_use",
+                "There is currently another in-progress request using this Idempotency-Key.",
+            )
+            .into_response();
+        }
+    };
+    // 5. Post-commit faults (also applied to replays): the answer is lost.
+    match fault {
+        Fault::TimeoutAfterCommit => tokio::time::sleep(state.config.hang).await,
+        Fault::ResetAfterCommit => match parts.extensions.get::<ConnReset>() {
+            Some(reset) => {
+                reset.trigger();
+                // The connection task drops this future when it resets the socket.
+                std::future::pending::<()>().await;
+            }
+            None => tokio::time::sleep(state.config.hang).await,
+        },
+        _ => {}
+    }
+    let mut response = if replayed {
+        reply.replayed()
+    } else {
+        reply.into_response()
+    };
+    if let Some(key) = key.and_then(|k| HeaderValue::from_str(&k).ok()) {
+        response.headers_mut().insert("idempotency-key", key);
+    }
+    response
+}
+
+/// Lookup latency, then 503 if down or in the outage window.
+async fn lookup_gate(state: &SimState) -> Result<(), Response> {
+    tokio::time::sleep(state.next_lookup_latency()).await;
+    if state.unavailable() {
+        return Err(unavailable().into_response());
+    }
+    Ok(())
+}
+
+async fn get_charge(State(state): State<Arc<SimState>>, Path(id): Path<String>) -> Response {
+    if let Err(response) = lookup_gate(&state).await {
+        return response;
+    }
+    match state.charge(&id) {
+        Some(charge) => Json(charge).into_response(),
+        None => Reply::error(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "resource_missing",
+            &format!("No such charge: '{id}'"),
+        )
+        .into_response(),
+    }
+}
+
+async fn list_charges(State(state): State<Arc<SimState>>, RawQuery(query): RawQuery) -> Response {
+    if let Err(response) = lookup_gate(&state).await {
+        return response;
+    }
+    let query = decode_form(query.unwrap_or_default().as_bytes());
+    let data = state.charges_for(query.get("reference").map(String::as_str));
+    Json(json!({ "object": "list", "data": data })).into_response()
+}
+
+async fn effects(State(state): State<Arc<SimState>>) -> Response {
+    Json(state.effects()).into_response()
+}
+
+fn bad_control_body(err: serde_json::Error) -> Response {
+    Reply::error(
+        StatusCode::BAD_REQUEST,
+        "invalid_request_error",
+        "parameter_invalid",
+        &err.to_string(),
+    )
+    .into_response()
+}
+
+async fn put_script(
+    State(state): State<Arc<SimState>>,
+    Path(reference): Path<String>,
+    body: Bytes,
+) -> Response {
+    match serde_json::from_slice::<Vec<Fault>>(&body) {
+        Ok(faults) => {
+            state.set_script(&reference, faults.clone());
+            Json(json!({ "reference": reference, "script": faults })).into_response()
+        }
+        Err(err) => bad_control_body(err),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DownBody {
+    down: bool,
+}
+
+async fn put_down(State(state): State<Arc<SimState>>, body: Bytes) -> Response {
+    match serde_json::from_slice::<DownBody>(&body) {
+        Ok(DownBody { down }) => {
+            state.set_down(down);
+            Json(json!({ "down": down })).into_response()
+        }
+        Err(err) => bad_control_body(err),
+    }
+}
+
+async fn not_found() -> Response {
+    Reply::error(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        "unrecognized_request_url",
+        "Unrecognized request URL.",
+    )
+    .into_response()
+}

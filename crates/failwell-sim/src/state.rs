@@ -1,0 +1,330 @@
+//! Shared simulator state: charges, the idempotency-key store, per-reference
+//! counters, fault scripts and down mode.
+//!
+//! Every mutation happens under one mutex and no `.await` ever runs while it is
+//! held, so check-and-commit is atomic. This file decides *what* is committed and
+//! replayed; it deliberately does no sleeping, no HTTP and no fault delivery
+//! (see `handlers.rs` and `server.rs`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::api::{Charge, Reply};
+use crate::config::{Fault, Profile, SimConfig, lookup_latency, planned};
+
+/// Counters of what the simulator did, as served by `GET /_sim/effects` and
+/// [`crate::Simulator::effects`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// `POST /v1/charges` requests received (all outcomes, replays included).
+    pub requests: u64,
+    /// Succeeded charges created (the money-moving effects).
+    pub charges: u64,
+    /// Declined (status `"failed"`) charges created.
+    pub declined: u64,
+    /// The same counters per `reference` (only requests whose reference parsed).
+    pub by_reference: BTreeMap<String, ReferenceEffects>,
+}
+
+/// Per-reference counters inside [`Effects`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReferenceEffects {
+    /// `POST /v1/charges` seen with this reference (also the script index of the next one).
+    pub requests: u64,
+    /// Succeeded charges created for this reference; more than 1 is a double charge.
+    pub effects: u64,
+    /// Declined charges created for this reference.
+    pub declined: u64,
+}
+
+impl Effects {
+    /// Number of references with more than one succeeded charge (double effects).
+    pub fn double_effects(&self) -> u64 {
+        self.by_reference.values().filter(|r| r.effects > 1).count() as u64
+    }
+}
+
+/// Validated parameters of `POST /v1/charges`; also the idempotency fingerprint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ChargeParams {
+    /// Minor units, > 0.
+    pub amount: u64,
+    /// Lowercase, 3 ASCII letters.
+    pub currency: String,
+    /// Non-empty.
+    pub reference: String,
+}
+
+/// Outcome of [`SimState::admit`].
+#[derive(Debug)]
+pub(crate) enum Admission {
+    /// Processed now (charge created, succeeded or declined). If a key was given and
+    /// `hold` was set, the key stays in flight until the returned guard is dropped.
+    Fresh(Reply, Option<InFlightGuard>),
+    /// The key's stored answer, to be sent with `Idempotent-Replayed: true`.
+    Replay(Reply),
+    /// Same key, different parameters.
+    Reused,
+    /// Same key, first request still in flight.
+    InUse,
+}
+
+#[derive(Debug)]
+enum KeyState {
+    /// The answer is known but has not been delivered yet.
+    InFlight(Reply),
+    Completed(Reply),
+}
+
+#[derive(Debug)]
+struct KeyEntry {
+    fingerprint: ChargeParams,
+    state: KeyState,
+    created_at: Instant,
+    serial: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    effects: Effects,
+    charges: Vec<Charge>,
+    by_id: HashMap<String, usize>,
+    keys: HashMap<String, KeyEntry>,
+    scripts: HashMap<String, Vec<Fault>>,
+    serial: u64,
+}
+
+/// The state shared by all connections of one simulator.
+pub(crate) struct SimState {
+    pub config: SimConfig,
+    started: Instant,
+    down: AtomicBool,
+    lookups: AtomicU64,
+    inner: Mutex<Inner>,
+}
+
+impl SimState {
+    /// Fresh state; the outage window starts now.
+    pub fn new(config: SimConfig) -> Self {
+        SimState {
+            config,
+            started: Instant::now(),
+            down: AtomicBool::new(false),
+            lookups: AtomicU64::new(0),
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the maps half-updated in a
+        // way that matters for a simulator; keep serving.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts one `POST /v1/charges` (and its reference, if any) and returns the
+    /// `(fault, latency)` to apply: `script[n]` if scripted (latency still drawn
+    /// from the profile), else [`planned`]. Without a reference: `(Ok, zero)`.
+    pub fn begin_charge(&self, reference: Option<&str>) -> (Fault, Duration) {
+        let mut inner = self.lock();
+        inner.effects.requests += 1;
+        let Some(reference) = reference else {
+            return (Fault::Ok, Duration::ZERO);
+        };
+        let counters = inner
+            .effects
+            .by_reference
+            .entry(reference.to_owned())
+            .or_default();
+        let n = counters.requests;
+        counters.requests += 1;
+        let scripted = inner
+            .scripts
+            .get(reference)
+            .and_then(|s| s.get(n as usize))
+            .copied();
+        drop(inner);
+        let (fault, latency) = planned(&self.config, reference, n);
+        (scripted.unwrap_or(fault), latency)
+    }
+
+    /// Latency of the next lookup request.
+    pub fn next_lookup_latency(&self) -> Duration {
+        lookup_latency(&self.config, self.lookups.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// True while `/v1` must answer 503: down mode, or the outage window of
+    /// [`Profile::Outage`].
+    pub fn unavailable(&self) -> bool {
+        self.down.load(Ordering::SeqCst)
+            || (self.config.profile == Profile::Outage
+                && self.started.elapsed() < self.config.outage)
+    }
+
+    /// Sets or clears down mode.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Replaces the fault script of `reference` (indexed by its request number).
+    pub fn set_script(&self, reference: &str, faults: Vec<Fault>) {
+        self.lock().scripts.insert(reference.to_owned(), faults);
+    }
+
+    /// Snapshot of the counters.
+    pub fn effects(&self) -> Effects {
+        self.lock().effects.clone()
+    }
+
+    /// The charge with this id.
+    pub fn charge(&self, id: &str) -> Option<Charge> {
+        let inner = self.lock();
+        inner.by_id.get(id).map(|&i| inner.charges[i].clone())
+    }
+
+    /// Charges with this reference (all if `None`), oldest first.
+    pub fn charges_for(&self, reference: Option<&str>) -> Vec<Charge> {
+        let inner = self.lock();
+        inner
+            .charges
+            .iter()
+            .filter(|c| reference.is_none_or(|r| c.reference == r))
+            .cloned()
+            .collect()
+    }
+
+    /// Idempotency check and commit, atomically. `hold` keeps a new key in flight
+    /// until the returned guard drops (used by post-commit faults).
+    pub fn admit(
+        self: &Arc<Self>,
+        key: Option<&str>,
+        params: &ChargeParams,
+        hold: bool,
+    ) -> Admission {
+        let mut inner = self.lock();
+        if let Some(key) = key
+            && let Some(entry) = inner.keys.get(key)
+            && entry.created_at.elapsed() < self.config.key_ttl
+        {
+            if entry.fingerprint != *params {
+                return Admission::Reused;
+            }
+            return match &entry.state {
+                KeyState::InFlight(_) => Admission::InUse,
+                KeyState::Completed(reply) => Admission::Replay(reply.clone()),
+            };
+        }
+        let reply = self.create_charge(&mut inner, params);
+        let Some(key) = key else {
+            return Admission::Fresh(reply, None);
+        };
+        inner.serial += 1;
+        let serial = inner.serial;
+        let (state, guard) = if hold {
+            let guard = InFlightGuard {
+                state: Arc::clone(self),
+                key: key.to_owned(),
+                serial,
+            };
+            (KeyState::InFlight(reply.clone()), Some(guard))
+        } else {
+            (KeyState::Completed(reply.clone()), None)
+        };
+        let entry = KeyEntry {
+            fingerprint: params.clone(),
+            state,
+            created_at: Instant::now(),
+            serial,
+        };
+        inner.keys.insert(key.to_owned(), entry);
+        Admission::Fresh(reply, guard)
+    }
+
+    fn create_charge(&self, inner: &mut Inner, params: &ChargeParams) -> Reply {
+        let declined = params.amount % 100 == u64::from(self.config.decline_suffix);
+        let seq = inner.charges.len() as u64;
+        let mut hasher = Sha256::new();
+        hasher.update(self.config.seed.to_le_bytes());
+        hasher.update(b"charge");
+        hasher.update(seq.to_le_bytes());
+        let digest = hasher.finalize();
+        let id: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+        let charge = Charge {
+            id: format!("ch_{id}"),
+            object: "charge",
+            amount: params.amount,
+            currency: params.currency.clone(),
+            reference: params.reference.clone(),
+            status: if declined { "failed" } else { "succeeded" },
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        };
+        let counters = inner
+            .effects
+            .by_reference
+            .entry(params.reference.clone())
+            .or_default();
+        if declined {
+            counters.declined += 1;
+            inner.effects.declined += 1;
+        } else {
+            counters.effects += 1;
+            inner.effects.charges += 1;
+        }
+        inner.by_id.insert(charge.id.clone(), inner.charges.len());
+        let reply = if declined {
+            Reply::new(
+                StatusCode::PAYMENT_REQUIRED,
+                json!({ "error": {
+                    "type": "card_error",
+                    "code": "card_declined",
+                    "message": "Your card was declined.",
+                    "charge": charge.id,
+                }}),
+            )
+        } else {
+            Reply::new(
+                StatusCode::OK,
+                serde_json::to_value(&charge).unwrap_or_default(),
+            )
+        };
+        inner.charges.push(charge);
+        reply
+    }
+}
+
+/// Keeps an idempotency key in flight; on drop (answer sent, client gone or
+/// connection reset) the key's entry becomes completed with its stored answer.
+#[derive(Debug)]
+pub(crate) struct InFlightGuard {
+    state: Arc<SimState>,
+    key: String,
+    serial: u64,
+}
+
+impl std::fmt::Debug for SimState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimState")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        let mut inner = self.state.lock();
+        if let Some(entry) = inner.keys.get_mut(&self.key)
+            && entry.serial == self.serial
+            && let KeyState::InFlight(reply) = &entry.state
+        {
+            entry.state = KeyState::Completed(reply.clone());
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! The store's error type. Database causes are kept as `#[source]`, never
+//! flattened into strings.
+
+/// Errors from a [`crate::Store`].
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The idempotency key is already used by a different request
+    /// (provider, operation or payload differ). Nothing was written.
+    #[error("idempotency key {key:?} was already used with a different request")]
+    KeyReused {
+        /// The reused key.
+        key: String,
+    },
+    /// The database could not be opened or a statement failed.
+    #[error("database error: {context}")]
+    Database {
+        /// What failwell was doing.
+        context: &'static str,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Applying the schema migrations failed.
+    #[error("database migration failed")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+    /// A stored value could not be read back (e.g. invalid JSON in a payload
+    /// column written by another program).
+    #[error("stored {what} is invalid: {detail}")]
+    Corrupt {
+        /// Which value.
+        what: &'static str,
+        /// What is wrong with it.
+        detail: String,
+    },
+}
+
+/// Attaches a context phrase to a driver error.
+pub(crate) trait Context<T> {
+    fn context(self, context: &'static str) -> Result<T, StoreError>;
+}
+
+impl<T> Context<T> for Result<T, sqlx::Error> {
+    fn context(self, context: &'static str) -> Result<T, StoreError> {
+        self.map_err(|source| StoreError::Database { context, source })
+    }
+}

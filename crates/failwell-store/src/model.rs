@@ -1,0 +1,324 @@
+//! The store's data types: what goes in, what comes out.
+
+use failwell_policy::Outcome;
+use serde::Serialize;
+use serde_json::Value;
+
+/// The state of an operation: pending until one of the three outcomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationStatus {
+    /// Accepted and durable; delivery in progress or scheduled.
+    Pending,
+    /// The provider acted.
+    Succeeded,
+    /// The provider refused or certainly did not act (also the status of a
+    /// dead-lettered operation).
+    Failed,
+    /// The provider may have acted; reconciliation will find out.
+    Unknown,
+}
+
+impl OperationStatus {
+    /// The stable lower-case name used in SQL and JSON.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// Whether the operation has reached an end (`succeeded` or `failed`).
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed)
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => Self::Pending,
+            "succeeded" => Self::Succeeded,
+            "failed" => Self::Failed,
+            "unknown" => Self::Unknown,
+            _ => return None,
+        })
+    }
+}
+
+impl From<Outcome> for OperationStatus {
+    fn from(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Succeeded => Self::Succeeded,
+            Outcome::Failed => Self::Failed,
+            Outcome::Unknown => Self::Unknown,
+        }
+    }
+}
+
+/// A new intent to record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewOperation {
+    /// The caller's idempotency key: one intent, one key (UNIQUE).
+    pub idempotency_key: String,
+    /// The provider's name in configuration.
+    pub provider: String,
+    /// The operation's name in the provider's configuration.
+    pub operation: String,
+    /// Our business reference (e.g. the order id), used for status lookups.
+    pub reference: Option<String>,
+    /// The request payload, as given by the caller.
+    pub payload: Value,
+}
+
+/// A recorded operation.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Operation {
+    /// Database id.
+    pub id: i64,
+    /// The caller's idempotency key.
+    pub idempotency_key: String,
+    /// Provider name.
+    pub provider: String,
+    /// Operation name.
+    pub operation: String,
+    /// Business reference for status lookups.
+    pub reference: Option<String>,
+    /// Request payload.
+    pub payload: Value,
+    /// Current status.
+    pub status: OperationStatus,
+    /// Which key generation is in use (moves on only after a status lookup
+    /// proved the previous key's requests had no effect).
+    pub key_group: u32,
+    /// The idempotency key sent to the provider (derived from the intent).
+    pub provider_key: String,
+    /// When the provider key was first sent (ms since epoch), if it was.
+    pub key_first_sent_at_ms: Option<i64>,
+    /// Provider calls made so far.
+    pub attempts: u32,
+    /// The provider's id for the effect (e.g. a charge id), once known.
+    pub provider_ref: Option<String>,
+    /// The provider's last response body, if JSON.
+    pub response: Option<Value>,
+    /// The last error, for failed, unknown and retrying operations.
+    pub last_error: Option<String>,
+    /// Whether the delivery was given up and parked as a dead letter.
+    pub dead_letter: bool,
+    /// Status lookups that failed so far (for the lookup backoff).
+    pub reconcile_attempts: u32,
+    /// Creation time, ms since epoch.
+    pub created_at_ms: i64,
+    /// Last change, ms since epoch.
+    pub updated_at_ms: i64,
+}
+
+/// What [`crate::Store::submit`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Submitted {
+    /// A new operation was recorded.
+    Created(Operation),
+    /// The same request was submitted before; this is the stored operation.
+    Replayed(Operation),
+}
+
+/// An outbox message claimed for one attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Claimed {
+    /// Outbox message id.
+    pub outbox_id: i64,
+    /// The lease token every completion must present.
+    pub lease_token: i64,
+    /// Attempts made, including the one this claim is for (≥ 1).
+    pub attempts: u32,
+    /// The backoff delay chosen before this attempt, in ms.
+    pub previous_delay_ms: u64,
+    /// An earlier attempt was in flight when its lease expired (its worker
+    /// crashed): its outcome is unknown.
+    pub interrupted: bool,
+    /// The operation, as claimed.
+    pub operation: Operation,
+}
+
+/// Whether a history row is a provider call or a status lookup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptKind {
+    /// A call that may have an effect.
+    Call,
+    /// A read-only status lookup (reconciliation).
+    Lookup,
+}
+
+impl AttemptKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Call => "call",
+            Self::Lookup => "lookup",
+        }
+    }
+}
+
+/// One row of the append-only attempt history, as written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttemptRecord {
+    /// Call or lookup.
+    pub kind: AttemptKind,
+    /// Start, ms since epoch.
+    pub started_at_ms: i64,
+    /// Duration in ms.
+    pub duration_ms: u64,
+    /// HTTP status, when a response arrived.
+    pub status_code: Option<u16>,
+    /// Transport error kind (`connect`, `timeout`, `reset`, …) or provider
+    /// error code, when there is one.
+    pub error_kind: Option<String>,
+    /// `retryable`, `permanent` or `ambiguous` for failed attempts.
+    pub classification: Option<&'static str>,
+    /// The attempt's own outcome.
+    pub outcome: Outcome,
+    /// What was decided, e.g. `retry in 412 ms` or `unknown: attempts exhausted`.
+    pub decision: String,
+}
+
+/// One row of the attempt history, as read back.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AttemptRow {
+    /// Call or lookup.
+    pub kind: AttemptKind,
+    /// Attempt number of the operation at that time.
+    pub attempt_no: u32,
+    /// The idempotency key that was sent, for calls.
+    pub provider_key: Option<String>,
+    /// Start, ms since epoch.
+    pub started_at_ms: i64,
+    /// Duration in ms.
+    pub duration_ms: u64,
+    /// HTTP status, when a response arrived.
+    pub status_code: Option<u16>,
+    /// Transport error kind or provider error code.
+    pub error_kind: Option<String>,
+    /// Classification of a failed attempt.
+    pub classification: Option<String>,
+    /// The attempt's outcome.
+    pub outcome: String,
+    /// What was decided.
+    pub decision: String,
+}
+
+/// The state an attempt moves its operation and message to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Transition {
+    /// The provider acted: operation `succeeded`, message done.
+    Succeeded {
+        /// The provider's id for the effect.
+        provider_ref: Option<String>,
+        /// The response body.
+        response: Option<Value>,
+    },
+    /// The provider refused for good: operation `failed`, message done.
+    Failed {
+        /// Why.
+        error: String,
+        /// The response body.
+        response: Option<Value>,
+    },
+    /// Try again later with the same key: message pending again.
+    Retry {
+        /// When the next attempt may start, ms since epoch.
+        available_at_ms: i64,
+        /// The delay chosen, in ms.
+        delay_ms: u64,
+        /// The error of this attempt.
+        error: String,
+    },
+    /// Outcome unknown: operation `unknown`, message done, reconciliation due.
+    Unknown {
+        /// Why.
+        error: String,
+        /// First status lookup, ms since epoch.
+        reconcile_at_ms: i64,
+    },
+    /// Given up without an effect: operation `failed`, message dead-lettered.
+    DeadLetter {
+        /// Why, with the last error.
+        error: String,
+    },
+}
+
+/// The result of one finished attempt, for [`crate::Store::complete`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Completion {
+    /// The claimed message.
+    pub outbox_id: i64,
+    /// The claim's lease token.
+    pub lease_token: i64,
+    /// The message's operation.
+    pub operation_id: i64,
+    /// The history row to append.
+    pub attempt: AttemptRecord,
+    /// What follows.
+    pub transition: Transition,
+}
+
+/// The conclusion of a status lookup for an unknown operation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Resolution {
+    /// The provider has a record: the operation ends with its status.
+    Found {
+        /// `Succeeded` or `Failed`.
+        outcome: Outcome,
+        /// The provider's id for it.
+        provider_ref: Option<String>,
+        /// The record.
+        response: Option<Value>,
+    },
+    /// The provider has no record and attempts remain: deliver again under
+    /// `key_group` (the same group while the old key is honoured).
+    Requeue {
+        /// The key group to use.
+        key_group: u32,
+        /// The idempotency key of that group.
+        provider_key: String,
+    },
+    /// The provider has no record and nothing more may be tried.
+    DeadLetter {
+        /// Why.
+        error: String,
+    },
+    /// The lookup itself failed: stay unknown and look again later.
+    Later {
+        /// Next lookup, ms since epoch.
+        retry_at_ms: i64,
+        /// The lookup's error.
+        error: String,
+    },
+}
+
+/// A status lookup's record and conclusion, for [`crate::Store::reconcile`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reconciled {
+    /// The unknown operation.
+    pub operation_id: i64,
+    /// The lookup's history row.
+    pub attempt: AttemptRecord,
+    /// What it concluded.
+    pub resolution: Resolution,
+}
+
+/// Counts by state, for status pages and the demo.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// Operations pending.
+    pub pending: u64,
+    /// Operations succeeded.
+    pub succeeded: u64,
+    /// Operations failed (dead letters included).
+    pub failed: u64,
+    /// Operations with unknown outcome.
+    pub unknown: u64,
+    /// Outbox messages dead-lettered.
+    pub dead_letters: u64,
+    /// Provider calls made (history rows of kind `call`).
+    pub attempts: u64,
+}

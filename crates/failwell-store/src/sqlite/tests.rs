@@ -1,0 +1,279 @@
+use failwell_policy::Outcome;
+use serde_json::json;
+
+use super::*;
+
+async fn store() -> (tempfile::TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    (
+        dir,
+        SqliteStore::open(&url, Synchronous::Normal).await.unwrap(),
+    )
+}
+
+fn new_op(key: &str, amount: i64) -> NewOperation {
+    NewOperation {
+        idempotency_key: key.into(),
+        provider: "payments".into(),
+        operation: "charge".into(),
+        reference: Some(format!("ref-{key}")),
+        payload: json!({"amount": amount, "currency": "eur", "reference": format!("ref-{key}")}),
+    }
+}
+
+fn record(outcome: Outcome) -> AttemptRecord {
+    AttemptRecord {
+        kind: AttemptKind::Call,
+        started_at_ms: 1,
+        duration_ms: 2,
+        status_code: Some(200),
+        error_kind: None,
+        classification: None,
+        outcome,
+        decision: "done".into(),
+    }
+}
+
+#[tokio::test]
+async fn submit_replays_same_request_and_refuses_a_different_one() {
+    let (_d, s) = store().await;
+    let Submitted::Created(op) = s.submit(new_op("k1", 100), 10).await.unwrap() else {
+        panic!("not created")
+    };
+    assert_eq!(op.status, OperationStatus::Pending);
+    assert!(op.provider_key.starts_with("fw_"));
+    // same payload with keys in another order is the same request
+    let mut same = new_op("k1", 100);
+    same.payload = json!({"reference": "ref-k1", "currency": "eur", "amount": 100});
+    assert_eq!(
+        s.submit(same, 20).await.unwrap(),
+        Submitted::Replayed(op.clone())
+    );
+    let err = s.submit(new_op("k1", 999), 30).await.unwrap_err();
+    assert!(matches!(err, StoreError::KeyReused { .. }), "{err:?}");
+    let counts = s.counts().await.unwrap();
+    assert_eq!(counts.pending, 1);
+}
+
+#[tokio::test]
+async fn enqueue_shares_the_callers_transaction() {
+    let (_d, s) = store().await;
+    sqlx::query("CREATE TABLE orders (id TEXT PRIMARY KEY)")
+        .execute(s.pool())
+        .await
+        .unwrap();
+    let mut tx = s.begin().await.unwrap();
+    sqlx::query("INSERT INTO orders VALUES ('o1')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    Outbox::enqueue(&mut tx, &new_op("o1", 100), 1)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        s.counts().await.unwrap().pending,
+        0,
+        "a rolled-back order leaves no message"
+    );
+    assert!(s.operation("o1").await.unwrap().is_none());
+
+    let mut tx = s.begin().await.unwrap();
+    sqlx::query("INSERT INTO orders VALUES ('o1')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    Outbox::enqueue(&mut tx, &new_op("o1", 100), 1)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(s.claim(1, 10, 1000).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn claim_leases_and_a_lost_lease_cannot_overwrite() {
+    let (_d, s) = store().await;
+    s.submit(new_op("k1", 100), 0).await.unwrap();
+    let first = s.claim(10, 10, 1_000).await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].attempts, 1);
+    assert!(!first[0].interrupted);
+    assert_eq!(first[0].operation.key_first_sent_at_ms, Some(10));
+    assert!(
+        s.claim(500, 10, 1_000).await.unwrap().is_empty(),
+        "leased messages are not claimed twice"
+    );
+
+    // the lease expires while the attempt is in flight: a rescuer claims it
+    let rescued = s.claim(2_000, 10, 1_000).await.unwrap();
+    assert_eq!(rescued.len(), 1);
+    assert!(rescued[0].interrupted);
+    assert_eq!(rescued[0].attempts, 2);
+    assert_eq!(
+        rescued[0].operation.key_first_sent_at_ms,
+        Some(10),
+        "first use is kept"
+    );
+
+    let late = Completion {
+        outbox_id: first[0].outbox_id,
+        lease_token: first[0].lease_token,
+        operation_id: first[0].operation.id,
+        attempt: record(Outcome::Failed),
+        transition: Transition::DeadLetter {
+            error: "late".into(),
+        },
+    };
+    let fresh = Completion {
+        lease_token: rescued[0].lease_token,
+        attempt: record(Outcome::Succeeded),
+        transition: Transition::Succeeded {
+            provider_ref: Some("ch_1".into()),
+            response: Some(json!({"id": "ch_1"})),
+        },
+        ..late.clone()
+    };
+    assert_eq!(
+        s.complete(vec![late, fresh], 2_100).await.unwrap(),
+        vec![false, true]
+    );
+    let op = s.operation("k1").await.unwrap().unwrap();
+    assert_eq!(op.status, OperationStatus::Succeeded);
+    assert_eq!(op.provider_ref.as_deref(), Some("ch_1"));
+    assert!(!op.dead_letter);
+    assert_eq!(
+        s.attempts(op.id).await.unwrap().len(),
+        2,
+        "both attempts are in the history"
+    );
+}
+
+#[tokio::test]
+async fn retry_reschedules_and_dead_letter_parks() {
+    let (_d, s) = store().await;
+    s.submit(new_op("k1", 100), 0).await.unwrap();
+    let c = s.claim(0, 1, 1_000).await.unwrap().remove(0);
+    let retry = Completion {
+        outbox_id: c.outbox_id,
+        lease_token: c.lease_token,
+        operation_id: c.operation.id,
+        attempt: record(Outcome::Failed),
+        transition: Transition::Retry {
+            available_at_ms: 300,
+            delay_ms: 300,
+            error: "503".into(),
+        },
+    };
+    assert_eq!(s.complete(vec![retry], 5).await.unwrap(), vec![true]);
+    assert!(s.claim(299, 1, 1_000).await.unwrap().is_empty());
+    let c = s.claim(300, 1, 1_000).await.unwrap().remove(0);
+    assert_eq!(
+        (c.attempts, c.previous_delay_ms, c.interrupted),
+        (2, 300, false)
+    );
+    let dead = Completion {
+        outbox_id: c.outbox_id,
+        lease_token: c.lease_token,
+        operation_id: c.operation.id,
+        attempt: record(Outcome::Failed),
+        transition: Transition::DeadLetter {
+            error: "attempts exhausted: 503".into(),
+        },
+    };
+    s.complete(vec![dead], 310).await.unwrap();
+    let op = s.operation("k1").await.unwrap().unwrap();
+    assert_eq!(
+        (op.status, op.dead_letter, op.attempts),
+        (OperationStatus::Failed, true, 2)
+    );
+    assert_eq!(s.counts().await.unwrap().dead_letters, 1);
+}
+
+#[tokio::test]
+async fn unknown_is_reconciled_requeued_or_found() {
+    let (_d, s) = store().await;
+    for key in ["a", "b"] {
+        s.submit(new_op(key, 100), 0).await.unwrap();
+    }
+    let claimed = s.claim(0, 10, 1_000).await.unwrap();
+    let unknown = claimed
+        .iter()
+        .map(|c| Completion {
+            outbox_id: c.outbox_id,
+            lease_token: c.lease_token,
+            operation_id: c.operation.id,
+            attempt: record(Outcome::Unknown),
+            transition: Transition::Unknown {
+                error: "timeout".into(),
+                reconcile_at_ms: 100,
+            },
+        })
+        .collect();
+    s.complete(unknown, 1).await.unwrap();
+    assert!(s.due_unknown(99, 10).await.unwrap().is_empty());
+    let due = s.due_unknown(100, 10).await.unwrap();
+    assert_eq!(due.len(), 2);
+    let lookup = |id, resolution| Reconciled {
+        operation_id: id,
+        attempt: AttemptRecord {
+            kind: AttemptKind::Lookup,
+            ..record(Outcome::Succeeded)
+        },
+        resolution,
+    };
+    let a = s.operation("a").await.unwrap().unwrap();
+    let b = s.operation("b").await.unwrap().unwrap();
+    let found = Resolution::Found {
+        outcome: Outcome::Succeeded,
+        provider_ref: Some("ch_9".into()),
+        response: None,
+    };
+    s.reconcile(lookup(a.id, found), 150).await.unwrap();
+    let requeue = Resolution::Requeue {
+        key_group: 1,
+        provider_key: "fw_new".into(),
+    };
+    s.reconcile(lookup(b.id, requeue), 150).await.unwrap();
+    assert_eq!(
+        s.operation("a").await.unwrap().unwrap().status,
+        OperationStatus::Succeeded
+    );
+    let b = s.operation("b").await.unwrap().unwrap();
+    assert_eq!(
+        (b.status, b.key_group, b.provider_key.as_str()),
+        (OperationStatus::Pending, 1, "fw_new")
+    );
+    assert_eq!(
+        b.key_first_sent_at_ms, None,
+        "a new key group has not been sent yet"
+    );
+    let again = s.claim(150, 10, 1_000).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].operation.id, b.id);
+    assert!(!again[0].interrupted);
+}
+
+#[tokio::test]
+async fn history_is_append_only() {
+    let (_d, s) = store().await;
+    s.submit(new_op("k1", 100), 0).await.unwrap();
+    let c = s.claim(0, 1, 1_000).await.unwrap().remove(0);
+    let done = Completion {
+        outbox_id: c.outbox_id,
+        lease_token: c.lease_token,
+        operation_id: c.operation.id,
+        attempt: record(Outcome::Succeeded),
+        transition: Transition::Succeeded {
+            provider_ref: None,
+            response: None,
+        },
+    };
+    s.complete(vec![done], 1).await.unwrap();
+    let update = sqlx::query("UPDATE attempts SET outcome = 'failed'")
+        .execute(s.pool())
+        .await;
+    assert!(update.unwrap_err().to_string().contains("append-only"));
+    let delete = sqlx::query("DELETE FROM attempts").execute(s.pool()).await;
+    assert!(delete.unwrap_err().to_string().contains("append-only"));
+}
