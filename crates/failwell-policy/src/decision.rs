@@ -65,6 +65,11 @@ impl RetryPolicy {
         self.max_attempts
     }
 
+    /// The backoff between attempts.
+    pub fn backoff(&self) -> &Backoff {
+        &self.backoff
+    }
+
     /// The deadline across all attempts, counted from the operation's creation.
     pub fn deadline(&self) -> Duration {
         self.deadline

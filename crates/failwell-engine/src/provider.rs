@@ -1,0 +1,82 @@
+//! Validated provider descriptions: where to send an operation, how to
+//! encode it, how to find its effect again, and which policies apply.
+//!
+//! These types are built from configuration by the binary; they hold no
+//! parsing of their own and are immutable once built.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use failwell_policy::{Classifier, IdempotencyPolicy, RetryPolicy};
+use reqwest::{Method, Url};
+
+/// How an operation's JSON payload goes on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    /// `application/json`.
+    Json,
+    /// `application/x-www-form-urlencoded` (top-level fields only).
+    Form,
+}
+
+/// One operation a provider offers (e.g. `charge`).
+#[derive(Clone, Debug)]
+pub struct OperationSpec {
+    /// HTTP method.
+    pub method: Method,
+    /// Path below the provider's base URL, e.g. `/v1/charges`.
+    pub path: String,
+    /// Body encoding.
+    pub encoding: Encoding,
+    /// Payload field holding our business reference (used for lookups).
+    pub reference_field: String,
+}
+
+/// How to look up an effect by our reference (reconciliation).
+#[derive(Clone, Debug)]
+pub struct LookupSpec {
+    /// Path below the base URL, e.g. `/v1/charges`.
+    pub path: String,
+    /// Query parameter carrying the reference, e.g. `reference`.
+    pub query_param: String,
+    /// JSON pointer to the list of records in the answer, e.g. `/data`.
+    pub list_pointer: String,
+    /// JSON pointer to a record's status, e.g. `/status`.
+    pub status_pointer: String,
+    /// Status values meaning the effect happened, e.g. `["succeeded"]`.
+    pub succeeded: Vec<String>,
+    /// Status values meaning the provider refused, e.g. `["failed"]`.
+    pub failed: Vec<String>,
+}
+
+/// A provider and its policy: an integration.
+#[derive(Clone, Debug)]
+pub struct ProviderSpec {
+    /// Name in configuration and in operations.
+    pub name: String,
+    /// Base URL; operation and lookup paths are joined to it.
+    pub base_url: Url,
+    /// Time allowed to establish a connection.
+    pub connect_timeout: Duration,
+    /// Time allowed for one attempt, from sending to the last body byte.
+    pub timeout: Duration,
+    /// Attempts, backoff, deadline, `Retry-After` cap.
+    pub retry: RetryPolicy,
+    /// Idempotency header and key lifetime.
+    pub idempotency: IdempotencyPolicy,
+    /// Status and error-code rules.
+    pub classifier: Classifier,
+    /// JSON pointer to the provider's error code in error bodies, e.g. `/error/code`.
+    pub error_code_pointer: String,
+    /// JSON pointer to the provider's id of an effect in success bodies, e.g. `/id`.
+    pub id_pointer: String,
+    /// Wait after an ambiguous attempt before the first status lookup.
+    pub reconcile_after: Duration,
+    /// Status lookup, if the provider has one.
+    pub lookup: Option<LookupSpec>,
+    /// Operations by name.
+    pub operations: BTreeMap<String, OperationSpec>,
+}
+
+/// All configured providers' clients, by provider name.
+pub type Providers = BTreeMap<String, crate::ProviderClient>;

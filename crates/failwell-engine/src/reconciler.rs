@@ -1,0 +1,263 @@
+//! The reconciler: resolves operations whose outcome is unknown by asking
+//! the provider (status lookup by our reference), never by guessing.
+//!
+//! Found at the provider → the operation ends with the provider's status.
+//! Not found → delivered again (under the same idempotency key while the
+//! provider still honours it, else under the next key group), or
+//! dead-lettered when attempts or the deadline are spent. Lookup failed →
+//! asked again later with backoff; the operation stays visibly `unknown`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use failwell_policy::{Outcome, derive_key};
+use failwell_store::{AttemptKind, AttemptRecord, Operation, Reconciled, Resolution, Store};
+use serde_json::Value;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::provider::Providers;
+use crate::{ProviderClient, now_ms};
+
+/// Reconciler settings.
+#[derive(Clone, Debug)]
+pub struct ReconcilerConfig {
+    /// How often to look for due unknown operations.
+    pub interval: Duration,
+    /// Lookups per round (made concurrently).
+    pub batch_size: u32,
+}
+
+/// The reconciler (see the module docs).
+#[derive(Debug)]
+pub struct Reconciler<S> {
+    store: S,
+    providers: Arc<Providers>,
+    config: ReconcilerConfig,
+}
+
+impl<S: Store> Reconciler<S> {
+    /// A reconciler over `store`.
+    pub fn new(store: S, providers: Arc<Providers>, config: ReconcilerConfig) -> Self {
+        Self {
+            store,
+            providers,
+            config,
+        }
+    }
+
+    /// Runs rounds until `shutdown` is cancelled.
+    pub async fn run(self, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(self.config.interval) => {}
+            }
+            if let Err(e) = self.round().await {
+                tracing::error!(error = %e, "reconciliation round failed");
+            }
+        }
+    }
+
+    /// One round: looks up every due unknown operation (up to the batch
+    /// size) and records what was found. Returns how many were looked up.
+    pub async fn round(&self) -> Result<usize, failwell_store::StoreError> {
+        let due = self
+            .store
+            .due_unknown(now_ms(), self.config.batch_size)
+            .await?;
+        let count = due.len();
+        let mut lookups = JoinSet::new();
+        for op in due {
+            let providers = self.providers.clone();
+            lookups.spawn(async move { reconcile_one(&providers, op).await });
+        }
+        while let Some(joined) = lookups.join_next().await {
+            match joined {
+                Ok(reconciled) => self.store.reconcile(reconciled, now_ms()).await?,
+                Err(e) => tracing::error!(error = %e, "a status lookup task ended abnormally"),
+            }
+        }
+        Ok(count)
+    }
+}
+
+async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
+    let now = now_ms();
+    let later = |error: String, wait: Duration| Reconciled {
+        operation_id: op.id,
+        attempt: lookup_record(
+            now,
+            Duration::ZERO,
+            None,
+            Outcome::Unknown,
+            format!("look again: {error}"),
+        ),
+        resolution: Resolution::Later {
+            retry_at_ms: now + wait.as_millis() as i64,
+            error,
+        },
+    };
+    let Some(client) = providers.get(&op.provider) else {
+        return later(
+            format!("unknown provider {:?}", op.provider),
+            Duration::from_secs(60),
+        );
+    };
+    let Some(reference) = op.reference.as_deref() else {
+        return later(
+            "no reference to look up; needs a human".into(),
+            Duration::from_secs(3600),
+        );
+    };
+    let Some(result) = client.lookup(reference).await else {
+        return later(
+            "provider has no status lookup; needs a human".into(),
+            Duration::from_secs(3600),
+        );
+    };
+    let spec = client.spec();
+    let status = result.response.as_ref().ok().map(|r| r.status);
+    let records = match (&result.response, result.is_success()) {
+        (Ok(reply), true) => reply.body.as_ref().and_then(|b| find_records(client, b)),
+        _ => None,
+    };
+    let Some(found) = records else {
+        let wait =
+            spec.retry
+                .backoff()
+                .delay(op.reconcile_attempts, Duration::ZERO, &mut rand::rng());
+        let error = format!(
+            "status lookup failed: {}",
+            result.describe(&spec.error_code_pointer)
+        );
+        let mut reconciled = later(error, wait.max(Duration::from_millis(100)));
+        reconciled.attempt = lookup_record(
+            result.started_at_ms,
+            result.duration,
+            status,
+            Outcome::Unknown,
+            reconciled.attempt.decision,
+        );
+        return reconciled;
+    };
+    let (resolution, decision) = match found {
+        Some((outcome, provider_ref, record)) => (
+            Resolution::Found {
+                outcome,
+                provider_ref,
+                response: Some(record),
+            },
+            format!("found at provider: {outcome}"),
+        ),
+        None => not_found(client, &op, now),
+    };
+    let outcome = match &resolution {
+        Resolution::Found { outcome, .. } => *outcome,
+        _ => Outcome::Failed,
+    };
+    Reconciled {
+        operation_id: op.id,
+        attempt: lookup_record(
+            result.started_at_ms,
+            result.duration,
+            status,
+            outcome,
+            decision,
+        ),
+        resolution,
+    }
+}
+
+/// Reads the lookup answer: `None` when it has no list where configured,
+/// `Some(None)` when the list has no record with a known status, else the
+/// settled record (a succeeded one wins over failed ones).
+#[allow(clippy::type_complexity)]
+fn find_records(
+    client: &ProviderClient,
+    body: &Value,
+) -> Option<Option<(Outcome, Option<String>, Value)>> {
+    let spec = client.spec();
+    let lookup = spec.lookup.as_ref()?;
+    let records = body.pointer(&lookup.list_pointer)?.as_array()?;
+    let status_of = |r: &Value| {
+        r.pointer(&lookup.status_pointer)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let pick = |wanted: &[String], outcome| {
+        records
+            .iter()
+            .find(|r| status_of(r).is_some_and(|s| wanted.contains(&s)))
+            .map(|r| {
+                let id = r
+                    .pointer(&spec.id_pointer)
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                (outcome, id, r.clone())
+            })
+    };
+    if records
+        .iter()
+        .filter(|r| status_of(r).is_some_and(|s| lookup.succeeded.contains(&s)))
+        .count()
+        > 1
+    {
+        tracing::warn!(provider = %spec.name, "the provider holds several effects for one reference");
+    }
+    Some(
+        pick(&lookup.succeeded, Outcome::Succeeded)
+            .or_else(|| pick(&lookup.failed, Outcome::Failed)),
+    )
+}
+
+/// The provider has no record of the operation: deliver again if allowed.
+fn not_found(client: &ProviderClient, op: &Operation, now: i64) -> (Resolution, String) {
+    let spec = client.spec();
+    let age = Duration::from_millis((now - op.created_at_ms).max(0) as u64);
+    if op.attempts >= spec.retry.max_attempts() || age >= spec.retry.deadline() {
+        let error = format!(
+            "not found at the provider after {} attempts; {}",
+            op.attempts,
+            op.last_error.as_deref().unwrap_or("")
+        );
+        return (
+            Resolution::DeadLetter { error },
+            "not found at provider: dead letter".into(),
+        );
+    }
+    let key_age =
+        Duration::from_millis((now - op.key_first_sent_at_ms.unwrap_or(now)).max(0) as u64);
+    let key_group = if spec.idempotency.key_honoured(key_age, Duration::ZERO) {
+        op.key_group
+    } else {
+        op.key_group + 1
+    };
+    let provider_key = derive_key(&op.provider, &op.operation, &op.idempotency_key, key_group);
+    (
+        Resolution::Requeue {
+            key_group,
+            provider_key,
+        },
+        format!("not found at provider: deliver again (key group {key_group})"),
+    )
+}
+
+fn lookup_record(
+    started_at_ms: i64,
+    duration: Duration,
+    status_code: Option<u16>,
+    outcome: Outcome,
+    decision: String,
+) -> AttemptRecord {
+    AttemptRecord {
+        kind: AttemptKind::Lookup,
+        started_at_ms,
+        duration_ms: duration.as_millis() as u64,
+        status_code,
+        error_kind: None,
+        classification: None,
+        outcome,
+        decision,
+    }
+}
