@@ -1,1 +1,81 @@
-//! placeholder
+//! The `failwell` gateway: configuration, the HTTP API, and the process
+//! that runs them beside the relay and the reconciler ([`Server`]), plus the
+//! side-by-side demo.
+//!
+//! This crate wires the library crates together; it holds no delivery or
+//! policy logic of its own. `main.rs` is a thin CLI over it, so tests start
+//! the same [`Server`] on an ephemeral port.
+
+pub mod api;
+pub mod config;
+pub mod demo;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use failwell_engine::Engine;
+use failwell_store::{SqliteStore, StoreError};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+
+/// A running failwell: store, relay, reconciler and HTTP API.
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    store: SqliteStore,
+    engine: Engine,
+    http: JoinHandle<std::io::Result<()>>,
+    stop_http: CancellationToken,
+}
+
+impl Server {
+    /// Opens the store (applying migrations), starts the relay and the
+    /// reconciler, and serves the API on `listener`. Errors: the database
+    /// cannot be opened or migrated.
+    pub async fn start(config: Config, listener: TcpListener) -> Result<Self, StoreError> {
+        let store = SqliteStore::open(&config.database_url, config.synchronous).await?;
+        let engine = Engine::start(store.clone(), config.providers.clone(), config.relay, config.reconciler);
+        let state = Arc::new(api::AppState { store: store.clone(), providers: config.providers, wake: engine.waker() });
+        let app = api::router(state, config.max_body_bytes);
+        let addr = listener.local_addr().map_err(|e| StoreError::Corrupt { what: "listener", detail: e.to_string() })?;
+        let stop_http = CancellationToken::new();
+        let stop = stop_http.clone();
+        let http = tokio::spawn(async move {
+            axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await
+        });
+        tracing::info!(%addr, "failwell is serving");
+        Ok(Self { addr, store, engine, http, stop_http })
+    }
+
+    /// The API's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The store, for an application that writes its own rows and outbox
+    /// messages in one transaction ([`failwell_store::Outbox::enqueue`]).
+    pub fn store(&self) -> &SqliteStore {
+        &self.store
+    }
+
+    /// Wakes the relay after messages were enqueued directly.
+    pub fn wake(&self) {
+        self.engine.wake();
+    }
+
+    /// Stops the API, lets attempts in flight finish and be recorded, and
+    /// closes the store.
+    pub async fn shutdown(self) {
+        self.stop_http.cancel();
+        match self.http.await {
+            Ok(Err(e)) => tracing::error!(error = %e, "HTTP server failed"),
+            Err(e) => tracing::error!(error = %e, "HTTP server task ended abnormally"),
+            Ok(Ok(())) => {}
+        }
+        self.engine.shutdown().await;
+        self.store.close().await;
+    }
+}

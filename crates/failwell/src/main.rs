@@ -1,1 +1,122 @@
-fn main() {}
+//! The `failwell` command: `serve`, `sim`, `demo`. A thin layer over the
+//! library; errors are printed with their causes and mapped to exit codes.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use failwell::demo::{self, DemoArgs};
+use failwell_sim::{Profile, SimConfig};
+use tokio::net::TcpListener;
+
+/// Integrations that fail well: no double charges, no lost events, no
+/// cascading outages.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the relay, the reconciler and the HTTP API.
+    Serve {
+        /// Configuration file (TOML); FAILWELL_* environment variables override it.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Run the provider simulator (a Stripe-like payments API with faults).
+    Sim {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:9090")]
+        listen: String,
+        /// Fault profile: calm, stormy or outage.
+        #[arg(long, default_value = "stormy")]
+        profile: Profile,
+        /// Seed of the fault schedule.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// How long an idempotency key is remembered, in ms.
+        #[arg(long, default_value_t = 86_400_000)]
+        key_ttl_ms: u64,
+    },
+    /// Deliver N orders through a faulty provider with failwell and with a
+    /// naive client, and compare.
+    Demo {
+        /// Number of orders.
+        #[arg(long, default_value_t = 1000)]
+        orders: usize,
+        /// Seed of the orders and of the fault schedule.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Fault profile: calm, stormy or outage.
+        #[arg(long, default_value = "stormy")]
+        profile: Profile,
+        /// Write the report as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Provider calls in flight at once (both clients).
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "failwell=info,warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve { config } => {
+            let config = failwell::config::load(config.as_deref())?;
+            let listener =
+                TcpListener::bind(config.listen).await.with_context(|| format!("cannot listen on {}", config.listen))?;
+            let server = failwell::Server::start(config, listener).await.context("cannot start failwell")?;
+            tokio::signal::ctrl_c().await.context("cannot wait for Ctrl-C")?;
+            tracing::info!("shutting down: finishing attempts in flight");
+            server.shutdown().await;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sim { listen, profile, seed, key_ttl_ms } => {
+            let listener = TcpListener::bind(&listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+            let mut config = SimConfig::new(profile, seed);
+            config.key_ttl = std::time::Duration::from_millis(key_ttl_ms);
+            eprintln!("provider simulator ({profile}, seed {seed}) on http://{}", listener.local_addr()?);
+            failwell_sim::serve(config, listener).await.context("simulator failed")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo { orders, seed, profile, json, concurrency } => {
+            anyhow::ensure!(orders > 0, "--orders must be at least 1");
+            anyhow::ensure!(concurrency > 0, "--concurrency must be at least 1");
+            let report = demo::run(DemoArgs { orders, seed, profile, concurrency }).await?;
+            println!("{}", report.table());
+            if let Some(path) = json {
+                let text = serde_json::to_string_pretty(&report)?;
+                std::fs::write(&path, text + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            Ok(if report.failwell_held() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! The HTTP API: submit an operation with an idempotency key, read it back,
+//! health.
+//!
+//! Errors are RFC 9457 problem details (`application/problem+json`) with a
+//! stable `type` per problem; internal details (SQL, paths) are logged, never
+//! sent. Malformed JSON, a missing or reused key and an oversized body are
+//! rejected before anything is written.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use failwell_engine::Providers;
+use failwell_store::{NewOperation, Operation, Store, StoreError, Submitted};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+/// The longest idempotency key accepted, in bytes.
+pub const MAX_KEY_BYTES: usize = 255;
+
+/// What the HTTP handlers share.
+#[derive(Debug)]
+pub struct AppState<S> {
+    /// The store.
+    pub store: S,
+    /// Configured providers, to refuse unknown ones at the door.
+    pub providers: Arc<Providers>,
+    /// Wakes the relay when an operation was recorded.
+    pub wake: Arc<Notify>,
+}
+
+/// The API router: `POST /v1/operations`, `GET /v1/operations/{key}`,
+/// `GET /healthz`, with a request body limit of `max_body_bytes`.
+pub fn router<S: Store>(state: Arc<AppState<S>>, max_body_bytes: usize) -> Router {
+    Router::new()
+        .route("/v1/operations", post(submit::<S>))
+        .route("/v1/operations/{key}", get(show::<S>))
+        .route("/healthz", get(health::<S>))
+        .fallback(|| async { Problem::new(StatusCode::NOT_FOUND, "not-found", "No such route.") })
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+/// An RFC 9457 problem response.
+#[derive(Debug)]
+pub struct Problem {
+    status: StatusCode,
+    slug: &'static str,
+    detail: String,
+}
+
+impl Problem {
+    fn new(status: StatusCode, slug: &'static str, detail: impl Into<String>) -> Self {
+        Self { status, slug, detail: detail.into() }
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let body = json!({
+            "type": format!("urn:failwell:problem:{}", self.slug),
+            "title": self.status.canonical_reason().unwrap_or("Error"),
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+        });
+        (self.status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
+    }
+}
+
+impl From<StoreError> for Problem {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::KeyReused { key } => Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency-key-reused",
+                format!("Idempotency-Key {key:?} was already used with a different request."),
+            ),
+            other => {
+                tracing::error!(error = ?other, "store error");
+                Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "The store is unavailable; try again.")
+            }
+        }
+    }
+}
+
+/// A JSON body whose rejections are problem details.
+struct ApiJson<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = Problem;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(Self(v)),
+            Err(rejection) => {
+                let slug = match &rejection {
+                    JsonRejection::MissingJsonContentType(_) => "unsupported-media-type",
+                    JsonRejection::JsonSyntaxError(_) => "malformed-json",
+                    JsonRejection::JsonDataError(_) => "invalid-body",
+                    _ if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => "body-too-large",
+                    _ => "unreadable-body",
+                };
+                Err(Problem::new(rejection.status(), slug, rejection.body_text()))
+            }
+        }
+    }
+}
+
+/// The body of `POST /v1/operations`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubmitBody {
+    provider: String,
+    operation: String,
+    payload: Value,
+    reference: Option<String>,
+}
+
+/// An operation as the API shows it.
+#[derive(Debug, Serialize)]
+struct OperationView {
+    #[serde(flatten)]
+    operation: Operation,
+    status_url: String,
+}
+
+fn view(operation: Operation) -> OperationView {
+    let status_url = format!("/v1/operations/{}", encode_segment(&operation.idempotency_key));
+    OperationView { operation, status_url }
+}
+
+fn encode_segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+async fn submit<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    headers: HeaderMap,
+    body: ApiJson<SubmitBody>,
+) -> Result<Response, Problem> {
+    let key = idempotency_key(&headers)?;
+    let ApiJson(body) = body;
+    let Some(client) = state.providers.get(&body.provider) else {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown-provider",
+            format!("Provider {:?} is not configured.", body.provider),
+        ));
+    };
+    let Some(spec) = client.spec().operations.get(&body.operation) else {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown-operation",
+            format!("Provider {:?} has no operation {:?}.", body.provider, body.operation),
+        ));
+    };
+    if !body.payload.is_object() {
+        return Err(Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-body", "`payload` must be a JSON object."));
+    }
+    let reference = body
+        .reference
+        .or_else(|| body.payload.get(&spec.reference_field).and_then(Value::as_str).map(str::to_owned));
+    let op = NewOperation {
+        idempotency_key: key,
+        provider: body.provider,
+        operation: body.operation,
+        reference,
+        payload: body.payload,
+    };
+    let (status, op) = match state.store.submit(op, failwell_engine::now_ms()).await? {
+        Submitted::Created(op) => {
+            state.wake.notify_one();
+            (StatusCode::CREATED, op)
+        }
+        Submitted::Replayed(op) => (StatusCode::OK, op),
+    };
+    let view = view(op);
+    Ok((status, [(header::LOCATION, view.status_url.clone())], Json(view)).into_response())
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
+    let missing = || {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "missing-idempotency-key",
+            "The Idempotency-Key header is required: one key per intent, reused on every retry of it.",
+        )
+    };
+    let value = headers.get("idempotency-key").ok_or_else(missing)?;
+    let key = value.to_str().map_err(|_| {
+        Problem::new(StatusCode::BAD_REQUEST, "invalid-idempotency-key", "Idempotency-Key must be visible ASCII.")
+    })?;
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(missing());
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-idempotency-key",
+            format!("Idempotency-Key is longer than {MAX_KEY_BYTES} bytes."),
+        ));
+    }
+    Ok(key.to_string())
+}
+
+async fn show<S: Store>(State(state): State<Arc<AppState<S>>>, Path(key): Path<String>) -> Result<Response, Problem> {
+    let Some(op) = state.store.operation(&key).await? else {
+        return Err(Problem::new(StatusCode::NOT_FOUND, "operation-not-found", format!("No operation has key {key:?}.")));
+    };
+    let history = state.store.attempts(op.id).await?;
+    let mut body = serde_json::to_value(view(op)).unwrap_or(Value::Null);
+    body["history"] = serde_json::to_value(history).unwrap_or(Value::Null);
+    Ok(Json(body).into_response())
+}
+
+async fn health<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
+    let counts = state.store.counts().await?;
+    Ok(Json(json!({"status": "ok", "operations": counts})).into_response())
+}

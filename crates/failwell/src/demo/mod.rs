@@ -1,0 +1,311 @@
+//! `failwell demo`: the same orders, the same faulty provider, two clients.
+//!
+//! Starts two provider simulators with the same profile and seed (so both
+//! clients meet the same fault schedule per order), starts failwell on a
+//! temporary SQLite file, and places every order the way an application
+//! would: the order row and its outbox message in **one transaction**. When
+//! every operation has its final outcome, the naive client charges the same
+//! orders against the second simulator, and both are compared with the
+//! provider's own count of effects.
+
+mod naive;
+mod report;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use failwell_sim::{Effects, Profile, SimConfig, Simulator};
+use failwell_store::{NewOperation, Operation, OperationStatus, Outbox, Store};
+use hdrhistogram::Histogram;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use serde_json::json;
+use tokio::net::TcpListener;
+
+pub use naive::{Belief, NaiveResult};
+pub use report::{Figures, Report};
+
+use crate::Server;
+
+/// Demo settings.
+#[derive(Clone, Debug)]
+pub struct DemoArgs {
+    /// Orders to place.
+    pub orders: usize,
+    /// Seed of the orders and of the simulators' fault schedule.
+    pub seed: u64,
+    /// The simulators' fault profile.
+    pub profile: Profile,
+    /// Provider calls in flight at once, for both clients.
+    pub concurrency: usize,
+}
+
+/// One order of the demo shop.
+#[derive(Clone, Debug)]
+pub struct Order {
+    /// Our reference, e.g. `order-000042`.
+    pub reference: String,
+    /// Amount in minor units (cents).
+    pub amount: u64,
+    /// ISO currency code.
+    pub currency: &'static str,
+}
+
+/// The per-attempt timeout both clients use, in ms.
+const TIMEOUT_MS: u64 = 1_000;
+/// How long a demo may take before the remaining operations are reported
+/// as unknown.
+const SETTLE_LIMIT: Duration = Duration::from_secs(600);
+
+/// The failwell configuration of the demo, pointing at `base_url`.
+fn demo_config(base_url: &str, database_url: &str, concurrency: usize) -> String {
+    format!(
+        r#"
+database_url = "{database_url}"
+sqlite_synchronous = "full"
+listen = "127.0.0.1:0"
+
+[relay]
+concurrency = {concurrency}
+batch_size = {concurrency}
+poll_interval_ms = 50
+lease_ms = 30000
+
+[reconciler]
+interval_ms = 100
+batch_size = 64
+
+[providers.payments]
+base_url = "{base_url}"
+connect_timeout_ms = 500
+timeout_ms = {TIMEOUT_MS}
+max_attempts = 10
+deadline_ms = 300000
+max_retry_after_ms = 30000
+reconcile_after_ms = 500
+idempotency_header = "Idempotency-Key"
+idempotency_key_ttl_ms = 86400000
+
+[providers.payments.backoff]
+base_ms = 100
+cap_ms = 3000
+jitter = "full"
+
+[providers.payments.classify]
+codes = {{ card_declined = "permanent" }}
+
+[providers.payments.lookup]
+path = "/v1/charges"
+query_param = "reference"
+list_pointer = "/data"
+status_pointer = "/status"
+succeeded = ["succeeded"]
+failed = ["failed"]
+
+[providers.payments.operations.charge]
+method = "POST"
+path = "/v1/charges"
+encoding = "form"
+reference_field = "reference"
+"#
+    )
+}
+
+/// The demo's orders: deterministic in `seed`.
+pub fn orders(count: usize, seed: u64) -> Vec<Order> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..count)
+        .map(|i| Order {
+            reference: format!("order-{i:06}"),
+            amount: rng.random_range(100..100_000),
+            currency: "eur",
+        })
+        .collect()
+}
+
+async fn simulator(profile: Profile, seed: u64) -> anyhow::Result<Simulator> {
+    let mut config = SimConfig::new(profile, seed);
+    // Long enough that every client times out first, short enough to free sockets.
+    config.hang = Duration::from_millis(TIMEOUT_MS * 5);
+    let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind the simulator")?;
+    Ok(Simulator::start(config, listener).await?)
+}
+
+fn bar(multi: &MultiProgress, len: usize, label: &'static str) -> ProgressBar {
+    let bar = multi.add(ProgressBar::new(len as u64));
+    let style = ProgressStyle::with_template("{prefix:<26} [{bar:40}] {pos}/{len} {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_prefix(label);
+    bar
+}
+
+/// Runs the demo and returns the report.
+pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
+    let orders = orders(args.orders, args.seed);
+    let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let database_url = format!("sqlite://{}", dir.path().join("demo.db").display());
+    let sim_failwell = simulator(args.profile, args.seed).await?;
+    let sim_naive = simulator(args.profile, args.seed).await?;
+    eprintln!(
+        "failwell demo: {} orders, profile {}, seed {}; both clients time out after {TIMEOUT_MS} ms",
+        args.orders, args.profile, args.seed
+    );
+    let config = crate::config::from_toml(
+        &demo_config(&sim_failwell.base_url(), &database_url, args.concurrency),
+        "demo configuration",
+    )?;
+    let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind the API")?;
+    let server = Server::start(config, listener).await.context("cannot start failwell")?;
+    let multi = MultiProgress::new();
+    let placed = bar(&multi, orders.len(), "failwell: orders placed");
+    let settled = bar(&multi, orders.len(), "failwell: outcomes final");
+    let naive_bar = bar(&multi, orders.len(), "naive client: done");
+
+    let start = Instant::now();
+    let store = server.store().clone();
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS orders (reference TEXT PRIMARY KEY, amount INTEGER NOT NULL, \
+         currency TEXT NOT NULL, placed_at_ms INTEGER NOT NULL)",
+    )
+    .execute(store.pool())
+    .await
+    .context("cannot create the demo's orders table")?;
+    for order in &orders {
+        place(&store, order).await?;
+        server.wake();
+        placed.inc(1);
+    }
+    placed.finish();
+    let counts = loop {
+        let counts = store.counts().await?;
+        settled.set_position(counts.succeeded + counts.failed);
+        settled.set_message(format!("{} unknown, {} pending", counts.unknown, counts.pending));
+        if counts.pending + counts.unknown == 0 || start.elapsed() > SETTLE_LIMIT {
+            break counts;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let failwell_elapsed = start.elapsed();
+    settled.finish();
+    let mut operations = Vec::with_capacity(orders.len());
+    for order in &orders {
+        operations.push((order, store.operation(&order.reference).await?));
+    }
+    server.shutdown().await;
+    let failwell = failwell_figures(&operations, &sim_failwell.effects(), counts.attempts, failwell_elapsed);
+
+    let start = Instant::now();
+    let tick = naive_bar.clone();
+    let results =
+        naive::run(&sim_naive.base_url(), &orders, args.concurrency, Duration::from_millis(TIMEOUT_MS), move || {
+            tick.inc(1)
+        })
+        .await;
+    let naive = naive_figures(&results, &sim_naive.effects(), start.elapsed());
+    naive_bar.finish();
+    sim_failwell.shutdown().await;
+    sim_naive.shutdown().await;
+    Ok(Report { failwell, naive })
+}
+
+/// Writes one order and its outbox message in one transaction.
+async fn place(store: &failwell_store::SqliteStore, order: &Order) -> anyhow::Result<()> {
+    let now = failwell_engine::now_ms();
+    let mut tx = store.begin().await?;
+    sqlx::query("INSERT INTO orders (reference, amount, currency, placed_at_ms) VALUES (?1, ?2, ?3, ?4)")
+        .bind(&order.reference)
+        .bind(order.amount as i64)
+        .bind(order.currency)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .with_context(|| format!("cannot insert order {}", order.reference))?;
+    let op = NewOperation {
+        idempotency_key: order.reference.clone(),
+        provider: "payments".into(),
+        operation: "charge".into(),
+        reference: Some(order.reference.clone()),
+        payload: json!({"amount": order.amount, "currency": order.currency, "reference": order.reference}),
+    };
+    Outbox::enqueue(&mut tx, &op, now).await?;
+    tx.commit().await.context("cannot commit an order")?;
+    Ok(())
+}
+
+fn effects_of(effects: &Effects, reference: &str) -> u64 {
+    effects.by_reference.get(reference).map_or(0, |r| r.effects)
+}
+
+fn p95(latencies_ms: impl Iterator<Item = u64>) -> u64 {
+    // 3 significant figures is always a valid precision.
+    let mut histogram = Histogram::<u64>::new(3).expect("valid histogram precision");
+    for ms in latencies_ms {
+        let _ = histogram.record(ms.max(1));
+    }
+    histogram.value_at_quantile(0.95)
+}
+
+fn failwell_figures(
+    operations: &[(&Order, Option<Operation>)],
+    effects: &Effects,
+    attempts: u64,
+    elapsed: Duration,
+) -> Figures {
+    let mut f = Figures {
+        intents: operations.len() as u64,
+        provider_effects: effects.charges,
+        double_effects: effects.double_effects(),
+        attempts,
+        elapsed_s: elapsed.as_secs_f64(),
+        ..Figures::default()
+    };
+    for (order, op) in operations {
+        let charged = effects_of(effects, &order.reference);
+        let Some(op) = op else {
+            f.lost += 1;
+            continue;
+        };
+        match op.status {
+            OperationStatus::Succeeded if charged == 0 => f.lost += 1,
+            OperationStatus::Succeeded => {}
+            OperationStatus::Failed if op.dead_letter => f.dead_letters += 1,
+            OperationStatus::Failed => f.declined += 1,
+            OperationStatus::Pending | OperationStatus::Unknown => f.unknown_remaining += 1,
+        }
+    }
+    f.p95_ms = p95(
+        operations
+            .iter()
+            .filter_map(|(_, op)| op.as_ref())
+            .filter(|op| op.status.is_terminal())
+            .map(|op| (op.updated_at_ms - op.created_at_ms).max(0) as u64),
+    );
+    f
+}
+
+fn naive_figures(results: &[NaiveResult], effects: &Effects, elapsed: Duration) -> Figures {
+    let mut f = Figures {
+        intents: results.len() as u64,
+        provider_effects: effects.charges,
+        double_effects: effects.double_effects(),
+        attempts: results.iter().map(|r| u64::from(r.attempts)).sum(),
+        elapsed_s: elapsed.as_secs_f64(),
+        ..Figures::default()
+    };
+    let by_reference: BTreeMap<&str, &NaiveResult> = results.iter().map(|r| (r.reference.as_str(), r)).collect();
+    for (reference, result) in by_reference {
+        let charged = effects_of(effects, reference);
+        match result.belief {
+            Belief::Charged if charged == 0 => f.lost += 1,
+            Belief::Charged => {}
+            Belief::Declined => f.declined += 1,
+            Belief::GaveUp if charged == 0 => f.lost += 1,
+            Belief::GaveUp => f.unknown_remaining += 1,
+        }
+    }
+    f.p95_ms = p95(results.iter().map(|r| r.latency.as_millis() as u64));
+    f
+}

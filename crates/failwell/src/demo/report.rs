@@ -1,0 +1,91 @@
+//! The demo's report: the same ten figures for failwell and for the naive
+//! client, as a table and as JSON.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+/// One client's figures. Definitions (per intent = per order):
+/// - `provider_effects`: charges the provider made;
+/// - `double_effects`: intents the provider charged more than once;
+/// - `lost`: intents the provider never charged although the client neither
+///   reports them failed nor holds them as a dead letter (silently dropped),
+///   or that the client believes charged when the provider has no charge;
+/// - `unknown_remaining`: intents whose outcome the client does not know at
+///   the end (failwell: still `unknown` or `pending`; naive: gave up after an
+///   attempt that may have charged);
+/// - `declined`: intents refused for good (402 `card_declined`);
+/// - `dead_letters`: intents parked for a human after retries ran out;
+/// - `attempts`: HTTP calls that may have an effect (lookups excluded);
+/// - `p95_ms`: 95th percentile of the time from placing an order to its
+///   final outcome, in ms (HDR histogram);
+/// - `elapsed_s`: wall time until every order had its final outcome, in s.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Figures {
+    /// Orders placed.
+    pub intents: u64,
+    /// Charges made by the provider.
+    pub provider_effects: u64,
+    /// Orders charged more than once.
+    pub double_effects: u64,
+    /// Orders silently dropped or wrongly believed charged.
+    pub lost: u64,
+    /// Orders whose outcome is unknown at the end.
+    pub unknown_remaining: u64,
+    /// Orders declined for good.
+    pub declined: u64,
+    /// Orders parked as dead letters.
+    pub dead_letters: u64,
+    /// Provider calls made.
+    pub attempts: u64,
+    /// p95 time to final outcome, ms.
+    pub p95_ms: u64,
+    /// Wall time, s.
+    pub elapsed_s: f64,
+}
+
+/// The demo's result: failwell and the naive client on the same faults.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    /// failwell's figures.
+    pub failwell: Figures,
+    /// The naive client's figures.
+    pub naive: Figures,
+}
+
+impl Report {
+    /// Whether failwell kept its promises: no double effect, nothing lost,
+    /// no unknown outcome left.
+    pub fn failwell_held(&self) -> bool {
+        self.failwell.double_effects == 0 && self.failwell.lost == 0 && self.failwell.unknown_remaining == 0
+    }
+
+    /// The side-by-side table printed at the end of the demo.
+    pub fn table(&self) -> String {
+        let (f, n) = (&self.failwell, &self.naive);
+        let rows: [(&str, String, String); 10] = [
+            ("intents", f.intents.to_string(), n.intents.to_string()),
+            ("provider effects", f.provider_effects.to_string(), n.provider_effects.to_string()),
+            ("double effects", f.double_effects.to_string(), n.double_effects.to_string()),
+            ("lost", f.lost.to_string(), n.lost.to_string()),
+            ("unknown remaining", f.unknown_remaining.to_string(), n.unknown_remaining.to_string()),
+            ("declined", f.declined.to_string(), n.declined.to_string()),
+            ("dead letters", f.dead_letters.to_string(), n.dead_letters.to_string()),
+            ("attempts", f.attempts.to_string(), n.attempts.to_string()),
+            ("p95 to outcome (ms)", f.p95_ms.to_string(), n.p95_ms.to_string()),
+            ("elapsed (s)", format!("{:.2}", f.elapsed_s), format!("{:.2}", n.elapsed_s)),
+        ];
+        let mut out = String::new();
+        let _ = writeln!(out, "{:<22}{:>12}{:>12}", "", "failwell", "naive");
+        for (label, a, b) in rows {
+            let _ = writeln!(out, "{label:<22}{a:>12}{b:>12}");
+        }
+        let verdict = if self.failwell_held() {
+            "failwell: 0 double effects, 0 lost, 0 unknown remaining"
+        } else {
+            "failwell BROKE A PROMISE: see double effects / lost / unknown remaining"
+        };
+        let _ = write!(out, "{verdict}");
+        out
+    }
+}
