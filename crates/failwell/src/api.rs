@@ -56,7 +56,11 @@ pub struct Problem {
 
 impl Problem {
     fn new(status: StatusCode, slug: &'static str, detail: impl Into<String>) -> Self {
-        Self { status, slug, detail: detail.into() }
+        Self {
+            status,
+            slug,
+            detail: detail.into(),
+        }
     }
 }
 
@@ -68,7 +72,12 @@ impl IntoResponse for Problem {
             "status": self.status.as_u16(),
             "detail": self.detail,
         });
-        (self.status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "application/problem+json")],
+            body.to_string(),
+        )
+            .into_response()
     }
 }
 
@@ -82,7 +91,11 @@ impl From<StoreError> for Problem {
             ),
             other => {
                 tracing::error!(error = ?other, "store error");
-                Problem::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "The store is unavailable; try again.")
+                Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store-unavailable",
+                    "The store is unavailable; try again.",
+                )
             }
         }
     }
@@ -105,7 +118,11 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for ApiJson<
                     _ if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => "body-too-large",
                     _ => "unreadable-body",
                 };
-                Err(Problem::new(rejection.status(), slug, rejection.body_text()))
+                Err(Problem::new(
+                    rejection.status(),
+                    slug,
+                    rejection.body_text(),
+                ))
             }
         }
     }
@@ -130,14 +147,22 @@ struct OperationView {
 }
 
 fn view(operation: Operation) -> OperationView {
-    let status_url = format!("/v1/operations/{}", encode_segment(&operation.idempotency_key));
-    OperationView { operation, status_url }
+    let status_url = format!(
+        "/v1/operations/{}",
+        encode_segment(&operation.idempotency_key)
+    );
+    OperationView {
+        operation,
+        status_url,
+    }
 }
 
 fn encode_segment(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -161,15 +186,25 @@ async fn submit<S: Store>(
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "unknown-operation",
-            format!("Provider {:?} has no operation {:?}.", body.provider, body.operation),
+            format!(
+                "Provider {:?} has no operation {:?}.",
+                body.provider, body.operation
+            ),
         ));
     };
     if !body.payload.is_object() {
-        return Err(Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-body", "`payload` must be a JSON object."));
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-body",
+            "`payload` must be a JSON object.",
+        ));
     }
-    let reference = body
-        .reference
-        .or_else(|| body.payload.get(&spec.reference_field).and_then(Value::as_str).map(str::to_owned));
+    let reference = body.reference.or_else(|| {
+        body.payload
+            .get(&spec.reference_field)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    });
     let op = NewOperation {
         idempotency_key: key,
         provider: body.provider,
@@ -185,7 +220,12 @@ async fn submit<S: Store>(
         Submitted::Replayed(op) => (StatusCode::OK, op),
     };
     let view = view(op);
-    Ok((status, [(header::LOCATION, view.status_url.clone())], Json(view)).into_response())
+    Ok((
+        status,
+        [(header::LOCATION, view.status_url.clone())],
+        Json(view),
+    )
+        .into_response())
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
@@ -198,7 +238,11 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
     };
     let value = headers.get("idempotency-key").ok_or_else(missing)?;
     let key = value.to_str().map_err(|_| {
-        Problem::new(StatusCode::BAD_REQUEST, "invalid-idempotency-key", "Idempotency-Key must be visible ASCII.")
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-idempotency-key",
+            "Idempotency-Key must be visible ASCII.",
+        )
     })?;
     let key = key.trim();
     if key.is_empty() {
@@ -214,9 +258,16 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
     Ok(key.to_string())
 }
 
-async fn show<S: Store>(State(state): State<Arc<AppState<S>>>, Path(key): Path<String>) -> Result<Response, Problem> {
+async fn show<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path(key): Path<String>,
+) -> Result<Response, Problem> {
     let Some(op) = state.store.operation(&key).await? else {
-        return Err(Problem::new(StatusCode::NOT_FOUND, "operation-not-found", format!("No operation has key {key:?}.")));
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "operation-not-found",
+            format!("No operation has key {key:?}."),
+        ));
     };
     let history = state.store.attempts(op.id).await?;
     let mut body = serde_json::to_value(view(op)).unwrap_or(Value::Null);

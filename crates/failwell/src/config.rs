@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use failwell_engine::{
-    Encoding, LookupSpec, OperationSpec, ProviderClient, ProviderSpec, Providers, ReconcilerConfig, RelayConfig,
+    Encoding, LookupSpec, OperationSpec, ProviderClient, ProviderSpec, Providers, ReconcilerConfig,
+    RelayConfig,
 };
 use failwell_policy::{Backoff, Class, Classifier, IdempotencyPolicy, Jitter, RetryPolicy};
 use failwell_store::Synchronous;
@@ -158,7 +159,11 @@ struct RawBackoff {
 
 impl Default for RawBackoff {
     fn default() -> Self {
-        Self { base_ms: 200, cap_ms: 30_000, jitter: Jitter::Full }
+        Self {
+            base_ms: 200,
+            cap_ms: 30_000,
+            jitter: Jitter::Full,
+        }
     }
 }
 
@@ -216,14 +221,19 @@ pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
     let mut figment = Figment::from(Toml::string(DEFAULTS));
     let source_name = match file {
         Some(path) => {
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Unreadable { path: path.into(), source })?;
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Unreadable {
+                path: path.into(),
+                source,
+            })?;
             figment = figment.merge(Toml::file_exact(path));
             path.display().to_string()
         }
         None => "built-in defaults".to_string(),
     };
     figment = figment.merge(Env::prefixed("FAILWELL_").split("__"));
-    let raw: RawConfig = figment.extract().map_err(|e| ConfigError::Parse(Box::new(e)))?;
+    let raw: RawConfig = figment
+        .extract()
+        .map_err(|e| ConfigError::Parse(Box::new(e)))?;
     validate(raw, &source_name)
 }
 
@@ -231,7 +241,9 @@ pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
 /// environment), for tests and the demo.
 pub fn from_toml(text: &str, source_name: &str) -> Result<Config, ConfigError> {
     let figment = Figment::from(Toml::string(DEFAULTS)).merge(Toml::string(text));
-    let raw: RawConfig = figment.extract().map_err(|e| ConfigError::Parse(Box::new(e)))?;
+    let raw: RawConfig = figment
+        .extract()
+        .map_err(|e| ConfigError::Parse(Box::new(e)))?;
     validate(raw, source_name)
 }
 
@@ -241,7 +253,11 @@ struct Checker<'a> {
 
 impl Checker<'_> {
     fn invalid(&self, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
-        ConfigError::Invalid { source_name: self.source_name.to_string(), key: key.into(), message: message.into() }
+        ConfigError::Invalid {
+            source_name: self.source_name.to_string(),
+            key: key.into(),
+            message: message.into(),
+        }
     }
 
     fn positive(&self, key: &str, value: u64) -> Result<Duration, ConfigError> {
@@ -253,7 +269,10 @@ impl Checker<'_> {
 
     fn pointer(&self, key: &str, value: &str) -> Result<String, ConfigError> {
         if !value.is_empty() && !value.starts_with('/') {
-            return Err(self.invalid(key, format!("{value:?} is not a JSON pointer (it must start with '/')")));
+            return Err(self.invalid(
+                key,
+                format!("{value:?} is not a JSON pointer (it must start with '/')"),
+            ));
         }
         Ok(value.to_string())
     }
@@ -262,17 +281,30 @@ impl Checker<'_> {
 fn validate(raw: RawConfig, source_name: &str) -> Result<Config, ConfigError> {
     let c = Checker { source_name };
     if !raw.database_url.starts_with("sqlite:") {
-        return Err(c.invalid("database_url", format!("{:?}: only sqlite: URLs are supported", raw.database_url)));
+        return Err(c.invalid(
+            "database_url",
+            format!("{:?}: only sqlite: URLs are supported", raw.database_url),
+        ));
     }
     let synchronous = match raw.sqlite_synchronous.as_str() {
         "full" => Synchronous::Full,
         "normal" => Synchronous::Normal,
-        other => return Err(c.invalid("sqlite_synchronous", format!("{other:?}: expected \"full\" or \"normal\""))),
+        other => {
+            return Err(c.invalid(
+                "sqlite_synchronous",
+                format!("{other:?}: expected \"full\" or \"normal\""),
+            ));
+        }
     };
-    let listen = raw
-        .listen
-        .parse()
-        .map_err(|e| c.invalid("listen", format!("{:?} is not an address like 127.0.0.1:8080: {e}", raw.listen)))?;
+    let listen = raw.listen.parse().map_err(|e| {
+        c.invalid(
+            "listen",
+            format!(
+                "{:?} is not an address like 127.0.0.1:8080: {e}",
+                raw.listen
+            ),
+        )
+    })?;
     if raw.max_body_bytes == 0 {
         return Err(c.invalid("max_body_bytes", "must be greater than 0"));
     }
@@ -308,8 +340,12 @@ fn validate(raw: RawConfig, source_name: &str) -> Result<Config, ConfigError> {
                 ),
             ));
         }
-        let client = ProviderClient::new(spec)
-            .map_err(|e| c.invalid(format!("providers.{name}"), format!("cannot build the HTTP client: {e}")))?;
+        let client = ProviderClient::new(spec).map_err(|e| {
+            c.invalid(
+                format!("providers.{name}"),
+                format!("cannot build the HTTP client: {e}"),
+            )
+        })?;
         providers.insert(name, client);
     }
     Ok(Config {
@@ -325,13 +361,24 @@ fn validate(raw: RawConfig, source_name: &str) -> Result<Config, ConfigError> {
 
 fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec, ConfigError> {
     let key = |k: &str| format!("providers.{name}.{k}");
-    let base_url: reqwest::Url =
-        p.base_url.parse().map_err(|e| c.invalid(key("base_url"), format!("{:?} is not a URL: {e}", p.base_url)))?;
+    let base_url: reqwest::Url = p.base_url.parse().map_err(|e| {
+        c.invalid(
+            key("base_url"),
+            format!("{:?} is not a URL: {e}", p.base_url),
+        )
+    })?;
     if !matches!(base_url.scheme(), "http" | "https") {
-        return Err(c.invalid(key("base_url"), format!("{:?}: the scheme must be http or https", p.base_url)));
+        return Err(c.invalid(
+            key("base_url"),
+            format!("{:?}: the scheme must be http or https", p.base_url),
+        ));
     }
-    let backoff = Backoff::try_new(Duration::from_millis(p.backoff.base_ms), Duration::from_millis(p.backoff.cap_ms), p.backoff.jitter)
-        .map_err(|e| c.invalid(key("backoff"), e.to_string()))?;
+    let backoff = Backoff::try_new(
+        Duration::from_millis(p.backoff.base_ms),
+        Duration::from_millis(p.backoff.cap_ms),
+        p.backoff.jitter,
+    )
+    .map_err(|e| c.invalid(key("backoff"), e.to_string()))?;
     let retry = RetryPolicy::try_new(
         p.max_attempts,
         backoff,
@@ -340,8 +387,13 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
     )
     .map_err(|e| c.invalid(key("max_attempts"), e.to_string()))?;
     let timeout = c.positive(&key("timeout_ms"), p.timeout_ms)?;
-    if p.idempotency_keys && reqwest::header::HeaderName::from_bytes(p.idempotency_header.as_bytes()).is_err() {
-        return Err(c.invalid(key("idempotency_header"), format!("{:?} is not a valid header name", p.idempotency_header)));
+    if p.idempotency_keys
+        && reqwest::header::HeaderName::from_bytes(p.idempotency_header.as_bytes()).is_err()
+    {
+        return Err(c.invalid(
+            key("idempotency_header"),
+            format!("{:?} is not a valid header name", p.idempotency_header),
+        ));
     }
     let idempotency = IdempotencyPolicy {
         header: p.idempotency_keys.then_some(p.idempotency_header),
@@ -353,7 +405,12 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
             .parse::<u16>()
             .ok()
             .filter(|s| (100..=599).contains(s))
-            .ok_or_else(|| c.invalid(key(&format!("classify.statuses.{status}")), "not an HTTP status code (100-599)"))?;
+            .ok_or_else(|| {
+                c.invalid(
+                    key(&format!("classify.statuses.{status}")),
+                    "not an HTTP status code (100-599)",
+                )
+            })?;
         statuses.insert(code, class);
     }
     let lookup = p
@@ -372,16 +429,31 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
     let mut operations = BTreeMap::new();
     for (op_name, o) in p.operations {
         let okey = |k: &str| key(&format!("operations.{op_name}.{k}"));
-        let method = o
-            .method
-            .parse::<reqwest::Method>()
-            .map_err(|_| c.invalid(okey("method"), format!("{:?} is not an HTTP method", o.method)))?;
+        let method = o.method.parse::<reqwest::Method>().map_err(|_| {
+            c.invalid(
+                okey("method"),
+                format!("{:?} is not an HTTP method", o.method),
+            )
+        })?;
         let encoding = match o.encoding.as_str() {
             "json" => Encoding::Json,
             "form" => Encoding::Form,
-            other => return Err(c.invalid(okey("encoding"), format!("{other:?}: expected \"json\" or \"form\""))),
+            other => {
+                return Err(c.invalid(
+                    okey("encoding"),
+                    format!("{other:?}: expected \"json\" or \"form\""),
+                ));
+            }
         };
-        operations.insert(op_name, OperationSpec { method, path: o.path, encoding, reference_field: o.reference_field });
+        operations.insert(
+            op_name,
+            OperationSpec {
+                method,
+                path: o.path,
+                encoding,
+                reference_field: o.reference_field,
+            },
+        );
     }
     Ok(ProviderSpec {
         name: name.to_string(),

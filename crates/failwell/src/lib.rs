@@ -37,17 +37,37 @@ impl Server {
     /// cannot be opened or migrated.
     pub async fn start(config: Config, listener: TcpListener) -> Result<Self, StoreError> {
         let store = SqliteStore::open(&config.database_url, config.synchronous).await?;
-        let engine = Engine::start(store.clone(), config.providers.clone(), config.relay, config.reconciler);
-        let state = Arc::new(api::AppState { store: store.clone(), providers: config.providers, wake: engine.waker() });
+        let engine = Engine::start(
+            store.clone(),
+            config.providers.clone(),
+            config.relay,
+            config.reconciler,
+        );
+        let state = Arc::new(api::AppState {
+            store: store.clone(),
+            providers: config.providers,
+            wake: engine.waker(),
+        });
         let app = api::router(state, config.max_body_bytes);
-        let addr = listener.local_addr().map_err(|e| StoreError::Corrupt { what: "listener", detail: e.to_string() })?;
+        let addr = listener.local_addr().map_err(|e| StoreError::Corrupt {
+            what: "listener",
+            detail: e.to_string(),
+        })?;
         let stop_http = CancellationToken::new();
         let stop = stop_http.clone();
         let http = tokio::spawn(async move {
-            axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
         });
         tracing::info!(%addr, "failwell is serving");
-        Ok(Self { addr, store, engine, http, stop_http })
+        Ok(Self {
+            addr,
+            store,
+            engine,
+            http,
+            stop_http,
+        })
     }
 
     /// The API's address.

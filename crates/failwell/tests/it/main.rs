@@ -1,1 +1,9 @@
-//! it
+//! failwell's integration tests: the real `failwell` binary against the
+//! provider simulator on loopback. One test binary for the crate.
+
+mod api;
+mod config;
+mod crash;
+mod demo;
+mod faults;
+mod helpers;

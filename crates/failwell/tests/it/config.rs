@@ -1,0 +1,185 @@
+//! Invalid configuration fails at start, naming the file, the key and what
+//! is wrong; valid environment overrides apply.
+
+use std::process::Output;
+
+use crate::helpers::{Gateway, binary, config_text, free_port, simulator};
+
+fn serve(config: &std::path::Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = std::process::Command::new(binary());
+    cmd.args(["serve", "--config"]).arg(config);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// Writes a config with `edit` applied and expects a start failure whose
+/// message contains every one of `needles`.
+fn refused(edit: impl FnOnce(String) -> String, env: &[(&str, &str)], needles: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    let text = config_text(
+        "http://127.0.0.1:9",
+        &dir.path().join("f.db"),
+        free_port(),
+        "",
+    );
+    std::fs::write(&path, edit(text)).unwrap();
+    let out = serve(&path, env);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for needle in needles {
+        let needle = needle.replace("{file}", &path.display().to_string());
+        assert!(stderr.contains(&needle), "{needle:?} not in: {stderr}");
+    }
+    assert!(
+        !dir.path().join("f.db").exists(),
+        "nothing is created for a refused config"
+    );
+}
+
+#[test]
+fn missing_file() {
+    let out = serve(std::path::Path::new("/nonexistent/failwell.toml"), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("cannot read config file /nonexistent/failwell.toml")
+    );
+}
+
+#[test]
+fn malformed_toml() {
+    refused(|t| t + "\n[providers.payments\n", &[], &["{file}"]);
+}
+
+#[test]
+fn unknown_key() {
+    refused(
+        |t| t.replace("timeout_ms = 500", "timeout_msx = 500"),
+        &[],
+        &["unknown field", "timeout_msx", "{file}"],
+    );
+}
+
+#[test]
+fn wrong_type() {
+    refused(
+        |t| t.replace("timeout_ms = 500", "timeout_ms = \"fast\""),
+        &[],
+        &["providers.payments.timeout_ms", "{file}"],
+    );
+}
+
+#[test]
+fn zero_timeout() {
+    refused(
+        |t| t.replace("timeout_ms = 500", "timeout_ms = 0"),
+        &[],
+        &["{file}: key `providers.payments.timeout_ms`: must be greater than 0"],
+    );
+}
+
+#[test]
+fn cap_below_base() {
+    refused(
+        |t| t.replace("cap_ms = 200", "cap_ms = 10"),
+        &[],
+        &[
+            "providers.payments.backoff",
+            "cap (10 ms) must not be below base (20 ms)",
+        ],
+    );
+}
+
+#[test]
+fn timeout_longer_than_the_lease() {
+    refused(
+        |t| t.replace("timeout_ms = 500", "timeout_ms = 2000"),
+        &[],
+        &["providers.payments.timeout_ms", "relay.lease_ms"],
+    );
+}
+
+#[test]
+fn bad_base_url_and_classification() {
+    refused(
+        |t| {
+            t.replace(
+                "base_url = \"http://127.0.0.1:9\"",
+                "base_url = \"ftp://x\"",
+            )
+        },
+        &[],
+        &["providers.payments.base_url", "http or https"],
+    );
+    refused(
+        |t| {
+            t.replace(
+                "codes = {",
+                "statuses = { \"700\" = \"retryable\" }\ncodes = {",
+            )
+        },
+        &[],
+        &["classify.statuses.700"],
+    );
+    refused(
+        |t| {
+            t.replace(
+                "codes = { card_declined = \"permanent\" }",
+                "codes = { card_declined = \"maybe\" }",
+            )
+        },
+        &[],
+        &["card_declined", "maybe"],
+    );
+}
+
+#[test]
+fn invalid_environment_override() {
+    refused(
+        |t| t,
+        &[("FAILWELL_RELAY__CONCURRENCY", "0")],
+        &["relay.concurrency", "must be greater than 0"],
+    );
+    refused(
+        |t| t,
+        &[("FAILWELL_LISTEN", "nowhere")],
+        &["listen", "nowhere"],
+    );
+}
+
+#[tokio::test]
+async fn environment_overrides_the_file() {
+    let sim = simulator(|_| {}).await;
+    let mut gw = Gateway::start(&sim.base_url(), "").await;
+    gw.kill().await;
+    let port = free_port();
+    let out = tokio::process::Command::new(binary())
+        .args(["serve", "--config"])
+        .arg(&gw.config)
+        .env("FAILWELL_LISTEN", format!("127.0.0.1:{port}"))
+        .kill_on_drop(true)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if let Ok(r) = gw
+            .http
+            .get(format!("http://127.0.0.1:{port}/healthz"))
+            .send()
+            .await
+            && r.status().is_success()
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the FAILWELL_LISTEN override was not applied"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    drop(out);
+}

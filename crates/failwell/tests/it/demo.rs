@@ -1,0 +1,121 @@
+//! `failwell demo` end to end: the report's shape, failwell's promises, the
+//! naive client's double charges, and the same seed giving the same faults.
+
+use serde_json::Value;
+
+use crate::helpers::binary;
+
+const KEYS: [&str; 10] = [
+    "intents",
+    "provider_effects",
+    "double_effects",
+    "lost",
+    "unknown_remaining",
+    "declined",
+    "dead_letters",
+    "attempts",
+    "p95_ms",
+    "elapsed_s",
+];
+
+async fn demo(args: &[&str]) -> (Option<i32>, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let out = tokio::process::Command::new(binary())
+        .arg("demo")
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("double effects"),
+        "the table is printed: {stdout}"
+    );
+    let report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    (out.status.code(), report)
+}
+
+#[tokio::test]
+async fn stormy_demo_keeps_failwells_promises_and_is_reproducible() {
+    let (code, first) = demo(&["--orders", "300", "--seed", "5", "--profile", "stormy"]).await;
+    assert_eq!(code, Some(0), "{first:#}");
+    let object = first.as_object().unwrap();
+    assert_eq!(object.keys().collect::<Vec<_>>(), ["failwell", "naive"]);
+    for side in ["failwell", "naive"] {
+        let mut keys: Vec<&str> = first[side]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        let mut want = KEYS.to_vec();
+        want.sort_unstable();
+        assert_eq!(keys, want, "{side}");
+        assert_eq!(first[side]["intents"], 300);
+    }
+    let f = &first["failwell"];
+    assert_eq!(
+        (
+            f["double_effects"].as_u64(),
+            f["lost"].as_u64(),
+            f["unknown_remaining"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0))
+    );
+    let n = &first["naive"];
+    assert!(
+        n["double_effects"].as_u64().unwrap() > 0,
+        "the naive client double-charges: {n:#}"
+    );
+    // every order is accounted for by failwell: charged once, declined, or a dead letter
+    let accounted = f["provider_effects"].as_u64().unwrap()
+        + f["declined"].as_u64().unwrap()
+        + f["dead_letters"].as_u64().unwrap();
+    assert_eq!(accounted, 300, "{f:#}");
+
+    let (_, second) = demo(&["--orders", "300", "--seed", "5", "--profile", "stormy"]).await;
+    for key in ["provider_effects", "double_effects", "declined", "attempts"] {
+        assert_eq!(
+            first["naive"][key], second["naive"][key],
+            "same seed, same faults: naive {key}"
+        );
+    }
+    assert_eq!(
+        first["failwell"]["declined"],
+        second["failwell"]["declined"]
+    );
+    let (_, other) = demo(&["--orders", "300", "--seed", "6", "--profile", "stormy"]).await;
+    assert_ne!(
+        (
+            &first["naive"]["double_effects"],
+            &first["naive"]["attempts"]
+        ),
+        (
+            &other["naive"]["double_effects"],
+            &other["naive"]["attempts"]
+        ),
+        "another seed, other faults"
+    );
+}
+
+#[tokio::test]
+async fn outage_demo_recovers_without_loss() {
+    let (code, report) = demo(&["--orders", "100", "--seed", "1", "--profile", "outage"]).await;
+    assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(report["failwell"]["unknown_remaining"], 0);
+    assert_eq!(report["failwell"]["double_effects"], 0);
+}
+
+#[test]
+fn demo_refuses_zero_orders() {
+    let out = std::process::Command::new(binary())
+        .args(["demo", "--orders", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--orders must be at least 1"));
+}

@@ -1,0 +1,259 @@
+//! Every fault kind of the simulator, scripted per reference, against the
+//! real binary. Each test fails if failwell retried blindly (two effects),
+//! lost the operation, or left its outcome unknown.
+
+use std::time::Duration;
+
+use failwell_sim::Fault;
+use serde_json::json;
+
+use crate::helpers::{Gateway, calls, lookups, simulator};
+
+const SETTLE: Duration = Duration::from_secs(20);
+
+/// Submits `key`, waits for its final status, and checks the provider's count.
+async fn run(gw: &Gateway, key: &str, amount: u64) -> serde_json::Value {
+    assert_eq!(gw.charge(key, amount).await.status(), 201);
+    gw.settled(key, SETTLE).await
+}
+
+fn same_key_on_every_call(op: &serde_json::Value) {
+    let calls = calls(op);
+    let first = calls[0]["provider_key"].clone();
+    assert!(
+        first.as_str().is_some_and(|k| k.starts_with("fw_")),
+        "{op:#}"
+    );
+    assert!(
+        calls.iter().all(|c| c["provider_key"] == first),
+        "one intent, one key: {op:#}"
+    );
+}
+
+#[tokio::test]
+async fn timeout_after_commit_is_retried_only_with_the_same_key() {
+    let sim = simulator(|_| {}).await;
+    let gw = Gateway::start(&sim.base_url(), "").await;
+    sim.script(
+        "t1",
+        vec![Fault::TimeoutAfterCommit, Fault::TimeoutAfterCommit],
+    );
+    let op = run(&gw, "t1", 1000).await;
+    assert_eq!(op["status"], "succeeded", "{op:#}");
+    assert_eq!(
+        sim.effects().by_reference["t1"].effects,
+        1,
+        "charged exactly once"
+    );
+    let calls = calls(&op);
+    assert_eq!(calls.len(), 3);
+    assert_eq!(calls[0]["error_kind"], "timeout");
+    assert_eq!(calls[0]["classification"], "ambiguous");
+    assert_eq!(calls[0]["outcome"], "unknown");
+    same_key_on_every_call(&op);
+    assert!(
+        op["provider_ref"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("ch_"))
+    );
+}
+
+#[tokio::test]
+async fn reset_after_commit_is_ambiguous_and_charges_once() {
+    let sim = simulator(|_| {}).await;
+    let gw = Gateway::start(&sim.base_url(), "").await;
+    sim.script("r1", vec![Fault::ResetAfterCommit]);
+    let op = run(&gw, "r1", 1000).await;
+    assert_eq!(op["status"], "succeeded");
+    assert_eq!(sim.effects().by_reference["r1"].effects, 1);
+    let calls = calls(&op);
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0]["classification"], "ambiguous");
+    assert_eq!(
+        calls[0]["status_code"],
+        serde_json::Value::Null,
+        "no response arrived"
+    );
+    same_key_on_every_call(&op);
+}
+
+#[tokio::test]
+async fn server_errors_before_commit_are_retried_to_one_effect() {
+    let sim = simulator(|_| {}).await;
+    let gw = Gateway::start(&sim.base_url(), "").await;
+    sim.script(
+        "s1",
+        vec![Fault::Error500, Fault::Error502, Fault::Error503],
+    );
+    let op = run(&gw, "s1", 1000).await;
+    assert_eq!(op["status"], "succeeded");
+    assert_eq!(sim.effects().by_reference["s1"].effects, 1);
+    let calls = calls(&op);
+    let classes: Vec<_> = calls.iter().map(|c| c["classification"].clone()).collect();
+    let want = [
+        json!("ambiguous"),
+        json!("ambiguous"),
+        json!("retryable"),
+        json!(null),
+    ];
+    assert_eq!(classes, want);
+    same_key_on_every_call(&op);
+}
+
+#[tokio::test]
+async fn rate_limit_retry_after_is_honoured() {
+    let sim = simulator(|_| {}).await;
+    let gw = Gateway::start(&sim.base_url(), "").await;
+    sim.script("q1", vec![Fault::RateLimited]);
+    let op = run(&gw, "q1", 1000).await;
+    assert_eq!(op["status"], "succeeded");
+    let calls = calls(&op);
+    assert_eq!(calls[0]["status_code"], 429);
+    let first_end =
+        calls[0]["started_at_ms"].as_i64().unwrap() + calls[0]["duration_ms"].as_i64().unwrap();
+    let second_start = calls[1]["started_at_ms"].as_i64().unwrap();
+    assert!(
+        second_start - first_end >= 1000,
+        "retried {} ms after a Retry-After: 1",
+        second_start - first_end
+    );
+    assert_eq!(sim.effects().by_reference["q1"].effects, 1);
+}
+
+#[tokio::test]
+async fn declined_card_fails_once_loudly() {
+    let sim = simulator(|_| {}).await;
+    let gw = Gateway::start(&sim.base_url(), "").await;
+    let op = run(&gw, "d1", 1302).await;
+    assert_eq!(op["status"], "failed");
+    assert_eq!(op["dead_letter"], false);
+    assert_eq!(calls(&op).len(), 1, "a permanent error is not retried");
+    assert_eq!(calls(&op)[0]["error_kind"], "card_declined");
+    assert!(op["last_error"].as_str().unwrap().contains("card_declined"));
+    assert_eq!(sim.effects().by_reference["d1"].effects, 0);
+}
+
+#[tokio::test]
+async fn exhausted_retries_become_a_dead_letter_with_the_last_error() {
+    let sim = simulator(|_| {}).await;
+    let gw = Gateway::start(&sim.base_url(), "").await;
+    sim.script("x1", vec![Fault::Error503; 5]);
+    let op = run(&gw, "x1", 1000).await;
+    assert_eq!(op["status"], "failed");
+    assert_eq!(op["dead_letter"], true);
+    assert_eq!(calls(&op).len(), 5, "max_attempts bounds the calls");
+    assert!(
+        op["last_error"].as_str().unwrap().contains("HTTP 503"),
+        "{op:#}"
+    );
+    assert_eq!(sim.effects().by_reference["x1"].effects, 0);
+    assert_eq!(gw.counts().await["dead_letters"], 1);
+}
+
+#[tokio::test]
+async fn expired_key_is_not_retried_but_reconciled_by_lookup() {
+    // The provider forgets keys after 400 ms; failwell knows it.
+    let sim = simulator(|c| c.key_ttl = Duration::from_millis(400)).await;
+    let gw = Gateway::start(&sim.base_url(), "idempotency_key_ttl_ms = 400").await;
+    sim.script("e1", vec![Fault::TimeoutAfterCommit]);
+    let op = run(&gw, "e1", 1000).await;
+    assert_eq!(op["status"], "succeeded", "{op:#}");
+    assert_eq!(
+        calls(&op).len(),
+        1,
+        "no retry under a key the provider no longer honours"
+    );
+    assert!(!lookups(&op).is_empty());
+    assert_eq!(sim.effects().by_reference["e1"].effects, 1);
+}
+
+#[tokio::test]
+async fn without_idempotency_keys_an_ambiguous_call_is_looked_up_not_retried() {
+    let sim = simulator(|_| {}).await;
+    let gw = Gateway::start(&sim.base_url(), "idempotency_keys = false").await;
+    sim.script("n1", vec![Fault::TimeoutAfterCommit]);
+    let op = run(&gw, "n1", 1000).await;
+    assert_eq!(op["status"], "succeeded");
+    assert_eq!(calls(&op).len(), 1, "never a blind retry");
+    assert_eq!(lookups(&op)[0]["decision"], "found at provider: succeeded");
+    assert_eq!(sim.effects().by_reference["n1"].effects, 1);
+}
+
+#[tokio::test]
+async fn a_lookup_that_finds_nothing_delivers_again() {
+    let sim = simulator(|_| {}).await;
+    let gw = Gateway::start(&sim.base_url(), "idempotency_keys = false").await;
+    // 502 is ambiguous: without keys failwell must ask before trying again.
+    sim.script("l1", vec![Fault::Error502]);
+    let op = run(&gw, "l1", 1000).await;
+    assert_eq!(op["status"], "succeeded", "{op:#}");
+    assert_eq!(calls(&op).len(), 2);
+    assert!(
+        lookups(&op)[0]["decision"]
+            .as_str()
+            .unwrap()
+            .starts_with("not found at provider: deliver again")
+    );
+    assert_eq!(sim.effects().by_reference["l1"].effects, 1);
+}
+
+#[tokio::test]
+async fn unknown_outcome_waits_while_the_provider_is_down_and_then_resolves() {
+    let sim = simulator(|_| {}).await;
+    let gw = Gateway::start(&sim.base_url(), "idempotency_keys = false").await;
+    sim.script("u1", vec![Fault::TimeoutAfterCommit]);
+    assert_eq!(gw.charge("u1", 1000).await.status(), 201);
+    // Wait until the timeout made it unknown, then take the provider down.
+    let deadline = std::time::Instant::now() + SETTLE;
+    while gw.operation("u1").await["status"] != "unknown" {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    sim.set_down(true);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let op = gw.operation("u1").await;
+    assert_eq!(
+        op["status"], "unknown",
+        "a failed lookup keeps it unknown, visibly"
+    );
+    assert!(
+        op["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("status lookup failed"),
+        "{op:#}"
+    );
+    sim.set_down(false);
+    let op = gw.settled("u1", SETTLE).await;
+    assert_eq!(op["status"], "succeeded");
+    assert_eq!(calls(&op).len(), 1);
+    assert_eq!(sim.effects().by_reference["u1"].effects, 1);
+}
+
+#[tokio::test]
+async fn connection_refused_is_retried_even_for_writes() {
+    // Nothing listens on this port until the simulator is started on it.
+    let port = crate::helpers::free_port();
+    let gw = Gateway::start(&format!("http://127.0.0.1:{port}"), "max_attempts = 50").await;
+    assert_eq!(gw.charge("c1", 1000).await.status(), 201);
+    let deadline = std::time::Instant::now() + SETTLE;
+    while calls(&gw.operation("c1").await).len() < 2 {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let op = gw.operation("c1").await;
+    assert_eq!(calls(&op)[0]["error_kind"], "connect");
+    assert_eq!(calls(&op)[0]["classification"], "retryable");
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let sim = failwell_sim::Simulator::start(
+        failwell_sim::SimConfig::new(failwell_sim::Profile::Calm, 1),
+        listener,
+    )
+    .await
+    .unwrap();
+    let op = gw.settled("c1", SETTLE).await;
+    assert_eq!(op["status"], "succeeded");
+    assert_eq!(sim.effects().by_reference["c1"].effects, 1);
+}

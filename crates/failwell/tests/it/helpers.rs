@@ -1,0 +1,250 @@
+//! Test harness: a simulator in-process, the real `failwell serve` as a
+//! child process with a generated config file, and polling helpers.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use failwell_sim::{Profile, SimConfig, Simulator};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::process::{Child, Command};
+
+/// Path of the binary under test.
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_failwell")
+}
+
+/// A calm simulator with a short hang (so timed-out requests end quickly).
+pub async fn simulator(configure: impl FnOnce(&mut SimConfig)) -> Simulator {
+    let mut config = SimConfig::new(Profile::Calm, 7);
+    config.hang = Duration::from_secs(3);
+    configure(&mut config);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    Simulator::start(config, listener).await.unwrap()
+}
+
+/// A free loopback port (bound and released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The provider section for the simulator; `extra` lines go into
+/// `[providers.payments]`.
+pub fn config_text(sim_url: &str, db: &std::path::Path, port: u16, extra: &str) -> String {
+    format!(
+        r#"
+database_url = "sqlite://{db}"
+sqlite_synchronous = "normal"
+listen = "127.0.0.1:{port}"
+
+[relay]
+poll_interval_ms = 20
+lease_ms = 3000
+
+[reconciler]
+interval_ms = 50
+
+[providers.payments]
+base_url = "{sim_url}"
+connect_timeout_ms = 300
+timeout_ms = 500
+reconcile_after_ms = 100
+{extra}
+
+[providers.payments.backoff]
+base_ms = 20
+cap_ms = 200
+jitter = "full"
+
+[providers.payments.classify]
+codes = {{ card_declined = "permanent" }}
+
+[providers.payments.lookup]
+path = "/v1/charges"
+query_param = "reference"
+list_pointer = "/data"
+status_pointer = "/status"
+succeeded = ["succeeded"]
+failed = ["failed"]
+
+[providers.payments.operations.charge]
+method = "POST"
+path = "/v1/charges"
+encoding = "form"
+reference_field = "reference"
+"#,
+        db = db.display(),
+        extra = if extra.contains("max_attempts") {
+            extra.to_string()
+        } else {
+            format!("max_attempts = 5\n{extra}")
+        },
+    )
+}
+
+/// `failwell serve` running as a child process.
+pub struct Gateway {
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// The config file.
+    pub config: PathBuf,
+    /// Holds the database and config files.
+    pub dir: tempfile::TempDir,
+    /// HTTP client for the API.
+    pub http: reqwest::Client,
+}
+
+impl Gateway {
+    /// Writes a config for `sim_url` (with `extra` provider lines) and starts
+    /// the binary; returns when `/healthz` answers.
+    pub async fn start(sim_url: &str, extra: &str) -> Gateway {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let config = dir.path().join("failwell.toml");
+        std::fs::write(
+            &config,
+            config_text(sim_url, &dir.path().join("failwell.db"), port, extra),
+        )
+        .unwrap();
+        let mut gateway = Gateway {
+            child: None,
+            base: format!("http://127.0.0.1:{port}"),
+            config,
+            dir,
+            http: reqwest::Client::new(),
+        };
+        gateway.spawn().await;
+        gateway
+    }
+
+    /// Starts the binary again on the same config and database.
+    pub async fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("log"))
+            .unwrap();
+        let child = Command::new(binary())
+            .args(["serve", "--config"])
+            .arg(&self.config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = self.http.get(format!("{}/healthz", self.base)).send().await
+                && r.status().is_success()
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "failwell did not become healthy: {}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Kills the process with SIGKILL (no shutdown of any kind).
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await.unwrap();
+        }
+    }
+
+    /// What the process logged.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+
+    /// `POST /v1/operations` for a charge.
+    pub async fn charge(&self, key: &str, amount: u64) -> reqwest::Response {
+        let body = json!({
+            "provider": "payments",
+            "operation": "charge",
+            "payload": {"amount": amount, "currency": "eur", "reference": key},
+        });
+        self.http
+            .post(format!("{}/v1/operations", self.base))
+            .header("Idempotency-Key", key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `GET /v1/operations/{key}` as JSON.
+    pub async fn operation(&self, key: &str) -> Value {
+        let r = self
+            .http
+            .get(format!("{}/v1/operations/{key}", self.base))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "GET {key}: {}", r.status());
+        r.json().await.unwrap()
+    }
+
+    /// Polls the operation until its status is `succeeded` or `failed`.
+    pub async fn settled(&self, key: &str, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let op = self.operation(key).await;
+            if op["status"] == "succeeded" || op["status"] == "failed" {
+                return op;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{key} did not settle: {op:#}\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// The operation counts from `/healthz`.
+    pub async fn counts(&self) -> Value {
+        let r: Value = self
+            .http
+            .get(format!("{}/healthz", self.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        r["operations"].clone()
+    }
+}
+
+/// The provider calls in an operation's history.
+pub fn calls(op: &Value) -> Vec<Value> {
+    op["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["kind"] == "call")
+        .cloned()
+        .collect()
+}
+
+/// The status lookups in an operation's history.
+pub fn lookups(op: &Value) -> Vec<Value> {
+    op["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["kind"] == "lookup")
+        .cloned()
+        .collect()
+}
