@@ -76,11 +76,8 @@ impl CallResult {
     pub fn describe(&self, error_code_pointer: &str) -> String {
         match &self.response {
             Ok(r) => {
-                let code = r
-                    .body
-                    .as_ref()
-                    .and_then(|b| b.pointer(error_code_pointer))
-                    .and_then(Value::as_str);
+                let code =
+                    r.body.as_ref().and_then(|b| b.pointer(error_code_pointer)).and_then(Value::as_str);
                 match code {
                     Some(code) => format!("HTTP {} ({code})", r.status),
                     None => format!("HTTP {}", r.status),
@@ -116,12 +113,7 @@ impl ProviderClient {
 
     /// Sends `op` once, with its idempotency key (when the provider takes
     /// one) and a total timeout of `timeout` (at most the provider's).
-    pub async fn call(
-        &self,
-        spec: &OperationSpec,
-        op: &Operation,
-        timeout: Duration,
-    ) -> CallResult {
+    pub async fn call(&self, spec: &OperationSpec, op: &Operation, timeout: Duration) -> CallResult {
         let url = self.spec.base_url.join(&spec.path);
         let mut request = match url {
             Ok(url) => self.http.request(spec.method.clone(), url),
@@ -134,8 +126,7 @@ impl ProviderClient {
             Encoding::Json => request.json(&op.payload),
             Encoding::Form => request.form(&form_fields(&op.payload)),
         };
-        self.execute(request.timeout(timeout.min(self.spec.timeout)))
-            .await
+        self.execute(request.timeout(timeout.min(self.spec.timeout))).await
     }
 
     /// Looks our reference up at the provider (reconciliation). `None` when
@@ -146,11 +137,8 @@ impl ProviderClient {
             Ok(url) => url,
             Err(e) => return Some(failed_before_send(format!("invalid URL: {e}"))),
         };
-        let request = self
-            .http
-            .get(url)
-            .query(&[(lookup.query_param.as_str(), reference)])
-            .timeout(self.spec.timeout);
+        let request =
+            self.http.get(url).query(&[(lookup.query_param.as_str(), reference)]).timeout(self.spec.timeout);
         Some(self.execute(request).await)
     }
 
@@ -166,19 +154,11 @@ impl ProviderClient {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| parse_retry_after(v, SystemTime::now()));
             let bytes = response.bytes().await?;
-            Ok::<_, reqwest::Error>(Reply {
-                status,
-                body: serde_json::from_slice(&bytes).ok(),
-                retry_after,
-            })
+            Ok::<_, reqwest::Error>(Reply { status, body: serde_json::from_slice(&bytes).ok(), retry_after })
         }
         .await
         .map_err(transport_error);
-        CallResult {
-            started_at_ms,
-            duration: start.elapsed(),
-            response,
-        }
+        CallResult { started_at_ms, duration: start.elapsed(), response }
     }
 }
 
@@ -189,12 +169,7 @@ fn form_fields(payload: &Value) -> Vec<(String, String)> {
         .map(|fields| {
             fields
                 .iter()
-                .map(|(k, v)| {
-                    (
-                        k.clone(),
-                        v.as_str().map_or_else(|| v.to_string(), str::to_owned),
-                    )
-                })
+                .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_owned)))
                 .collect()
         })
         .unwrap_or_default()
@@ -204,11 +179,7 @@ fn failed_before_send(message: String) -> CallResult {
     CallResult {
         started_at_ms: crate::now_ms(),
         duration: Duration::ZERO,
-        response: Err(TransportError {
-            failure: TransportFailure::NotSent,
-            kind: "request",
-            message,
-        }),
+        response: Err(TransportError { failure: TransportFailure::NotSent, kind: "request", message }),
     }
 }
 
@@ -232,9 +203,5 @@ fn transport_error(e: reqwest::Error) -> TransportError {
         message.push_str(&cause.to_string());
         source = cause.source();
     }
-    TransportError {
-        failure,
-        kind,
-        message,
-    }
+    TransportError { failure, kind, message }
 }

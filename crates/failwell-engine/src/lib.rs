@@ -25,9 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Milliseconds since the Unix epoch: the one clock read of the engine.
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// The running relay and reconciler of one failwell process.
@@ -50,15 +48,9 @@ impl Engine {
         let shutdown = CancellationToken::new();
         let relay = Relay::new(store.clone(), providers.clone(), relay, wake.clone());
         let reconciler = Reconciler::new(store, providers, reconciler);
-        let tasks = vec![
-            tokio::spawn(relay.run(shutdown.clone())),
-            tokio::spawn(reconciler.run(shutdown.clone())),
-        ];
-        Self {
-            wake,
-            shutdown,
-            tasks,
-        }
+        let tasks =
+            vec![tokio::spawn(relay.run(shutdown.clone())), tokio::spawn(reconciler.run(shutdown.clone()))];
+        Self { wake, shutdown, tasks }
     }
 
     /// Tells the relay that new messages are waiting (it also polls).

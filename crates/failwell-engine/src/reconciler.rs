@@ -39,11 +39,7 @@ pub struct Reconciler<S> {
 impl<S: Store> Reconciler<S> {
     /// A reconciler over `store`.
     pub fn new(store: S, providers: Arc<Providers>, config: ReconcilerConfig) -> Self {
-        Self {
-            store,
-            providers,
-            config,
-        }
+        Self { store, providers, config }
     }
 
     /// Runs rounds until `shutdown` is cancelled.
@@ -62,10 +58,7 @@ impl<S: Store> Reconciler<S> {
     /// One round: looks up every due unknown operation (up to the batch
     /// size) and records what was found. Returns how many were looked up.
     pub async fn round(&self) -> Result<usize, failwell_store::StoreError> {
-        let due = self
-            .store
-            .due_unknown(now_ms(), self.config.batch_size)
-            .await?;
+        let due = self.store.due_unknown(now_ms(), self.config.batch_size).await?;
         let count = due.len();
         let mut lookups = JoinSet::new();
         for op in due {
@@ -86,35 +79,17 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
     let now = now_ms();
     let later = |error: String, wait: Duration| Reconciled {
         operation_id: op.id,
-        attempt: lookup_record(
-            now,
-            Duration::ZERO,
-            None,
-            Outcome::Unknown,
-            format!("look again: {error}"),
-        ),
-        resolution: Resolution::Later {
-            retry_at_ms: now + wait.as_millis() as i64,
-            error,
-        },
+        attempt: lookup_record(now, Duration::ZERO, None, Outcome::Unknown, format!("look again: {error}")),
+        resolution: Resolution::Later { retry_at_ms: now + wait.as_millis() as i64, error },
     };
     let Some(client) = providers.get(&op.provider) else {
-        return later(
-            format!("unknown provider {:?}", op.provider),
-            Duration::from_secs(60),
-        );
+        return later(format!("unknown provider {:?}", op.provider), Duration::from_secs(60));
     };
     let Some(reference) = op.reference.as_deref() else {
-        return later(
-            "no reference to look up; needs a human".into(),
-            Duration::from_secs(3600),
-        );
+        return later("no reference to look up; needs a human".into(), Duration::from_secs(3600));
     };
     let Some(result) = client.lookup(reference).await else {
-        return later(
-            "provider has no status lookup; needs a human".into(),
-            Duration::from_secs(3600),
-        );
+        return later("provider has no status lookup; needs a human".into(), Duration::from_secs(3600));
     };
     let spec = client.spec();
     let status = result.response.as_ref().ok().map(|r| r.status);
@@ -123,14 +98,8 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
         _ => None,
     };
     let Some(found) = records else {
-        let wait =
-            spec.retry
-                .backoff()
-                .delay(op.reconcile_attempts, Duration::ZERO, &mut rand::rng());
-        let error = format!(
-            "status lookup failed: {}",
-            result.describe(&spec.error_code_pointer)
-        );
+        let wait = spec.retry.backoff().delay(op.reconcile_attempts, Duration::ZERO, &mut rand::rng());
+        let error = format!("status lookup failed: {}", result.describe(&spec.error_code_pointer));
         let mut reconciled = later(error, wait.max(Duration::from_millis(100)));
         reconciled.attempt = lookup_record(
             result.started_at_ms,
@@ -143,11 +112,7 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
     };
     let (resolution, decision) = match found {
         Some((outcome, provider_ref, record)) => (
-            Resolution::Found {
-                outcome,
-                provider_ref,
-                response: Some(record),
-            },
+            Resolution::Found { outcome, provider_ref, response: Some(record) },
             format!("found at provider: {outcome}"),
         ),
         None => not_found(client, &op, now),
@@ -158,13 +123,7 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
     };
     Reconciled {
         operation_id: op.id,
-        attempt: lookup_record(
-            result.started_at_ms,
-            result.duration,
-            status,
-            outcome,
-            decision,
-        ),
+        attempt: lookup_record(result.started_at_ms, result.duration, status, outcome, decision),
         resolution,
     }
 }
@@ -173,42 +132,21 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
 /// `Some(None)` when the list has no record with a known status, else the
 /// settled record (a succeeded one wins over failed ones).
 #[allow(clippy::type_complexity)]
-fn find_records(
-    client: &ProviderClient,
-    body: &Value,
-) -> Option<Option<(Outcome, Option<String>, Value)>> {
+fn find_records(client: &ProviderClient, body: &Value) -> Option<Option<(Outcome, Option<String>, Value)>> {
     let spec = client.spec();
     let lookup = spec.lookup.as_ref()?;
     let records = body.pointer(&lookup.list_pointer)?.as_array()?;
-    let status_of = |r: &Value| {
-        r.pointer(&lookup.status_pointer)
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
+    let status_of = |r: &Value| r.pointer(&lookup.status_pointer).and_then(Value::as_str).map(str::to_owned);
     let pick = |wanted: &[String], outcome| {
-        records
-            .iter()
-            .find(|r| status_of(r).is_some_and(|s| wanted.contains(&s)))
-            .map(|r| {
-                let id = r
-                    .pointer(&spec.id_pointer)
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                (outcome, id, r.clone())
-            })
+        records.iter().find(|r| status_of(r).is_some_and(|s| wanted.contains(&s))).map(|r| {
+            let id = r.pointer(&spec.id_pointer).and_then(Value::as_str).map(str::to_owned);
+            (outcome, id, r.clone())
+        })
     };
-    if records
-        .iter()
-        .filter(|r| status_of(r).is_some_and(|s| lookup.succeeded.contains(&s)))
-        .count()
-        > 1
-    {
+    if records.iter().filter(|r| status_of(r).is_some_and(|s| lookup.succeeded.contains(&s))).count() > 1 {
         tracing::warn!(provider = %spec.name, "the provider holds several effects for one reference");
     }
-    Some(
-        pick(&lookup.succeeded, Outcome::Succeeded)
-            .or_else(|| pick(&lookup.failed, Outcome::Failed)),
-    )
+    Some(pick(&lookup.succeeded, Outcome::Succeeded).or_else(|| pick(&lookup.failed, Outcome::Failed)))
 }
 
 /// The provider has no record of the operation: deliver again if allowed.
@@ -221,24 +159,14 @@ fn not_found(client: &ProviderClient, op: &Operation, now: i64) -> (Resolution, 
             op.attempts,
             op.last_error.as_deref().unwrap_or("")
         );
-        return (
-            Resolution::DeadLetter { error },
-            "not found at provider: dead letter".into(),
-        );
+        return (Resolution::DeadLetter { error }, "not found at provider: dead letter".into());
     }
-    let key_age =
-        Duration::from_millis((now - op.key_first_sent_at_ms.unwrap_or(now)).max(0) as u64);
-    let key_group = if spec.idempotency.key_honoured(key_age, Duration::ZERO) {
-        op.key_group
-    } else {
-        op.key_group + 1
-    };
+    let key_age = Duration::from_millis((now - op.key_first_sent_at_ms.unwrap_or(now)).max(0) as u64);
+    let key_group =
+        if spec.idempotency.key_honoured(key_age, Duration::ZERO) { op.key_group } else { op.key_group + 1 };
     let provider_key = derive_key(&op.provider, &op.operation, &op.idempotency_key, key_group);
     (
-        Resolution::Requeue {
-            key_group,
-            provider_key,
-        },
+        Resolution::Requeue { key_group, provider_key },
         format!("not found at provider: deliver again (key group {key_group})"),
     )
 }

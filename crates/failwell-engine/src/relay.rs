@@ -45,18 +45,8 @@ pub struct Relay<S> {
 
 impl<S: Store> Relay<S> {
     /// A relay over `store`, woken early through `wake`.
-    pub fn new(
-        store: S,
-        providers: Arc<Providers>,
-        config: RelayConfig,
-        wake: Arc<Notify>,
-    ) -> Self {
-        Self {
-            store,
-            providers,
-            config,
-            wake,
-        }
+    pub fn new(store: S, providers: Arc<Providers>, config: RelayConfig, wake: Arc<Notify>) -> Self {
+        Self { store, providers, config, wake }
     }
 
     /// Runs until `shutdown` is cancelled, then waits for the attempts in
@@ -72,11 +62,7 @@ impl<S: Store> Relay<S> {
             } else {
                 match self
                     .store
-                    .claim(
-                        now_ms(),
-                        free.min(self.config.batch_size),
-                        self.config.lease.as_millis() as u64,
-                    )
+                    .claim(now_ms(), free.min(self.config.batch_size), self.config.lease.as_millis() as u64)
                     .await
                 {
                     Ok(claimed) => claimed,
@@ -152,18 +138,12 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
         )
     };
     let Some(client) = providers.get(&op.provider) else {
-        return give_up(
-            format!("unknown provider {:?}", op.provider),
-            "dead letter: unknown provider",
-        );
+        return give_up(format!("unknown provider {:?}", op.provider), "dead letter: unknown provider");
     };
     let spec = client.spec();
     let Some(operation) = spec.operations.get(&op.operation) else {
         return give_up(
-            format!(
-                "provider {:?} has no operation {:?}",
-                op.provider, op.operation
-            ),
+            format!("provider {:?} has no operation {:?}", op.provider, op.operation),
             "dead letter: unknown operation",
         );
     };
@@ -171,18 +151,22 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
     if message.interrupted && spec.idempotency.header.is_none() {
         // The crashed attempt may have reached a provider that cannot
         // deduplicate: only a status lookup may tell.
-        let reason =
-            "unknown: an interrupted attempt may have reached a provider without idempotency keys";
-        let record = unsent(
-            "interrupted",
-            Some(Classification::Ambiguous),
-            Outcome::Unknown,
-            reason,
-        );
-        let transition = Transition::Unknown {
-            error: reason.into(),
-            reconcile_at_ms: now,
-        };
+        let reason = "unknown: an interrupted attempt may have reached a provider without idempotency keys";
+        let record = unsent("interrupted", Some(Classification::Ambiguous), Outcome::Unknown, reason);
+        let transition = Transition::Unknown { error: reason.into(), reconcile_at_ms: now };
+        return completion(&message, record, transition);
+    }
+    let key_age = Duration::from_millis((now - op.key_first_sent_at_ms.unwrap_or(now)).max(0) as u64);
+    if message.attempts > 1
+        && spec.idempotency.header.is_some()
+        && !spec.idempotency.key_honoured(key_age, Duration::ZERO)
+    {
+        // The retry is due later than planned (the relay was down, or the
+        // claim was rescued): the provider may have forgotten the key, so a
+        // resend could take effect twice. Only a status lookup may tell.
+        let reason = "unknown: the idempotency key expired before the retry could be sent";
+        let record = unsent("key_expired", Some(Classification::Ambiguous), Outcome::Unknown, reason);
+        let transition = Transition::Unknown { error: reason.into(), reconcile_at_ms: now };
         return completion(&message, record, transition);
     }
     let age = Duration::from_millis((now - op.created_at_ms).max(0) as u64);
@@ -191,17 +175,12 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
         let (outcome, transition) = if message.attempts > 1 || message.interrupted {
             (
                 Outcome::Unknown,
-                Transition::Unknown {
-                    error: "deadline exceeded".into(),
-                    reconcile_at_ms: now,
-                },
+                Transition::Unknown { error: "deadline exceeded".into(), reconcile_at_ms: now },
             )
         } else {
             (
                 Outcome::Failed,
-                Transition::DeadLetter {
-                    error: "deadline exceeded before the first attempt".into(),
-                },
+                Transition::DeadLetter { error: "deadline exceeded before the first attempt".into() },
             )
         };
         return completion(
@@ -244,19 +223,10 @@ fn decide_after(client: &ProviderClient, message: &Claimed, result: &CallResult)
             .and_then(|b| b.pointer(&spec.id_pointer))
             .and_then(|v| v.as_str())
             .map(str::to_owned);
-        let transition = Transition::Succeeded {
-            provider_ref,
-            response: body,
-        };
-        return completion(
-            message,
-            row(None, Outcome::Succeeded, "succeeded".into()),
-            transition,
-        );
+        let transition = Transition::Succeeded { provider_ref, response: body };
+        return completion(message, row(None, Outcome::Succeeded, "succeeded".into()), transition);
     }
-    let classification = spec
-        .classifier
-        .classify(result.observed(&spec.error_code_pointer));
+    let classification = spec.classifier.classify(result.observed(&spec.error_code_pointer));
     let op = &message.operation;
     let now = now_ms();
     let attempted = Attempted {
@@ -265,13 +235,7 @@ fn decide_after(client: &ProviderClient, message: &Claimed, result: &CallResult)
         key_age: Duration::from_millis((now - op.key_first_sent_at_ms.unwrap_or(now)).max(0) as u64),
         previous_delay: Duration::from_millis(message.previous_delay_ms),
     };
-    let decision = decide(
-        &spec.retry,
-        &spec.idempotency,
-        classification,
-        attempted,
-        &mut rand::rng(),
-    );
+    let decision = decide(&spec.retry, &spec.idempotency, classification, attempted, &mut rand::rng());
     let outcome = match classification {
         Classification::Ambiguous => Outcome::Unknown,
         _ => Outcome::Failed,
@@ -285,13 +249,7 @@ fn decide_after(client: &ProviderClient, message: &Claimed, result: &CallResult)
                 error,
             },
         ),
-        Decision::Fail => (
-            "failed: permanent".into(),
-            Transition::Failed {
-                error,
-                response: body,
-            },
-        ),
+        Decision::Fail => ("failed: permanent".into(), Transition::Failed { error, response: body }),
         Decision::Unknown { reason } => (
             format!("unknown: {reason}"),
             Transition::Unknown {
@@ -301,19 +259,13 @@ fn decide_after(client: &ProviderClient, message: &Claimed, result: &CallResult)
         ),
         Decision::DeadLetter { reason } => (
             format!("dead letter: {reason}"),
-            Transition::DeadLetter {
-                error: format!("{reason}; last attempt: {error}"),
-            },
+            Transition::DeadLetter { error: format!("{reason}; last attempt: {error}") },
         ),
     };
-    completion(
-        message,
-        row(Some(classification), outcome, text),
-        transition,
-    )
+    completion(message, row(Some(classification), outcome, text), transition)
 }
 
-/// The history row of an attempt that was not sent.
+/// The history row of an attempt that was due but not sent.
 fn unsent(
     error_kind: &str,
     classification: Option<Classification>,
@@ -321,7 +273,7 @@ fn unsent(
     decision: &str,
 ) -> AttemptRecord {
     AttemptRecord {
-        kind: AttemptKind::Call,
+        kind: AttemptKind::Skipped,
         started_at_ms: now_ms(),
         duration_ms: 0,
         status_code: None,

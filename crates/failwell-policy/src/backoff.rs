@@ -55,10 +55,7 @@ impl Backoff {
             return Err(BackoffError::ZeroBase);
         }
         if cap < base {
-            return Err(BackoffError::CapBelowBase {
-                base_ms: base.as_millis(),
-                cap_ms: cap.as_millis(),
-            });
+            return Err(BackoffError::CapBelowBase { base_ms: base.as_millis(), cap_ms: cap.as_millis() });
         }
         Ok(Self { base, cap, jitter })
     }
@@ -67,9 +64,7 @@ impl Backoff {
     /// without overflow for any `n`.
     pub fn ceiling(&self, n: u32) -> Duration {
         let factor = 1u32.checked_shl(n.min(31)).unwrap_or(u32::MAX);
-        self.base
-            .checked_mul(factor)
-            .map_or(self.cap, |d| d.min(self.cap))
+        self.base.checked_mul(factor).map_or(self.cap, |d| d.min(self.cap))
     }
 
     /// The delay before retry `n` (0 for the first retry). `previous` is the

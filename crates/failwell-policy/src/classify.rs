@@ -110,11 +110,7 @@ impl Classifier {
         let (class, retry_after) = match observed {
             Observed::Transport(TransportFailure::NotSent) => (Class::Retryable, None),
             Observed::Transport(TransportFailure::AfterSend) => (Class::Ambiguous, None),
-            Observed::Response {
-                status,
-                error_code,
-                retry_after,
-            } => {
+            Observed::Response { status, error_code, retry_after } => {
                 let by_code = error_code.and_then(|c| self.codes.get(c)).copied();
                 let class = by_code
                     .or_else(|| self.statuses.get(&status).copied())

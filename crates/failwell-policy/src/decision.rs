@@ -52,12 +52,7 @@ impl RetryPolicy {
         if deadline.is_zero() {
             return Err(RetryPolicyError::ZeroDeadline);
         }
-        Ok(Self {
-            max_attempts,
-            backoff,
-            deadline,
-            max_retry_after,
-        })
+        Ok(Self { max_attempts, backoff, deadline, max_retry_after })
     }
 
     /// The maximum number of attempts, the first included.
@@ -144,16 +139,12 @@ pub fn decide(
     if retry_after.is_some_and(|wait| wait > policy.max_retry_after) {
         return give_up("Retry-After exceeds max_retry_after");
     }
-    let backoff = policy
-        .backoff
-        .delay(attempted.attempts - 1, attempted.previous_delay, rng);
+    let backoff = policy.backoff.delay(attempted.attempts - 1, attempted.previous_delay, rng);
     let delay = retry_after.map_or(backoff, |wait| wait.max(backoff));
     if attempted.age.saturating_add(delay) >= policy.deadline {
         return give_up("deadline exceeded");
     }
-    if classification == Classification::Ambiguous
-        && !idempotency.key_honoured(attempted.key_age, delay)
-    {
+    if classification == Classification::Ambiguous && !idempotency.key_honoured(attempted.key_age, delay) {
         return Decision::Unknown {
             reason: if idempotency.header.is_some() {
                 "idempotency key expires before the retry"

@@ -68,17 +68,12 @@ mod tests {
 
     #[test]
     fn key_ttl_awareness() {
-        let p = IdempotencyPolicy {
-            header: Some("Idempotency-Key".into()),
-            key_ttl: Duration::from_secs(100),
-        };
+        let p =
+            IdempotencyPolicy { header: Some("Idempotency-Key".into()), key_ttl: Duration::from_secs(100) };
         assert!(p.key_honoured(Duration::from_secs(10), Duration::from_secs(10)));
         // 90 s margin boundary: 100 s TTL minus 10 s margin
         assert!(!p.key_honoured(Duration::from_secs(85), Duration::from_secs(5)));
-        let none = IdempotencyPolicy {
-            header: None,
-            key_ttl: Duration::from_secs(100),
-        };
+        let none = IdempotencyPolicy { header: None, key_ttl: Duration::from_secs(100) };
         assert!(!none.key_honoured(Duration::ZERO, Duration::ZERO));
     }
 }

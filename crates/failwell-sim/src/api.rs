@@ -59,9 +59,7 @@ impl Reply {
     /// Turns the reply into a response carrying `Idempotent-Replayed: true`.
     pub fn replayed(self) -> Response {
         let mut response = self.into_response();
-        response
-            .headers_mut()
-            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+        response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
         response
     }
 }

@@ -59,12 +59,7 @@ fn pre_commit_reply(state: &SimState, fault: Fault) -> Option<Response> {
             "internal_error",
             "An internal error occurred.",
         ),
-        Fault::Error502 => Reply::error(
-            StatusCode::BAD_GATEWAY,
-            "api_error",
-            "bad_gateway",
-            "Bad gateway.",
-        ),
+        Fault::Error502 => Reply::error(StatusCode::BAD_GATEWAY, "api_error", "bad_gateway", "Bad gateway."),
         Fault::Error503 => unavailable(),
         Fault::RateLimited => {
             let mut response = Reply::error(
@@ -74,10 +69,7 @@ fn pre_commit_reply(state: &SimState, fault: Fault) -> Option<Response> {
                 "Too many requests.",
             )
             .into_response();
-            response.headers_mut().insert(
-                RETRY_AFTER,
-                HeaderValue::from(state.config.retry_after_secs),
-            );
+            response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(state.config.retry_after_secs));
             return Some(response);
         }
     };
@@ -86,10 +78,7 @@ fn pre_commit_reply(state: &SimState, fault: Fault) -> Option<Response> {
 
 async fn create_charge(State(state): State<Arc<SimState>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let content_type = parts
-        .headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
+    let content_type = parts.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
     let key = parts
         .headers
         .get("idempotency-key")
@@ -156,11 +145,7 @@ async fn create_charge(State(state): State<Arc<SimState>>, request: Request) -> 
         },
         _ => {}
     }
-    let mut response = if replayed {
-        reply.replayed()
-    } else {
-        reply.into_response()
-    };
+    let mut response = if replayed { reply.replayed() } else { reply.into_response() };
     if let Some(key) = key.and_then(|k| HeaderValue::from_str(&k).ok()) {
         response.headers_mut().insert("idempotency-key", key);
     }
@@ -206,13 +191,8 @@ async fn effects(State(state): State<Arc<SimState>>) -> Response {
 }
 
 fn bad_control_body(err: serde_json::Error) -> Response {
-    Reply::error(
-        StatusCode::BAD_REQUEST,
-        "invalid_request_error",
-        "parameter_invalid",
-        &err.to_string(),
-    )
-    .into_response()
+    Reply::error(StatusCode::BAD_REQUEST, "invalid_request_error", "parameter_invalid", &err.to_string())
+        .into_response()
 }
 
 async fn put_script(

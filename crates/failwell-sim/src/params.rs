@@ -27,21 +27,12 @@ impl RawFields {
         });
         if !is_json {
             return Ok(RawFields {
-                fields: decode_form(body)
-                    .into_iter()
-                    .map(|(k, v)| (k, Value::String(v)))
-                    .collect(),
+                fields: decode_form(body).into_iter().map(|(k, v)| (k, Value::String(v))).collect(),
             });
         }
         match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Object(map)) => Ok(RawFields {
-                fields: map.into_iter().collect(),
-            }),
-            _ => Err(Reply::invalid(
-                "parameter_invalid",
-                "body",
-                "The request body must be a JSON object.",
-            )),
+            Ok(Value::Object(map)) => Ok(RawFields { fields: map.into_iter().collect() }),
+            _ => Err(Reply::invalid("parameter_invalid", "body", "The request body must be a JSON object.")),
         }
     }
 
@@ -75,9 +66,7 @@ impl RawFields {
         };
         let currency = match self.fields.get("currency") {
             None | Some(Value::Null) => return Err(missing("currency")),
-            Some(Value::String(s))
-                if s.len() == 3 && s.bytes().all(|b| b.is_ascii_alphabetic()) =>
-            {
+            Some(Value::String(s)) if s.len() == 3 && s.bytes().all(|b| b.is_ascii_alphabetic()) => {
                 s.to_ascii_lowercase()
             }
             Some(_) => {
@@ -99,20 +88,12 @@ impl RawFields {
                 ));
             }
         };
-        Ok(ChargeParams {
-            amount,
-            currency,
-            reference,
-        })
+        Ok(ChargeParams { amount, currency, reference })
     }
 }
 
 fn missing(param: &str) -> Reply {
-    Reply::invalid(
-        "parameter_missing",
-        param,
-        &format!("Missing required param: {param}."),
-    )
+    Reply::invalid("parameter_missing", param, &format!("Missing required param: {param}."))
 }
 
 /// Decodes `application/x-www-form-urlencoded` (`+` is a space, `%XX` escapes,

@@ -59,12 +59,7 @@ impl Simulator {
         let (stop, stopped) = oneshot::channel();
         let task = tokio::spawn(accept_loop(listener, router(Arc::clone(&state)), stopped));
         tracing::debug!(%addr, "failwell simulator started");
-        Ok(Simulator {
-            addr,
-            state,
-            stop: Some(stop),
-            task: Some(task),
-        })
+        Ok(Simulator { addr, state, stop: Some(stop), task: Some(task) })
     }
 
     /// The address the simulator listens on.

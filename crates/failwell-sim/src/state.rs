@@ -137,18 +137,10 @@ impl SimState {
         let Some(reference) = reference else {
             return (Fault::Ok, Duration::ZERO);
         };
-        let counters = inner
-            .effects
-            .by_reference
-            .entry(reference.to_owned())
-            .or_default();
+        let counters = inner.effects.by_reference.entry(reference.to_owned()).or_default();
         let n = counters.requests;
         counters.requests += 1;
-        let scripted = inner
-            .scripts
-            .get(reference)
-            .and_then(|s| s.get(n as usize))
-            .copied();
+        let scripted = inner.scripts.get(reference).and_then(|s| s.get(n as usize)).copied();
         drop(inner);
         let (fault, latency) = planned(&self.config, reference, n);
         (scripted.unwrap_or(fault), latency)
@@ -163,8 +155,7 @@ impl SimState {
     /// [`Profile::Outage`].
     pub fn unavailable(&self) -> bool {
         self.down.load(Ordering::SeqCst)
-            || (self.config.profile == Profile::Outage
-                && self.started.elapsed() < self.config.outage)
+            || (self.config.profile == Profile::Outage && self.started.elapsed() < self.config.outage)
     }
 
     /// Sets or clears down mode.
@@ -191,22 +182,12 @@ impl SimState {
     /// Charges with this reference (all if `None`), oldest first.
     pub fn charges_for(&self, reference: Option<&str>) -> Vec<Charge> {
         let inner = self.lock();
-        inner
-            .charges
-            .iter()
-            .filter(|c| reference.is_none_or(|r| c.reference == r))
-            .cloned()
-            .collect()
+        inner.charges.iter().filter(|c| reference.is_none_or(|r| c.reference == r)).cloned().collect()
     }
 
     /// Idempotency check and commit, atomically. `hold` keeps a new key in flight
     /// until the returned guard drops (used by post-commit faults).
-    pub fn admit(
-        self: &Arc<Self>,
-        key: Option<&str>,
-        params: &ChargeParams,
-        hold: bool,
-    ) -> Admission {
+    pub fn admit(self: &Arc<Self>, key: Option<&str>, params: &ChargeParams, hold: bool) -> Admission {
         let mut inner = self.lock();
         if let Some(key) = key
             && let Some(entry) = inner.keys.get(key)
@@ -227,21 +208,12 @@ impl SimState {
         inner.serial += 1;
         let serial = inner.serial;
         let (state, guard) = if hold {
-            let guard = InFlightGuard {
-                state: Arc::clone(self),
-                key: key.to_owned(),
-                serial,
-            };
+            let guard = InFlightGuard { state: Arc::clone(self), key: key.to_owned(), serial };
             (KeyState::InFlight(reply.clone()), Some(guard))
         } else {
             (KeyState::Completed(reply.clone()), None)
         };
-        let entry = KeyEntry {
-            fingerprint: params.clone(),
-            state,
-            created_at: Instant::now(),
-            serial,
-        };
+        let entry = KeyEntry { fingerprint: params.clone(), state, created_at: Instant::now(), serial };
         inner.keys.insert(key.to_owned(), entry);
         Admission::Fresh(reply, guard)
     }
@@ -262,15 +234,9 @@ impl SimState {
             currency: params.currency.clone(),
             reference: params.reference.clone(),
             status: if declined { "failed" } else { "succeeded" },
-            created: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            created: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         };
-        let counters = inner
-            .effects
-            .by_reference
-            .entry(params.reference.clone())
-            .or_default();
+        let counters = inner.effects.by_reference.entry(params.reference.clone()).or_default();
         if declined {
             counters.declined += 1;
             inner.effects.declined += 1;
@@ -290,10 +256,7 @@ impl SimState {
                 }}),
             )
         } else {
-            Reply::new(
-                StatusCode::OK,
-                serde_json::to_value(&charge).unwrap_or_default(),
-            )
+            Reply::new(StatusCode::OK, serde_json::to_value(&charge).unwrap_or_default())
         };
         inner.charges.push(charge);
         reply
@@ -311,9 +274,7 @@ pub(crate) struct InFlightGuard {
 
 impl std::fmt::Debug for SimState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SimState")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
+        f.debug_struct("SimState").field("config", &self.config).finish_non_exhaustive()
     }
 }
 

@@ -85,10 +85,8 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<Operation>, StoreError>> + Send;
 
     /// The attempt history of one operation, oldest first.
-    fn attempts(
-        &self,
-        operation_id: i64,
-    ) -> impl Future<Output = Result<Vec<AttemptRow>, StoreError>> + Send;
+    fn attempts(&self, operation_id: i64)
+    -> impl Future<Output = Result<Vec<AttemptRow>, StoreError>> + Send;
 
     /// Operation and message counts by state.
     fn counts(&self) -> impl Future<Output = Result<Counts, StoreError>> + Send;

@@ -140,7 +140,7 @@ pub struct Claimed {
     pub operation: Operation,
 }
 
-/// Whether a history row is a provider call or a status lookup.
+/// What a history row records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptKind {
@@ -148,6 +148,9 @@ pub enum AttemptKind {
     Call,
     /// A read-only status lookup (reconciliation).
     Lookup,
+    /// An attempt that was due but deliberately not sent (the decision says
+    /// why: an expired key, a passed deadline, an unknown provider).
+    Skipped,
 }
 
 impl AttemptKind {
@@ -155,6 +158,7 @@ impl AttemptKind {
         match self {
             Self::Call => "call",
             Self::Lookup => "lookup",
+            Self::Skipped => "skipped",
         }
     }
 }

@@ -13,8 +13,8 @@ use failwell_policy::derive_key;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteRow, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 use sqlx::{Row, Sqlite, Transaction};
 
@@ -76,24 +76,15 @@ impl SqliteStore {
             .connect_with(options)
             .await
             .context("opening the SQLite database")?;
-        sqlx::migrate!("./migrations/sqlite")
-            .run(&pool)
-            .await
-            .map_err(StoreError::Migrate)?;
-        Ok(Self {
-            pool,
-            tokens: std::sync::Arc::new(AtomicI64::new(rand::random::<i64>() >> 1)),
-        })
+        sqlx::migrate!("./migrations/sqlite").run(&pool).await.map_err(StoreError::Migrate)?;
+        Ok(Self { pool, tokens: std::sync::Arc::new(AtomicI64::new(rand::random::<i64>() >> 1)) })
     }
 
     /// Begins a write transaction (`BEGIN IMMEDIATE`) in which an application
     /// can change its own tables and call [`Outbox::enqueue`], so both commit
     /// or neither does.
     pub async fn begin(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        self.pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .context("beginning a transaction")
+        self.pool.begin_with("BEGIN IMMEDIATE").await.context("beginning a transaction")
     }
 
     /// The connection pool, for an application's own queries.
@@ -143,25 +134,20 @@ impl Outbox {
         .await
         .context("inserting an operation")?;
         let Some(id) = inserted else {
-            let stored: String = sqlx::query_scalar(
-                "SELECT request_hash FROM operations WHERE idempotency_key = ?1",
-            )
-            .bind(&op.idempotency_key)
-            .fetch_one(&mut *conn)
-            .await
-            .context("reading an existing operation")?;
+            let stored: String =
+                sqlx::query_scalar("SELECT request_hash FROM operations WHERE idempotency_key = ?1")
+                    .bind(&op.idempotency_key)
+                    .fetch_one(&mut *conn)
+                    .await
+                    .context("reading an existing operation")?;
             if stored != hash {
-                return Err(StoreError::KeyReused {
-                    key: op.idempotency_key.clone(),
-                });
+                return Err(StoreError::KeyReused { key: op.idempotency_key.clone() });
             }
             let existing = operation_by_key(conn, &op.idempotency_key).await?;
-            return existing
-                .map(Submitted::Replayed)
-                .ok_or_else(|| StoreError::Corrupt {
-                    what: "operation",
-                    detail: "vanished while being read".into(),
-                });
+            return existing.map(Submitted::Replayed).ok_or_else(|| StoreError::Corrupt {
+                what: "operation",
+                detail: "vanished while being read".into(),
+            });
         };
         sqlx::query(
             "INSERT INTO outbox (operation_id, available_at_ms, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?2, ?2)",
@@ -174,10 +160,7 @@ impl Outbox {
         let created = operation_by_key(conn, &op.idempotency_key).await?;
         created
             .map(Submitted::Created)
-            .ok_or_else(|| StoreError::Corrupt {
-                what: "operation",
-                detail: "not found after insert".into(),
-            })
+            .ok_or_else(|| StoreError::Corrupt { what: "operation", detail: "not found after insert".into() })
     }
 }
 
@@ -189,10 +172,7 @@ fn request_hash(op: &NewOperation) -> String {
     hex::encode(Sha256::digest(canonical.as_bytes()))
 }
 
-async fn operation_by_key(
-    conn: &mut SqliteConnection,
-    key: &str,
-) -> Result<Option<Operation>, StoreError> {
+async fn operation_by_key(conn: &mut SqliteConnection, key: &str) -> Result<Option<Operation>, StoreError> {
     let row = sqlx::query(select_operation!("WHERE o.idempotency_key = ?1"))
         .bind(key)
         .fetch_optional(conn)
@@ -205,41 +185,26 @@ fn json_column(row: &SqliteRow, column: &'static str) -> Result<Option<Value>, S
     let text: Option<String> = row.try_get(column).context("reading a JSON column")?;
     text.map(|t| serde_json::from_str(&t))
         .transpose()
-        .map_err(|e| StoreError::Corrupt {
-            what: column,
-            detail: e.to_string(),
-        })
+        .map_err(|e| StoreError::Corrupt { what: column, detail: e.to_string() })
 }
 
 fn operation_from_row(row: &SqliteRow) -> Result<Operation, StoreError> {
-    let get = |c: &'static str| -> Result<i64, StoreError> {
-        row.try_get(c).context("reading an operation")
-    };
+    let get = |c: &'static str| -> Result<i64, StoreError> { row.try_get(c).context("reading an operation") };
     let status: String = row.try_get("status").context("reading an operation")?;
     Ok(Operation {
         id: get("id")?,
-        idempotency_key: row
-            .try_get("idempotency_key")
-            .context("reading an operation")?,
+        idempotency_key: row.try_get("idempotency_key").context("reading an operation")?,
         provider: row.try_get("provider").context("reading an operation")?,
         operation: row.try_get("operation").context("reading an operation")?,
         reference: row.try_get("reference").context("reading an operation")?,
         payload: json_column(row, "payload")?.unwrap_or(Value::Null),
-        status: OperationStatus::parse(&status).ok_or(StoreError::Corrupt {
-            what: "status",
-            detail: status.clone(),
-        })?,
+        status: OperationStatus::parse(&status)
+            .ok_or(StoreError::Corrupt { what: "status", detail: status.clone() })?,
         key_group: get("key_group")? as u32,
-        provider_key: row
-            .try_get("provider_key")
-            .context("reading an operation")?,
-        key_first_sent_at_ms: row
-            .try_get("key_first_sent_at_ms")
-            .context("reading an operation")?,
+        provider_key: row.try_get("provider_key").context("reading an operation")?,
+        key_first_sent_at_ms: row.try_get("key_first_sent_at_ms").context("reading an operation")?,
         attempts: get("attempts")? as u32,
-        provider_ref: row
-            .try_get("provider_ref")
-            .context("reading an operation")?,
+        provider_ref: row.try_get("provider_ref").context("reading an operation")?,
         response: json_column(row, "response")?,
         last_error: row.try_get("last_error").context("reading an operation")?,
         dead_letter: row
@@ -287,27 +252,15 @@ async fn insert_attempt(
 
 /// Applies a transition to the message (compare-and-set on the lease) and,
 /// if that succeeded, to its operation.
-async fn apply(
-    conn: &mut SqliteConnection,
-    c: &Completion,
-    now_ms: i64,
-) -> Result<bool, StoreError> {
+async fn apply(conn: &mut SqliteConnection, c: &Completion, now_ms: i64) -> Result<bool, StoreError> {
     let (state, available_at, delay, error, dead_at) = match &c.transition {
         Transition::Succeeded { .. } => ("done", None, None, None, None),
         Transition::Failed { error, .. } | Transition::Unknown { error, .. } => {
             ("done", None, None, Some(error), None)
         }
-        Transition::Retry {
-            available_at_ms,
-            delay_ms,
-            error,
-        } => (
-            "pending",
-            Some(*available_at_ms),
-            Some(*delay_ms as i64),
-            Some(error),
-            None,
-        ),
+        Transition::Retry { available_at_ms, delay_ms, error } => {
+            ("pending", Some(*available_at_ms), Some(*delay_ms as i64), Some(error), None)
+        }
         Transition::DeadLetter { error } => ("dead", None, None, Some(error), Some(now_ms)),
     };
     let moved = sqlx::query(
@@ -331,39 +284,17 @@ async fn apply(
         return Ok(false);
     }
     let (status, provider_ref, response, error, reconcile_at) = match &c.transition {
-        Transition::Succeeded {
-            provider_ref,
-            response,
-        } => (
-            OperationStatus::Succeeded,
-            provider_ref.as_deref(),
-            response.as_ref(),
-            None,
-            None,
-        ),
-        Transition::Failed { error, response } => (
-            OperationStatus::Failed,
-            None,
-            response.as_ref(),
-            Some(error),
-            None,
-        ),
-        Transition::Retry { error, .. } => {
-            (OperationStatus::Pending, None, None, Some(error), None)
+        Transition::Succeeded { provider_ref, response } => {
+            (OperationStatus::Succeeded, provider_ref.as_deref(), response.as_ref(), None, None)
         }
-        Transition::Unknown {
-            error,
-            reconcile_at_ms,
-        } => (
-            OperationStatus::Unknown,
-            None,
-            None,
-            Some(error),
-            Some(*reconcile_at_ms),
-        ),
-        Transition::DeadLetter { error } => {
-            (OperationStatus::Failed, None, None, Some(error), None)
+        Transition::Failed { error, response } => {
+            (OperationStatus::Failed, None, response.as_ref(), Some(error), None)
         }
+        Transition::Retry { error, .. } => (OperationStatus::Pending, None, None, Some(error), None),
+        Transition::Unknown { error, reconcile_at_ms } => {
+            (OperationStatus::Unknown, None, None, Some(error), Some(*reconcile_at_ms))
+        }
+        Transition::DeadLetter { error } => (OperationStatus::Failed, None, None, Some(error), None),
     };
     set_operation(
         conn,
@@ -419,12 +350,7 @@ impl Store for SqliteStore {
         Ok(submitted)
     }
 
-    async fn claim(
-        &self,
-        now_ms: i64,
-        limit: u32,
-        lease_ms: u64,
-    ) -> Result<Vec<Claimed>, StoreError> {
+    async fn claim(&self, now_ms: i64, limit: u32, lease_ms: u64) -> Result<Vec<Claimed>, StoreError> {
         let mut tx = self.begin().await?;
         let due = sqlx::query(
             "SELECT id, operation_id, attempts, previous_delay_ms, in_flight FROM outbox \
@@ -441,10 +367,7 @@ impl Store for SqliteStore {
         }
         let token = self.tokens.fetch_add(1, Ordering::Relaxed);
         let ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("id")).collect();
-        let op_ids: Vec<i64> = due
-            .iter()
-            .map(|r| r.get::<i64, _>("operation_id"))
-            .collect();
+        let op_ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("operation_id")).collect();
         let ids_json = serde_json::to_string(&ids).unwrap_or_default();
         let op_ids_json = serde_json::to_string(&op_ids).unwrap_or_default();
         sqlx::query(
@@ -467,13 +390,11 @@ impl Store for SqliteStore {
         .execute(&mut *tx)
         .await
         .context("stamping first key use")?;
-        let rows = sqlx::query(select_operation!(
-            "WHERE o.id IN (SELECT value FROM json_each(?1))"
-        ))
-        .bind(&op_ids_json)
-        .fetch_all(&mut *tx)
-        .await
-        .context("reading claimed operations")?;
+        let rows = sqlx::query(select_operation!("WHERE o.id IN (SELECT value FROM json_each(?1))"))
+            .bind(&op_ids_json)
+            .fetch_all(&mut *tx)
+            .await
+            .context("reading claimed operations")?;
         tx.commit().await.context("committing a claim")?;
         let mut operations = std::collections::HashMap::with_capacity(rows.len());
         for row in &rows {
@@ -483,12 +404,10 @@ impl Store for SqliteStore {
         due.iter()
             .map(|r| {
                 let operation_id: i64 = r.get("operation_id");
-                let operation = operations
-                    .remove(&operation_id)
-                    .ok_or(StoreError::Corrupt {
-                        what: "outbox message",
-                        detail: format!("operation {operation_id} is missing"),
-                    })?;
+                let operation = operations.remove(&operation_id).ok_or(StoreError::Corrupt {
+                    what: "outbox message",
+                    detail: format!("operation {operation_id} is missing"),
+                })?;
                 Ok(Claimed {
                     outbox_id: r.get("id"),
                     lease_token: token,
@@ -501,11 +420,7 @@ impl Store for SqliteStore {
             .collect()
     }
 
-    async fn complete(
-        &self,
-        completions: Vec<Completion>,
-        now_ms: i64,
-    ) -> Result<Vec<bool>, StoreError> {
+    async fn complete(&self, completions: Vec<Completion>, now_ms: i64) -> Result<Vec<bool>, StoreError> {
         let mut tx = self.begin().await?;
         let mut applied = Vec::with_capacity(completions.len());
         for c in &completions {
@@ -530,22 +445,17 @@ impl Store for SqliteStore {
 
     async fn reconcile(&self, r: Reconciled, now_ms: i64) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
-        let status: Option<String> =
-            sqlx::query_scalar("SELECT status FROM operations WHERE id = ?1")
-                .bind(r.operation_id)
-                .fetch_optional(&mut *tx)
-                .await
-                .context("reading an operation")?;
+        let status: Option<String> = sqlx::query_scalar("SELECT status FROM operations WHERE id = ?1")
+            .bind(r.operation_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .context("reading an operation")?;
         if status.as_deref() != Some("unknown") {
             return Ok(());
         }
         insert_attempt(&mut tx, r.operation_id, &r.attempt).await?;
         match &r.resolution {
-            Resolution::Found {
-                outcome,
-                provider_ref,
-                response,
-            } => {
+            Resolution::Found { outcome, provider_ref, response } => {
                 let status = OperationStatus::from(*outcome);
                 set_operation(
                     &mut tx,
@@ -559,10 +469,7 @@ impl Store for SqliteStore {
                 )
                 .await?;
             }
-            Resolution::Requeue {
-                key_group,
-                provider_key,
-            } => {
+            Resolution::Requeue { key_group, provider_key } => {
                 sqlx::query(
                     "UPDATE operations SET status = 'pending', provider_key = ?3, \
                      key_first_sent_at_ms = CASE WHEN key_group = ?2 THEN key_first_sent_at_ms END, \
@@ -627,11 +534,7 @@ impl Store for SqliteStore {
     }
 
     async fn operation(&self, idempotency_key: &str) -> Result<Option<Operation>, StoreError> {
-        let mut conn = self
-            .pool
-            .acquire()
-            .await
-            .context("acquiring a connection")?;
+        let mut conn = self.pool.acquire().await.context("acquiring a connection")?;
         operation_by_key(&mut conn, idempotency_key).await
     }
 
@@ -648,10 +551,10 @@ impl Store for SqliteStore {
             .map(|r| {
                 let kind: String = r.get("kind");
                 Ok(AttemptRow {
-                    kind: if kind == "call" {
-                        AttemptKind::Call
-                    } else {
-                        AttemptKind::Lookup
+                    kind: match kind.as_str() {
+                        "call" => AttemptKind::Call,
+                        "lookup" => AttemptKind::Lookup,
+                        _ => AttemptKind::Skipped,
                     },
                     attempt_no: r.get::<i64, _>("attempt_no") as u32,
                     provider_key: r.get("provider_key"),

@@ -56,11 +56,7 @@ pub struct Problem {
 
 impl Problem {
     fn new(status: StatusCode, slug: &'static str, detail: impl Into<String>) -> Self {
-        Self {
-            status,
-            slug,
-            detail: detail.into(),
-        }
+        Self { status, slug, detail: detail.into() }
     }
 }
 
@@ -72,12 +68,7 @@ impl IntoResponse for Problem {
             "status": self.status.as_u16(),
             "detail": self.detail,
         });
-        (
-            self.status,
-            [(header::CONTENT_TYPE, "application/problem+json")],
-            body.to_string(),
-        )
-            .into_response()
+        (self.status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
     }
 }
 
@@ -118,11 +109,7 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for ApiJson<
                     _ if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => "body-too-large",
                     _ => "unreadable-body",
                 };
-                Err(Problem::new(
-                    rejection.status(),
-                    slug,
-                    rejection.body_text(),
-                ))
+                Err(Problem::new(rejection.status(), slug, rejection.body_text()))
             }
         }
     }
@@ -147,22 +134,14 @@ struct OperationView {
 }
 
 fn view(operation: Operation) -> OperationView {
-    let status_url = format!(
-        "/v1/operations/{}",
-        encode_segment(&operation.idempotency_key)
-    );
-    OperationView {
-        operation,
-        status_url,
-    }
+    let status_url = format!("/v1/operations/{}", encode_segment(&operation.idempotency_key));
+    OperationView { operation, status_url }
 }
 
 fn encode_segment(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -186,10 +165,7 @@ async fn submit<S: Store>(
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "unknown-operation",
-            format!(
-                "Provider {:?} has no operation {:?}.",
-                body.provider, body.operation
-            ),
+            format!("Provider {:?} has no operation {:?}.", body.provider, body.operation),
         ));
     };
     if !body.payload.is_object() {
@@ -199,12 +175,9 @@ async fn submit<S: Store>(
             "`payload` must be a JSON object.",
         ));
     }
-    let reference = body.reference.or_else(|| {
-        body.payload
-            .get(&spec.reference_field)
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    });
+    let reference = body
+        .reference
+        .or_else(|| body.payload.get(&spec.reference_field).and_then(Value::as_str).map(str::to_owned));
     let op = NewOperation {
         idempotency_key: key,
         provider: body.provider,
@@ -220,12 +193,7 @@ async fn submit<S: Store>(
         Submitted::Replayed(op) => (StatusCode::OK, op),
     };
     let view = view(op);
-    Ok((
-        status,
-        [(header::LOCATION, view.status_url.clone())],
-        Json(view),
-    )
-        .into_response())
+    Ok((status, [(header::LOCATION, view.status_url.clone())], Json(view)).into_response())
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {

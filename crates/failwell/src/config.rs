@@ -159,11 +159,7 @@ struct RawBackoff {
 
 impl Default for RawBackoff {
     fn default() -> Self {
-        Self {
-            base_ms: 200,
-            cap_ms: 30_000,
-            jitter: Jitter::Full,
-        }
+        Self { base_ms: 200, cap_ms: 30_000, jitter: Jitter::Full }
     }
 }
 
@@ -221,19 +217,15 @@ pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
     let mut figment = Figment::from(Toml::string(DEFAULTS));
     let source_name = match file {
         Some(path) => {
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Unreadable {
-                path: path.into(),
-                source,
-            })?;
+            std::fs::read_to_string(path)
+                .map_err(|source| ConfigError::Unreadable { path: path.into(), source })?;
             figment = figment.merge(Toml::file_exact(path));
             path.display().to_string()
         }
         None => "built-in defaults".to_string(),
     };
     figment = figment.merge(Env::prefixed("FAILWELL_").split("__"));
-    let raw: RawConfig = figment
-        .extract()
-        .map_err(|e| ConfigError::Parse(Box::new(e)))?;
+    let raw: RawConfig = figment.extract().map_err(|e| ConfigError::Parse(Box::new(e)))?;
     validate(raw, &source_name)
 }
 
@@ -241,9 +233,7 @@ pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
 /// environment), for tests and the demo.
 pub fn from_toml(text: &str, source_name: &str) -> Result<Config, ConfigError> {
     let figment = Figment::from(Toml::string(DEFAULTS)).merge(Toml::string(text));
-    let raw: RawConfig = figment
-        .extract()
-        .map_err(|e| ConfigError::Parse(Box::new(e)))?;
+    let raw: RawConfig = figment.extract().map_err(|e| ConfigError::Parse(Box::new(e)))?;
     validate(raw, source_name)
 }
 
@@ -269,10 +259,9 @@ impl Checker<'_> {
 
     fn pointer(&self, key: &str, value: &str) -> Result<String, ConfigError> {
         if !value.is_empty() && !value.starts_with('/') {
-            return Err(self.invalid(
-                key,
-                format!("{value:?} is not a JSON pointer (it must start with '/')"),
-            ));
+            return Err(
+                self.invalid(key, format!("{value:?} is not a JSON pointer (it must start with '/')"))
+            );
         }
         Ok(value.to_string())
     }
@@ -281,29 +270,21 @@ impl Checker<'_> {
 fn validate(raw: RawConfig, source_name: &str) -> Result<Config, ConfigError> {
     let c = Checker { source_name };
     if !raw.database_url.starts_with("sqlite:") {
-        return Err(c.invalid(
-            "database_url",
-            format!("{:?}: only sqlite: URLs are supported", raw.database_url),
-        ));
+        return Err(
+            c.invalid("database_url", format!("{:?}: only sqlite: URLs are supported", raw.database_url))
+        );
     }
     let synchronous = match raw.sqlite_synchronous.as_str() {
         "full" => Synchronous::Full,
         "normal" => Synchronous::Normal,
         other => {
-            return Err(c.invalid(
-                "sqlite_synchronous",
-                format!("{other:?}: expected \"full\" or \"normal\""),
-            ));
+            return Err(
+                c.invalid("sqlite_synchronous", format!("{other:?}: expected \"full\" or \"normal\""))
+            );
         }
     };
     let listen = raw.listen.parse().map_err(|e| {
-        c.invalid(
-            "listen",
-            format!(
-                "{:?} is not an address like 127.0.0.1:8080: {e}",
-                raw.listen
-            ),
-        )
+        c.invalid("listen", format!("{:?} is not an address like 127.0.0.1:8080: {e}", raw.listen))
     })?;
     if raw.max_body_bytes == 0 {
         return Err(c.invalid("max_body_bytes", "must be greater than 0"));
@@ -341,10 +322,7 @@ fn validate(raw: RawConfig, source_name: &str) -> Result<Config, ConfigError> {
             ));
         }
         let client = ProviderClient::new(spec).map_err(|e| {
-            c.invalid(
-                format!("providers.{name}"),
-                format!("cannot build the HTTP client: {e}"),
-            )
+            c.invalid(format!("providers.{name}"), format!("cannot build the HTTP client: {e}"))
         })?;
         providers.insert(name, client);
     }
@@ -361,17 +339,12 @@ fn validate(raw: RawConfig, source_name: &str) -> Result<Config, ConfigError> {
 
 fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec, ConfigError> {
     let key = |k: &str| format!("providers.{name}.{k}");
-    let base_url: reqwest::Url = p.base_url.parse().map_err(|e| {
-        c.invalid(
-            key("base_url"),
-            format!("{:?} is not a URL: {e}", p.base_url),
-        )
-    })?;
+    let base_url: reqwest::Url = p
+        .base_url
+        .parse()
+        .map_err(|e| c.invalid(key("base_url"), format!("{:?} is not a URL: {e}", p.base_url)))?;
     if !matches!(base_url.scheme(), "http" | "https") {
-        return Err(c.invalid(
-            key("base_url"),
-            format!("{:?}: the scheme must be http or https", p.base_url),
-        ));
+        return Err(c.invalid(key("base_url"), format!("{:?}: the scheme must be http or https", p.base_url)));
     }
     let backoff = Backoff::try_new(
         Duration::from_millis(p.backoff.base_ms),
@@ -387,8 +360,7 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
     )
     .map_err(|e| c.invalid(key("max_attempts"), e.to_string()))?;
     let timeout = c.positive(&key("timeout_ms"), p.timeout_ms)?;
-    if p.idempotency_keys
-        && reqwest::header::HeaderName::from_bytes(p.idempotency_header.as_bytes()).is_err()
+    if p.idempotency_keys && reqwest::header::HeaderName::from_bytes(p.idempotency_header.as_bytes()).is_err()
     {
         return Err(c.invalid(
             key("idempotency_header"),
@@ -401,16 +373,9 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
     };
     let mut statuses = BTreeMap::new();
     for (status, class) in p.classify.statuses {
-        let code = status
-            .parse::<u16>()
-            .ok()
-            .filter(|s| (100..=599).contains(s))
-            .ok_or_else(|| {
-                c.invalid(
-                    key(&format!("classify.statuses.{status}")),
-                    "not an HTTP status code (100-599)",
-                )
-            })?;
+        let code = status.parse::<u16>().ok().filter(|s| (100..=599).contains(s)).ok_or_else(|| {
+            c.invalid(key(&format!("classify.statuses.{status}")), "not an HTTP status code (100-599)")
+        })?;
         statuses.insert(code, class);
     }
     let lookup = p
@@ -429,30 +394,20 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
     let mut operations = BTreeMap::new();
     for (op_name, o) in p.operations {
         let okey = |k: &str| key(&format!("operations.{op_name}.{k}"));
-        let method = o.method.parse::<reqwest::Method>().map_err(|_| {
-            c.invalid(
-                okey("method"),
-                format!("{:?} is not an HTTP method", o.method),
-            )
-        })?;
+        let method = o
+            .method
+            .parse::<reqwest::Method>()
+            .map_err(|_| c.invalid(okey("method"), format!("{:?} is not an HTTP method", o.method)))?;
         let encoding = match o.encoding.as_str() {
             "json" => Encoding::Json,
             "form" => Encoding::Form,
             other => {
-                return Err(c.invalid(
-                    okey("encoding"),
-                    format!("{other:?}: expected \"json\" or \"form\""),
-                ));
+                return Err(c.invalid(okey("encoding"), format!("{other:?}: expected \"json\" or \"form\"")));
             }
         };
         operations.insert(
             op_name,
-            OperationSpec {
-                method,
-                path: o.path,
-                encoding,
-                reference_field: o.reference_field,
-            },
+            OperationSpec { method, path: o.path, encoding, reference_field: o.reference_field },
         );
     }
     Ok(ProviderSpec {

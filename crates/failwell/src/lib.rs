@@ -21,6 +21,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 
+/// Why [`Server::start`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The database could not be opened or migrated.
+    #[error("cannot open the store")]
+    Store(#[from] StoreError),
+    /// The listener has no local address.
+    #[error("cannot read the listener's address")]
+    Listener(#[source] std::io::Error),
+}
+
 /// A running failwell: store, relay, reconciler and HTTP API.
 #[derive(Debug)]
 pub struct Server {
@@ -35,39 +46,23 @@ impl Server {
     /// Opens the store (applying migrations), starts the relay and the
     /// reconciler, and serves the API on `listener`. Errors: the database
     /// cannot be opened or migrated.
-    pub async fn start(config: Config, listener: TcpListener) -> Result<Self, StoreError> {
+    pub async fn start(config: Config, listener: TcpListener) -> Result<Self, StartError> {
+        let addr = listener.local_addr().map_err(StartError::Listener)?;
         let store = SqliteStore::open(&config.database_url, config.synchronous).await?;
-        let engine = Engine::start(
-            store.clone(),
-            config.providers.clone(),
-            config.relay,
-            config.reconciler,
-        );
+        let engine = Engine::start(store.clone(), config.providers.clone(), config.relay, config.reconciler);
         let state = Arc::new(api::AppState {
             store: store.clone(),
             providers: config.providers,
             wake: engine.waker(),
         });
         let app = api::router(state, config.max_body_bytes);
-        let addr = listener.local_addr().map_err(|e| StoreError::Corrupt {
-            what: "listener",
-            detail: e.to_string(),
-        })?;
         let stop_http = CancellationToken::new();
         let stop = stop_http.clone();
         let http = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
+            axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await
         });
         tracing::info!(%addr, "failwell is serving");
-        Ok(Self {
-            addr,
-            store,
-            engine,
-            http,
-            stop_http,
-        })
+        Ok(Self { addr, store, engine, http, stop_http })
     }
 
     /// The API's address.

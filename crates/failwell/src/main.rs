@@ -95,63 +95,43 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let listener = TcpListener::bind(config.listen)
                 .await
                 .with_context(|| format!("cannot listen on {}", config.listen))?;
-            let server = failwell::Server::start(config, listener)
-                .await
-                .context("cannot start failwell")?;
-            tokio::signal::ctrl_c()
-                .await
-                .context("cannot wait for Ctrl-C")?;
+            let server = failwell::Server::start(config, listener).await.context("cannot start failwell")?;
+            shutdown_signal().await?;
             tracing::info!("shutting down: finishing attempts in flight");
             server.shutdown().await;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Sim {
-            listen,
-            profile,
-            seed,
-            key_ttl_ms,
-        } => {
-            let listener = TcpListener::bind(&listen)
-                .await
-                .with_context(|| format!("cannot listen on {listen}"))?;
+        Command::Sim { listen, profile, seed, key_ttl_ms } => {
+            let listener =
+                TcpListener::bind(&listen).await.with_context(|| format!("cannot listen on {listen}"))?;
             let mut config = SimConfig::new(profile, seed);
             config.key_ttl = std::time::Duration::from_millis(key_ttl_ms);
-            eprintln!(
-                "provider simulator ({profile}, seed {seed}) on http://{}",
-                listener.local_addr()?
-            );
-            failwell_sim::serve(config, listener)
-                .await
-                .context("simulator failed")?;
+            eprintln!("provider simulator ({profile}, seed {seed}) on http://{}", listener.local_addr()?);
+            failwell_sim::serve(config, listener).await.context("simulator failed")?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Demo {
-            orders,
-            seed,
-            profile,
-            json,
-            concurrency,
-        } => {
+        Command::Demo { orders, seed, profile, json, concurrency } => {
             anyhow::ensure!(orders > 0, "--orders must be at least 1");
             anyhow::ensure!(concurrency > 0, "--concurrency must be at least 1");
-            let report = demo::run(DemoArgs {
-                orders,
-                seed,
-                profile,
-                concurrency,
-            })
-            .await?;
+            let report = demo::run(DemoArgs { orders, seed, profile, concurrency }).await?;
             println!("{}", report.table());
             if let Some(path) = json {
                 let text = serde_json::to_string_pretty(&report)?;
                 std::fs::write(&path, text + "\n")
                     .with_context(|| format!("cannot write {}", path.display()))?;
             }
-            Ok(if report.failwell_held() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+            Ok(if report.failwell_held() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
     }
+}
+
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM.
+async fn shutdown_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("cannot wait for Ctrl-C")?,
+        _ = term.recv() => {}
+    }
+    Ok(())
 }

@@ -10,16 +10,10 @@ fn ms(v: u64) -> Duration {
 
 #[test]
 fn rejects_zero_base_and_cap_below_base() {
-    assert_eq!(
-        Backoff::try_new(ms(0), ms(10), Jitter::Full),
-        Err(BackoffError::ZeroBase)
-    );
+    assert_eq!(Backoff::try_new(ms(0), ms(10), Jitter::Full), Err(BackoffError::ZeroBase));
     assert_eq!(
         Backoff::try_new(ms(100), ms(10), Jitter::Full),
-        Err(BackoffError::CapBelowBase {
-            base_ms: 100,
-            cap_ms: 10
-        })
+        Err(BackoffError::CapBelowBase { base_ms: 100, cap_ms: 10 })
     );
 }
 
@@ -29,12 +23,7 @@ fn ceiling_doubles_then_caps_without_overflow() {
     let got: Vec<u128> = (0..8).map(|n| b.ceiling(n).as_millis()).collect();
     assert_eq!(got, vec![100, 200, 400, 800, 1600, 3200, 5000, 5000]);
     assert_eq!(b.ceiling(u32::MAX), ms(5_000));
-    let huge = Backoff::try_new(
-        Duration::from_secs(u64::MAX / 4),
-        Duration::MAX,
-        Jitter::None,
-    )
-    .unwrap();
+    let huge = Backoff::try_new(Duration::from_secs(u64::MAX / 4), Duration::MAX, Jitter::None).unwrap();
     assert_eq!(huge.ceiling(40), Duration::MAX);
 }
 
@@ -42,18 +31,10 @@ fn ceiling_doubles_then_caps_without_overflow() {
 fn full_jitter_stays_within_zero_and_ceiling_and_spreads() {
     let b = Backoff::try_new(ms(100), ms(1_000), Jitter::Full).unwrap();
     let mut rng = StdRng::seed_from_u64(7);
-    let delays: Vec<Duration> = (0..1000)
-        .map(|_| b.delay(3, Duration::ZERO, &mut rng))
-        .collect();
+    let delays: Vec<Duration> = (0..1000).map(|_| b.delay(3, Duration::ZERO, &mut rng)).collect();
     assert!(delays.iter().all(|d| *d <= ms(800)));
-    assert!(
-        delays.iter().any(|d| *d < ms(200)),
-        "full jitter reaches low values"
-    );
-    assert!(
-        delays.iter().any(|d| *d > ms(600)),
-        "full jitter reaches high values"
-    );
+    assert!(delays.iter().any(|d| *d < ms(200)), "full jitter reaches low values");
+    assert!(delays.iter().any(|d| *d > ms(600)), "full jitter reaches high values");
 }
 
 #[test]

@@ -15,19 +15,11 @@ fn policy(max_attempts: u32) -> RetryPolicy {
 }
 
 fn keyed() -> IdempotencyPolicy {
-    IdempotencyPolicy {
-        header: Some("Idempotency-Key".into()),
-        key_ttl: Duration::from_secs(86_400),
-    }
+    IdempotencyPolicy { header: Some("Idempotency-Key".into()), key_ttl: Duration::from_secs(86_400) }
 }
 
 fn first() -> Attempted {
-    Attempted {
-        attempts: 1,
-        age: ms(50),
-        key_age: ms(50),
-        previous_delay: Duration::ZERO,
-    }
+    Attempted { attempts: 1, age: ms(50), key_age: ms(50), previous_delay: Duration::ZERO }
 }
 
 fn run(p: &RetryPolicy, i: &IdempotencyPolicy, c: Classification, a: Attempted) -> Decision {
@@ -39,22 +31,13 @@ const RETRY: Classification = Classification::Retryable { retry_after: None };
 #[test]
 fn validation() {
     let b = Backoff::try_new(ms(1), ms(1), Jitter::None).unwrap();
-    assert_eq!(
-        RetryPolicy::try_new(0, b, ms(1), ms(1)),
-        Err(RetryPolicyError::ZeroAttempts)
-    );
-    assert_eq!(
-        RetryPolicy::try_new(1, b, ms(0), ms(1)),
-        Err(RetryPolicyError::ZeroDeadline)
-    );
+    assert_eq!(RetryPolicy::try_new(0, b, ms(1), ms(1)), Err(RetryPolicyError::ZeroAttempts));
+    assert_eq!(RetryPolicy::try_new(1, b, ms(0), ms(1)), Err(RetryPolicyError::ZeroDeadline));
 }
 
 #[test]
 fn permanent_fails_once() {
-    assert_eq!(
-        run(&policy(5), &keyed(), Classification::Permanent, first()),
-        Decision::Fail
-    );
+    assert_eq!(run(&policy(5), &keyed(), Classification::Permanent, first()), Decision::Fail);
 }
 
 #[test]
@@ -74,58 +57,31 @@ fn retryable_backs_off_exponentially() {
 
 #[test]
 fn exhausted_attempts_dead_letter_retryable_but_reconcile_ambiguous() {
-    let a = Attempted {
-        attempts: 3,
-        ..first()
-    };
-    assert_eq!(
-        run(&policy(3), &keyed(), RETRY, a),
-        Decision::DeadLetter {
-            reason: "attempts exhausted"
-        }
-    );
+    let a = Attempted { attempts: 3, ..first() };
+    assert_eq!(run(&policy(3), &keyed(), RETRY, a), Decision::DeadLetter { reason: "attempts exhausted" });
     assert_eq!(
         run(&policy(3), &keyed(), Classification::Ambiguous, a),
-        Decision::Unknown {
-            reason: "attempts exhausted"
-        }
+        Decision::Unknown { reason: "attempts exhausted" }
     );
 }
 
 #[test]
 fn retry_after_is_a_floor_and_is_capped() {
-    let wait = |s| Classification::Retryable {
-        retry_after: Some(Duration::from_secs(s)),
-    };
-    assert_eq!(
-        run(&policy(5), &keyed(), wait(3), first()),
-        Decision::Retry { delay: ms(3_000) }
-    );
+    let wait = |s| Classification::Retryable { retry_after: Some(Duration::from_secs(s)) };
+    assert_eq!(run(&policy(5), &keyed(), wait(3), first()), Decision::Retry { delay: ms(3_000) });
     assert_eq!(
         run(&policy(5), &keyed(), wait(11), first()),
-        Decision::DeadLetter {
-            reason: "Retry-After exceeds max_retry_after"
-        }
+        Decision::DeadLetter { reason: "Retry-After exceeds max_retry_after" }
     );
 }
 
 #[test]
 fn deadline_stops_retries() {
-    let a = Attempted {
-        age: ms(59_950),
-        ..first()
-    };
-    assert_eq!(
-        run(&policy(5), &keyed(), RETRY, a),
-        Decision::DeadLetter {
-            reason: "deadline exceeded"
-        }
-    );
+    let a = Attempted { age: ms(59_950), ..first() };
+    assert_eq!(run(&policy(5), &keyed(), RETRY, a), Decision::DeadLetter { reason: "deadline exceeded" });
     assert_eq!(
         run(&policy(5), &keyed(), Classification::Ambiguous, a),
-        Decision::Unknown {
-            reason: "deadline exceeded"
-        }
+        Decision::Unknown { reason: "deadline exceeded" }
     );
 }
 
@@ -135,29 +91,16 @@ fn ambiguous_retries_only_under_a_live_key() {
         run(&policy(5), &keyed(), Classification::Ambiguous, first()),
         Decision::Retry { delay: ms(100) }
     );
-    let short = IdempotencyPolicy {
-        key_ttl: ms(150),
-        ..keyed()
-    };
+    let short = IdempotencyPolicy { key_ttl: ms(150), ..keyed() };
     assert_eq!(
         run(&policy(5), &short, Classification::Ambiguous, first()),
-        Decision::Unknown {
-            reason: "idempotency key expires before the retry"
-        }
+        Decision::Unknown { reason: "idempotency key expires before the retry" }
     );
-    let none = IdempotencyPolicy {
-        header: None,
-        ..keyed()
-    };
+    let none = IdempotencyPolicy { header: None, ..keyed() };
     assert_eq!(
         run(&policy(5), &none, Classification::Ambiguous, first()),
-        Decision::Unknown {
-            reason: "provider has no idempotency keys"
-        }
+        Decision::Unknown { reason: "provider has no idempotency keys" }
     );
     // a retryable failure is retried even without keys: the provider did not act
-    assert_eq!(
-        run(&policy(5), &none, RETRY, first()),
-        Decision::Retry { delay: ms(100) }
-    );
+    assert_eq!(run(&policy(5), &none, RETRY, first()), Decision::Retry { delay: ms(100) });
 }

@@ -15,9 +15,7 @@ fn stormy(seed: u64) -> SimConfig {
 }
 
 fn schedule(config: &SimConfig) -> Vec<(Fault, Duration)> {
-    (0..200)
-        .map(|i| planned(config, &format!("ref-{}", i % 10), i / 10))
-        .collect()
+    (0..200).map(|i| planned(config, &format!("ref-{}", i % 10), i / 10)).collect()
 }
 
 #[test]
@@ -52,11 +50,7 @@ fn profiles_follow_their_documented_distributions() {
         *counts.entry(name.as_str().unwrap().to_owned()).or_default() += 1;
     }
     let percent = |n: u32| f64::from(n) * 100.0 / total as f64;
-    assert!(
-        (1.5..2.5).contains(&percent(slow)),
-        "slow {}",
-        percent(slow)
-    );
+    assert!((1.5..2.5).contains(&percent(slow)), "slow {}", percent(slow));
     let expected = [
         ("timeout_after_commit", 5.0),
         ("reset_after_commit", 3.0),
@@ -74,10 +68,7 @@ fn profiles_follow_their_documented_distributions() {
 
 /// Status of a request, or 0 for a connection-level failure.
 async fn outcomes(sim: &Simulator) -> BTreeMap<(u64, u64), u16> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
     let mut tasks = Vec::new();
     for r in 0..10u64 {
         let client = client.clone();
@@ -87,11 +78,7 @@ async fn outcomes(sim: &Simulator) -> BTreeMap<(u64, u64), u16> {
             for n in 0..20u64 {
                 let status = client
                     .post(format!("{base}/v1/charges"))
-                    .form(&[
-                        ("amount", "1000"),
-                        ("currency", "usd"),
-                        ("reference", &format!("ref-{r}")),
-                    ])
+                    .form(&[("amount", "1000"), ("currency", "usd"), ("reference", &format!("ref-{r}"))])
                     .send()
                     .await
                     .map_or(0, |resp| resp.status().as_u16());
@@ -128,15 +115,10 @@ async fn same_seed_same_http_outcomes() {
     for (&(r, n), &status) in &got_a {
         let (fault, _) = planned(&config, &format!("ref-{r}"), n);
         assert_eq!(status, expected_status(fault), "ref-{r} #{n} {fault:?}");
-        committed += u64::from(matches!(
-            fault,
-            Fault::Ok | Fault::TimeoutAfterCommit | Fault::ResetAfterCommit
-        ));
+        committed +=
+            u64::from(matches!(fault, Fault::Ok | Fault::TimeoutAfterCommit | Fault::ResetAfterCommit));
     }
-    assert!(
-        got_a.values().any(|&s| s != 200),
-        "200 stormy requests should see faults"
-    );
+    assert!(got_a.values().any(|&s| s != 200), "200 stormy requests should see faults");
     assert_eq!(a.effects().charges, committed);
     assert_eq!(b.effects().charges, committed);
     let other = start(stormy(8)).await;
@@ -150,10 +132,7 @@ fn profile_and_fault_names() {
     }
     assert_eq!("Stormy".parse::<Profile>().unwrap(), Profile::Stormy);
     let err = "windy".parse::<Profile>().unwrap_err().to_string();
-    assert!(
-        err.contains("windy") && err.contains("calm, stormy, outage"),
-        "{err}"
-    );
+    assert!(err.contains("windy") && err.contains("calm, stormy, outage"), "{err}");
     let names = serde_json::to_string(&[
         Fault::Ok,
         Fault::TimeoutAfterCommit,
@@ -171,12 +150,7 @@ fn profile_and_fault_names() {
     let config = SimConfig::new(Profile::Calm, 5);
     assert_eq!(config.key_ttl, Duration::from_secs(86_400));
     assert_eq!(
-        (
-            config.decline_suffix,
-            config.hang,
-            config.retry_after_secs,
-            config.outage
-        ),
+        (config.decline_suffix, config.hang, config.retry_after_secs, config.outage),
         (2, Duration::from_secs(30), 1, Duration::from_secs(3))
     );
 }

@@ -12,15 +12,7 @@ use crate::{Fault, Profile, SimConfig};
 #[tokio::test]
 async fn pre_commit_faults_answer_without_effect() {
     let sim = start_calm().await;
-    sim.script(
-        "pre",
-        vec![
-            Fault::Error500,
-            Fault::Error502,
-            Fault::Error503,
-            Fault::RateLimited,
-        ],
-    );
+    sim.script("pre", vec![Fault::Error500, Fault::Error502, Fault::Error503, Fault::RateLimited]);
     let client = client();
     let expected = [
         (500, "api_error", "internal_error"),
@@ -29,9 +21,7 @@ async fn pre_commit_faults_answer_without_effect() {
         (429, "rate_limit_error", "rate_limit"),
     ];
     for (status, kind, code) in expected {
-        let response = post_charge(&client, &sim, Some("kp"), 1000, "pre")
-            .await
-            .unwrap();
+        let response = post_charge(&client, &sim, Some("kp"), 1000, "pre").await.unwrap();
         let retry_after = response.headers().get("retry-after").cloned();
         let (got, replayed, body) = parts(response).await;
         assert_eq!((got, replayed), (status, false));
@@ -44,12 +34,8 @@ async fn pre_commit_faults_answer_without_effect() {
     }
     assert_eq!(sim.effects().charges, 0);
     // Nothing was stored under the key: the fifth request (past the script) commits.
-    let (status, replayed, _) = parts(
-        post_charge(&client, &sim, Some("kp"), 1000, "pre")
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, replayed, _) =
+        parts(post_charge(&client, &sim, Some("kp"), 1000, "pre").await.unwrap()).await;
     assert_eq!((status, replayed), (200, false));
     let effects = sim.effects();
     assert_eq!(effects.by_reference["pre"].requests, 5);
@@ -60,13 +46,8 @@ async fn pre_commit_faults_answer_without_effect() {
 async fn timeout_after_commit_commits_then_hangs() {
     let sim = start_calm().await;
     sim.script("slow", vec![Fault::TimeoutAfterCommit]);
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_millis(200))
-        .build()
-        .unwrap();
-    let err = post_charge(&client, &sim, Some("kt"), 1000, "slow")
-        .await
-        .unwrap_err();
+    let client = reqwest::Client::builder().timeout(Duration::from_millis(200)).build().unwrap();
+    let err = post_charge(&client, &sim, Some("kt"), 1000, "slow").await.unwrap_err();
     assert!(err.is_timeout(), "{err:?}");
     assert_eq!(sim.effects().by_reference["slow"].effects, 1);
 }
@@ -78,12 +59,7 @@ async fn timeout_after_commit_answers_after_hang() {
     let sim = start(config).await;
     sim.script("late", vec![Fault::TimeoutAfterCommit]);
     let started = Instant::now();
-    let (status, _, _) = parts(
-        post_charge(&client(), &sim, None, 1000, "late")
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _, _) = parts(post_charge(&client(), &sim, None, 1000, "late").await.unwrap()).await;
     assert_eq!(status, 200);
     assert!(started.elapsed() >= Duration::from_millis(50));
 }
@@ -91,14 +67,9 @@ async fn timeout_after_commit_answers_after_hang() {
 #[tokio::test]
 async fn reset_after_commit_resets_the_connection() {
     let sim = start_calm().await;
-    sim.script(
-        "rst",
-        vec![Fault::ResetAfterCommit, Fault::ResetAfterCommit],
-    );
+    sim.script("rst", vec![Fault::ResetAfterCommit, Fault::ResetAfterCommit]);
     let client = client();
-    let err = post_charge(&client, &sim, Some("kr"), 1000, "rst")
-        .await
-        .unwrap_err();
+    let err = post_charge(&client, &sim, Some("kr"), 1000, "rst").await.unwrap_err();
     assert!(!err.is_timeout(), "{err:?}");
     assert!(err.status().is_none(), "no response expected: {err:?}");
     assert_eq!(sim.effects().by_reference["rst"].effects, 1);
@@ -119,12 +90,8 @@ async fn reset_after_commit_resets_the_connection() {
     assert_eq!(sim.effects().by_reference["rst"].effects, 2);
 
     // The key completed when the connection died: a retry replays the charge.
-    let (status, replayed, _) = parts(
-        post_charge(&client, &sim, Some("kr"), 1000, "rst")
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, replayed, _) =
+        parts(post_charge(&client, &sim, Some("kr"), 1000, "rst").await.unwrap()).await;
     assert_eq!((status, replayed), (200, true));
     assert_eq!(sim.effects().by_reference["rst"].effects, 2);
 }
@@ -135,49 +102,22 @@ async fn down_mode_answers_503_everywhere_until_cleared() {
     let client = client();
     let base = sim.base_url();
     let put = |down: bool| {
-        client
-            .put(format!("{base}/_sim/down"))
-            .json(&serde_json::json!({ "down": down }))
-            .send()
+        client.put(format!("{base}/_sim/down")).json(&serde_json::json!({ "down": down })).send()
     };
     assert_eq!(put(true).await.unwrap().status(), 200);
-    let (status, _, body) = parts(
-        post_charge(&client, &sim, Some("kd"), 1000, "down")
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _, body) = parts(post_charge(&client, &sim, Some("kd"), 1000, "down").await.unwrap()).await;
     assert_eq!(status, 503);
     assert_eq!(body["error"]["code"], "service_unavailable");
-    let lookup = client
-        .get(format!("{base}/v1/charges?reference=down"))
-        .send()
-        .await
-        .unwrap();
+    let lookup = client.get(format!("{base}/v1/charges?reference=down")).send().await.unwrap();
     assert_eq!(lookup.status(), 503);
     assert_eq!(sim.effects().charges, 0);
     assert_eq!(put(false).await.unwrap().status(), 200);
-    let (status, replayed, _) = parts(
-        post_charge(&client, &sim, Some("kd"), 1000, "down")
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, replayed, _) =
+        parts(post_charge(&client, &sim, Some("kd"), 1000, "down").await.unwrap()).await;
     assert_eq!((status, replayed), (200, false));
     sim.set_down(true);
-    assert_eq!(
-        post_charge(&client, &sim, None, 1000, "down")
-            .await
-            .unwrap()
-            .status(),
-        503
-    );
-    let bad = client
-        .put(format!("{base}/_sim/down"))
-        .body("{\"down\":1}")
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(post_charge(&client, &sim, None, 1000, "down").await.unwrap().status(), 503);
+    let bad = client.put(format!("{base}/_sim/down")).body("{\"down\":1}").send().await.unwrap();
     assert_eq!(bad.status(), 400);
 }
 
@@ -187,25 +127,13 @@ async fn outage_profile_fails_then_recovers() {
     config.outage = Duration::from_millis(300);
     let sim = start(config).await;
     let client = client();
-    let (status, _, _) = parts(
-        post_charge(&client, &sim, Some("ko"), 1000, "out")
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _, _) = parts(post_charge(&client, &sim, Some("ko"), 1000, "out").await.unwrap()).await;
     assert_eq!(status, 503);
-    let lookup = client
-        .get(format!("{}/v1/charges/ch_x", sim.base_url()))
-        .send()
-        .await
-        .unwrap();
+    let lookup = client.get(format!("{}/v1/charges/ch_x", sim.base_url())).send().await.unwrap();
     assert_eq!(lookup.status(), 503);
     assert_eq!(sim.effects().charges, 0);
     poll("the outage to end", || async {
-        let status = post_charge(&client, &sim, Some("ko"), 1000, "out")
-            .await
-            .unwrap()
-            .status();
+        let status = post_charge(&client, &sim, Some("ko"), 1000, "out").await.unwrap().status();
         assert!(status == 503 || status == 200, "{status}");
         (status == 200).then_some(())
     })
@@ -221,26 +149,16 @@ async fn shutdown_does_not_wait_for_hanging_handlers() {
     let pending = tokio::spawn(async move {
         reqwest::Client::new()
             .post(format!("{url}/v1/charges"))
-            .form(&[
-                ("amount", "1000"),
-                ("currency", "usd"),
-                ("reference", "hang"),
-            ])
+            .form(&[("amount", "1000"), ("currency", "usd"), ("reference", "hang")])
             .send()
             .await
     });
-    poll("the hanging charge to commit", || async {
-        (sim.effects().charges == 1).then_some(())
-    })
-    .await;
+    poll("the hanging charge to commit", || async { (sim.effects().charges == 1).then_some(()) }).await;
     let started = Instant::now();
     let addr = sim.addr();
     sim.shutdown().await;
     assert!(started.elapsed() < Duration::from_secs(5));
     let result = pending.await.unwrap();
     assert!(result.is_err(), "the open connection must be aborted");
-    assert!(
-        tokio::net::TcpStream::connect(addr).await.is_err(),
-        "must stop accepting"
-    );
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "must stop accepting");
 }

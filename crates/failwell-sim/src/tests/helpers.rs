@@ -21,10 +21,7 @@ pub(super) async fn start_calm() -> Simulator {
 
 /// A plain client with a 10 s safety timeout.
 pub(super) fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
+    reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap()
 }
 
 /// Sends a form-encoded `POST /v1/charges` (currency `usd`).
@@ -35,13 +32,11 @@ pub(super) async fn post_charge(
     amount: u64,
     reference: &str,
 ) -> reqwest::Result<reqwest::Response> {
-    let mut request = client
-        .post(format!("{}/v1/charges", sim.base_url()))
-        .form(&[
-            ("amount", amount.to_string()),
-            ("currency", "usd".to_owned()),
-            ("reference", reference.to_owned()),
-        ]);
+    let mut request = client.post(format!("{}/v1/charges", sim.base_url())).form(&[
+        ("amount", amount.to_string()),
+        ("currency", "usd".to_owned()),
+        ("reference", reference.to_owned()),
+    ]);
     if let Some(key) = key {
         request = request.header("Idempotency-Key", key);
     }
@@ -51,10 +46,7 @@ pub(super) async fn post_charge(
 /// Status, `Idempotent-Replayed` presence and JSON body of a response.
 pub(super) async fn parts(response: reqwest::Response) -> (u16, bool, Value) {
     let status = response.status().as_u16();
-    let replayed = response
-        .headers()
-        .get("idempotent-replayed")
-        .is_some_and(|v| v == "true");
+    let replayed = response.headers().get("idempotent-replayed").is_some_and(|v| v == "true");
     let body = response.json::<Value>().await.unwrap();
     (status, replayed, body)
 }

@@ -48,11 +48,12 @@ CREATE TABLE outbox (
 );
 CREATE INDEX outbox_due ON outbox (available_at_ms, id) WHERE state = 'pending';
 
--- Append-only history of every attempt (provider call or status lookup).
+-- Append-only history of every attempt: a provider call, a status lookup, or
+-- an attempt that was due but deliberately not sent ('skipped', see decision).
 CREATE TABLE attempts (
     id              INTEGER PRIMARY KEY,
     operation_id    INTEGER NOT NULL REFERENCES operations (id),
-    kind            TEXT    NOT NULL CHECK (kind IN ('call', 'lookup')),
+    kind            TEXT    NOT NULL CHECK (kind IN ('call', 'lookup', 'skipped')),
     attempt_no      INTEGER NOT NULL,
     provider_key    TEXT,
     started_at_ms   INTEGER NOT NULL,

@@ -6,10 +6,7 @@ use super::*;
 async fn store() -> (tempfile::TempDir, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("t.db").display());
-    (
-        dir,
-        SqliteStore::open(&url, Synchronous::Normal).await.unwrap(),
-    )
+    (dir, SqliteStore::open(&url, Synchronous::Normal).await.unwrap())
 }
 
 fn new_op(key: &str, amount: i64) -> NewOperation {
@@ -46,10 +43,7 @@ async fn submit_replays_same_request_and_refuses_a_different_one() {
     // same payload with keys in another order is the same request
     let mut same = new_op("k1", 100);
     same.payload = json!({"reference": "ref-k1", "currency": "eur", "amount": 100});
-    assert_eq!(
-        s.submit(same, 20).await.unwrap(),
-        Submitted::Replayed(op.clone())
-    );
+    assert_eq!(s.submit(same, 20).await.unwrap(), Submitted::Replayed(op.clone()));
     let err = s.submit(new_op("k1", 999), 30).await.unwrap_err();
     assert!(matches!(err, StoreError::KeyReused { .. }), "{err:?}");
     let counts = s.counts().await.unwrap();
@@ -59,34 +53,17 @@ async fn submit_replays_same_request_and_refuses_a_different_one() {
 #[tokio::test]
 async fn enqueue_shares_the_callers_transaction() {
     let (_d, s) = store().await;
-    sqlx::query("CREATE TABLE orders (id TEXT PRIMARY KEY)")
-        .execute(s.pool())
-        .await
-        .unwrap();
+    sqlx::query("CREATE TABLE orders (id TEXT PRIMARY KEY)").execute(s.pool()).await.unwrap();
     let mut tx = s.begin().await.unwrap();
-    sqlx::query("INSERT INTO orders VALUES ('o1')")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    Outbox::enqueue(&mut tx, &new_op("o1", 100), 1)
-        .await
-        .unwrap();
+    sqlx::query("INSERT INTO orders VALUES ('o1')").execute(&mut *tx).await.unwrap();
+    Outbox::enqueue(&mut tx, &new_op("o1", 100), 1).await.unwrap();
     tx.rollback().await.unwrap();
-    assert_eq!(
-        s.counts().await.unwrap().pending,
-        0,
-        "a rolled-back order leaves no message"
-    );
+    assert_eq!(s.counts().await.unwrap().pending, 0, "a rolled-back order leaves no message");
     assert!(s.operation("o1").await.unwrap().is_none());
 
     let mut tx = s.begin().await.unwrap();
-    sqlx::query("INSERT INTO orders VALUES ('o1')")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    Outbox::enqueue(&mut tx, &new_op("o1", 100), 1)
-        .await
-        .unwrap();
+    sqlx::query("INSERT INTO orders VALUES ('o1')").execute(&mut *tx).await.unwrap();
+    Outbox::enqueue(&mut tx, &new_op("o1", 100), 1).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(s.claim(1, 10, 1000).await.unwrap().len(), 1);
 }
@@ -100,30 +77,21 @@ async fn claim_leases_and_a_lost_lease_cannot_overwrite() {
     assert_eq!(first[0].attempts, 1);
     assert!(!first[0].interrupted);
     assert_eq!(first[0].operation.key_first_sent_at_ms, Some(10));
-    assert!(
-        s.claim(500, 10, 1_000).await.unwrap().is_empty(),
-        "leased messages are not claimed twice"
-    );
+    assert!(s.claim(500, 10, 1_000).await.unwrap().is_empty(), "leased messages are not claimed twice");
 
     // the lease expires while the attempt is in flight: a rescuer claims it
     let rescued = s.claim(2_000, 10, 1_000).await.unwrap();
     assert_eq!(rescued.len(), 1);
     assert!(rescued[0].interrupted);
     assert_eq!(rescued[0].attempts, 2);
-    assert_eq!(
-        rescued[0].operation.key_first_sent_at_ms,
-        Some(10),
-        "first use is kept"
-    );
+    assert_eq!(rescued[0].operation.key_first_sent_at_ms, Some(10), "first use is kept");
 
     let late = Completion {
         outbox_id: first[0].outbox_id,
         lease_token: first[0].lease_token,
         operation_id: first[0].operation.id,
         attempt: record(Outcome::Failed),
-        transition: Transition::DeadLetter {
-            error: "late".into(),
-        },
+        transition: Transition::DeadLetter { error: "late".into() },
     };
     let fresh = Completion {
         lease_token: rescued[0].lease_token,
@@ -134,19 +102,12 @@ async fn claim_leases_and_a_lost_lease_cannot_overwrite() {
         },
         ..late.clone()
     };
-    assert_eq!(
-        s.complete(vec![late, fresh], 2_100).await.unwrap(),
-        vec![false, true]
-    );
+    assert_eq!(s.complete(vec![late, fresh], 2_100).await.unwrap(), vec![false, true]);
     let op = s.operation("k1").await.unwrap().unwrap();
     assert_eq!(op.status, OperationStatus::Succeeded);
     assert_eq!(op.provider_ref.as_deref(), Some("ch_1"));
     assert!(!op.dead_letter);
-    assert_eq!(
-        s.attempts(op.id).await.unwrap().len(),
-        2,
-        "both attempts are in the history"
-    );
+    assert_eq!(s.attempts(op.id).await.unwrap().len(), 2, "both attempts are in the history");
 }
 
 #[tokio::test]
@@ -159,34 +120,22 @@ async fn retry_reschedules_and_dead_letter_parks() {
         lease_token: c.lease_token,
         operation_id: c.operation.id,
         attempt: record(Outcome::Failed),
-        transition: Transition::Retry {
-            available_at_ms: 300,
-            delay_ms: 300,
-            error: "503".into(),
-        },
+        transition: Transition::Retry { available_at_ms: 300, delay_ms: 300, error: "503".into() },
     };
     assert_eq!(s.complete(vec![retry], 5).await.unwrap(), vec![true]);
     assert!(s.claim(299, 1, 1_000).await.unwrap().is_empty());
     let c = s.claim(300, 1, 1_000).await.unwrap().remove(0);
-    assert_eq!(
-        (c.attempts, c.previous_delay_ms, c.interrupted),
-        (2, 300, false)
-    );
+    assert_eq!((c.attempts, c.previous_delay_ms, c.interrupted), (2, 300, false));
     let dead = Completion {
         outbox_id: c.outbox_id,
         lease_token: c.lease_token,
         operation_id: c.operation.id,
         attempt: record(Outcome::Failed),
-        transition: Transition::DeadLetter {
-            error: "attempts exhausted: 503".into(),
-        },
+        transition: Transition::DeadLetter { error: "attempts exhausted: 503".into() },
     };
     s.complete(vec![dead], 310).await.unwrap();
     let op = s.operation("k1").await.unwrap().unwrap();
-    assert_eq!(
-        (op.status, op.dead_letter, op.attempts),
-        (OperationStatus::Failed, true, 2)
-    );
+    assert_eq!((op.status, op.dead_letter, op.attempts), (OperationStatus::Failed, true, 2));
     assert_eq!(s.counts().await.unwrap().dead_letters, 1);
 }
 
@@ -204,10 +153,7 @@ async fn unknown_is_reconciled_requeued_or_found() {
             lease_token: c.lease_token,
             operation_id: c.operation.id,
             attempt: record(Outcome::Unknown),
-            transition: Transition::Unknown {
-                error: "timeout".into(),
-                reconcile_at_ms: 100,
-            },
+            transition: Transition::Unknown { error: "timeout".into(), reconcile_at_ms: 100 },
         })
         .collect();
     s.complete(unknown, 1).await.unwrap();
@@ -216,38 +162,20 @@ async fn unknown_is_reconciled_requeued_or_found() {
     assert_eq!(due.len(), 2);
     let lookup = |id, resolution| Reconciled {
         operation_id: id,
-        attempt: AttemptRecord {
-            kind: AttemptKind::Lookup,
-            ..record(Outcome::Succeeded)
-        },
+        attempt: AttemptRecord { kind: AttemptKind::Lookup, ..record(Outcome::Succeeded) },
         resolution,
     };
     let a = s.operation("a").await.unwrap().unwrap();
     let b = s.operation("b").await.unwrap().unwrap();
-    let found = Resolution::Found {
-        outcome: Outcome::Succeeded,
-        provider_ref: Some("ch_9".into()),
-        response: None,
-    };
+    let found =
+        Resolution::Found { outcome: Outcome::Succeeded, provider_ref: Some("ch_9".into()), response: None };
     s.reconcile(lookup(a.id, found), 150).await.unwrap();
-    let requeue = Resolution::Requeue {
-        key_group: 1,
-        provider_key: "fw_new".into(),
-    };
+    let requeue = Resolution::Requeue { key_group: 1, provider_key: "fw_new".into() };
     s.reconcile(lookup(b.id, requeue), 150).await.unwrap();
-    assert_eq!(
-        s.operation("a").await.unwrap().unwrap().status,
-        OperationStatus::Succeeded
-    );
+    assert_eq!(s.operation("a").await.unwrap().unwrap().status, OperationStatus::Succeeded);
     let b = s.operation("b").await.unwrap().unwrap();
-    assert_eq!(
-        (b.status, b.key_group, b.provider_key.as_str()),
-        (OperationStatus::Pending, 1, "fw_new")
-    );
-    assert_eq!(
-        b.key_first_sent_at_ms, None,
-        "a new key group has not been sent yet"
-    );
+    assert_eq!((b.status, b.key_group, b.provider_key.as_str()), (OperationStatus::Pending, 1, "fw_new"));
+    assert_eq!(b.key_first_sent_at_ms, None, "a new key group has not been sent yet");
     let again = s.claim(150, 10, 1_000).await.unwrap();
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].operation.id, b.id);
@@ -264,15 +192,10 @@ async fn history_is_append_only() {
         lease_token: c.lease_token,
         operation_id: c.operation.id,
         attempt: record(Outcome::Succeeded),
-        transition: Transition::Succeeded {
-            provider_ref: None,
-            response: None,
-        },
+        transition: Transition::Succeeded { provider_ref: None, response: None },
     };
     s.complete(vec![done], 1).await.unwrap();
-    let update = sqlx::query("UPDATE attempts SET outcome = 'failed'")
-        .execute(s.pool())
-        .await;
+    let update = sqlx::query("UPDATE attempts SET outcome = 'failed'").execute(s.pool()).await;
     assert!(update.unwrap_err().to_string().contains("append-only"));
     let delete = sqlx::query("DELETE FROM attempts").execute(s.pool()).await;
     assert!(delete.unwrap_err().to_string().contains("append-only"));

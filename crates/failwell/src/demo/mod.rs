@@ -128,9 +128,7 @@ async fn simulator(profile: Profile, seed: u64) -> anyhow::Result<Simulator> {
     let mut config = SimConfig::new(profile, seed);
     // Long enough that every client times out first, short enough to free sockets.
     config.hang = Duration::from_millis(TIMEOUT_MS * 5);
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .context("cannot bind the simulator")?;
+    let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind the simulator")?;
     Ok(Simulator::start(config, listener).await?)
 }
 
@@ -159,12 +157,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
         &demo_config(&sim_failwell.base_url(), &database_url, args.concurrency),
         "demo configuration",
     )?;
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .context("cannot bind the API")?;
-    let server = Server::start(config, listener)
-        .await
-        .context("cannot start failwell")?;
+    let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind the API")?;
+    let server = Server::start(config, listener).await.context("cannot start failwell")?;
     let multi = MultiProgress::new();
     let placed = bar(&multi, orders.len(), "failwell: orders placed");
     let settled = bar(&multi, orders.len(), "failwell: outcomes final");
@@ -188,10 +182,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     let counts = loop {
         let counts = store.counts().await?;
         settled.set_position(counts.succeeded + counts.failed);
-        settled.set_message(format!(
-            "{} unknown, {} pending",
-            counts.unknown, counts.pending
-        ));
+        settled.set_message(format!("{} unknown, {} pending", counts.unknown, counts.pending));
         if counts.pending + counts.unknown == 0 || start.elapsed() > SETTLE_LIMIT {
             break counts;
         }
@@ -204,12 +195,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
         operations.push((order, store.operation(&order.reference).await?));
     }
     server.shutdown().await;
-    let failwell = failwell_figures(
-        &operations,
-        &sim_failwell.effects(),
-        counts.attempts,
-        failwell_elapsed,
-    );
+    let failwell = failwell_figures(&operations, &sim_failwell.effects(), counts.attempts, failwell_elapsed);
 
     let start = Instant::now();
     let tick = naive_bar.clone();
@@ -232,16 +218,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
 async fn place(store: &failwell_store::SqliteStore, order: &Order) -> anyhow::Result<()> {
     let now = failwell_engine::now_ms();
     let mut tx = store.begin().await?;
-    sqlx::query(
-        "INSERT INTO orders (reference, amount, currency, placed_at_ms) VALUES (?1, ?2, ?3, ?4)",
-    )
-    .bind(&order.reference)
-    .bind(order.amount as i64)
-    .bind(order.currency)
-    .bind(now)
-    .execute(&mut *tx)
-    .await
-    .with_context(|| format!("cannot insert order {}", order.reference))?;
+    sqlx::query("INSERT INTO orders (reference, amount, currency, placed_at_ms) VALUES (?1, ?2, ?3, ?4)")
+        .bind(&order.reference)
+        .bind(order.amount as i64)
+        .bind(order.currency)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .with_context(|| format!("cannot insert order {}", order.reference))?;
     let op = NewOperation {
         idempotency_key: order.reference.clone(),
         provider: "payments".into(),

@@ -50,18 +50,14 @@ pub async fn run(
     timeout: Duration,
     on_done: impl Fn() + Send + Sync + 'static,
 ) -> Vec<NaiveResult> {
-    let http = reqwest::Client::builder()
-        .timeout(timeout)
-        .build()
-        .unwrap_or_default();
+    let http = reqwest::Client::builder().timeout(timeout).build().unwrap_or_default();
     let url = format!("{base_url}/v1/charges");
     let permits = Arc::new(Semaphore::new(concurrency));
     let on_done = Arc::new(on_done);
     let mut tasks = JoinSet::new();
     for order in orders {
         let order = order.clone();
-        let (http, url, permits, on_done) =
-            (http.clone(), url.clone(), permits.clone(), on_done.clone());
+        let (http, url, permits, on_done) = (http.clone(), url.clone(), permits.clone(), on_done.clone());
         tasks.spawn(async move {
             let _permit = permits.acquire_owned().await;
             let result = charge(&http, &url, &order).await;
@@ -102,10 +98,5 @@ async fn charge(http: &reqwest::Client, url: &str, order: &Order) -> NaiveResult
             _ => continue,
         }
     }
-    NaiveResult {
-        reference: order.reference.clone(),
-        belief,
-        attempts,
-        latency: start.elapsed(),
-    }
+    NaiveResult { reference: order.reference.clone(), belief, attempts, latency: start.elapsed() }
 }

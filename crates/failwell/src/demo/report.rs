@@ -57,9 +57,7 @@ impl Report {
     /// Whether failwell kept its promises: no double effect, nothing lost,
     /// no unknown outcome left.
     pub fn failwell_held(&self) -> bool {
-        self.failwell.double_effects == 0
-            && self.failwell.lost == 0
-            && self.failwell.unknown_remaining == 0
+        self.failwell.double_effects == 0 && self.failwell.lost == 0 && self.failwell.unknown_remaining == 0
     }
 
     /// The side-by-side table printed at the end of the demo.
@@ -67,39 +65,15 @@ impl Report {
         let (f, n) = (&self.failwell, &self.naive);
         let rows: [(&str, String, String); 10] = [
             ("intents", f.intents.to_string(), n.intents.to_string()),
-            (
-                "provider effects",
-                f.provider_effects.to_string(),
-                n.provider_effects.to_string(),
-            ),
-            (
-                "double effects",
-                f.double_effects.to_string(),
-                n.double_effects.to_string(),
-            ),
+            ("provider effects", f.provider_effects.to_string(), n.provider_effects.to_string()),
+            ("double effects", f.double_effects.to_string(), n.double_effects.to_string()),
             ("lost", f.lost.to_string(), n.lost.to_string()),
-            (
-                "unknown remaining",
-                f.unknown_remaining.to_string(),
-                n.unknown_remaining.to_string(),
-            ),
+            ("unknown remaining", f.unknown_remaining.to_string(), n.unknown_remaining.to_string()),
             ("declined", f.declined.to_string(), n.declined.to_string()),
-            (
-                "dead letters",
-                f.dead_letters.to_string(),
-                n.dead_letters.to_string(),
-            ),
+            ("dead letters", f.dead_letters.to_string(), n.dead_letters.to_string()),
             ("attempts", f.attempts.to_string(), n.attempts.to_string()),
-            (
-                "p95 to outcome (ms)",
-                f.p95_ms.to_string(),
-                n.p95_ms.to_string(),
-            ),
-            (
-                "elapsed (s)",
-                format!("{:.2}", f.elapsed_s),
-                format!("{:.2}", n.elapsed_s),
-            ),
+            ("p95 to outcome (ms)", f.p95_ms.to_string(), n.p95_ms.to_string()),
+            ("elapsed (s)", format!("{:.2}", f.elapsed_s), format!("{:.2}", n.elapsed_s)),
         ];
         let mut out = String::new();
         let _ = writeln!(out, "{:<22}{:>12}{:>12}", "", "failwell", "naive");

@@ -9,11 +9,7 @@ async fn problem(r: reqwest::Response, status: u16, type_suffix: &str) -> Value 
     assert_eq!(r.status().as_u16(), status);
     assert_eq!(r.headers()["content-type"], "application/problem+json");
     let body: Value = r.json().await.unwrap();
-    assert_eq!(
-        body["type"],
-        format!("urn:failwell:problem:{type_suffix}"),
-        "{body:#}"
-    );
+    assert_eq!(body["type"], format!("urn:failwell:problem:{type_suffix}"), "{body:#}");
     assert_eq!(body["status"], status);
     assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()));
     body
@@ -31,27 +27,14 @@ async fn bad_requests_are_refused_and_write_nothing() {
     let sim = simulator(|_| {}).await;
     let gw = Gateway::start(&sim.base_url(), "").await;
     let url = format!("{}/v1/operations", gw.base);
-    let body = json!({"provider": "payments", "operation": "charge", "payload": {"amount": 1, "currency": "eur"}});
+    let body =
+        json!({"provider": "payments", "operation": "charge", "payload": {"amount": 1, "currency": "eur"}});
 
     let r = gw.http.post(&url).json(&body).send().await.unwrap();
     problem(r, 400, "missing-idempotency-key").await;
-    let r = gw
-        .http
-        .post(&url)
-        .header("Idempotency-Key", "  ")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = gw.http.post(&url).header("Idempotency-Key", "  ").json(&body).send().await.unwrap();
     problem(r, 400, "missing-idempotency-key").await;
-    let r = gw
-        .http
-        .post(&url)
-        .header("Idempotency-Key", "k".repeat(256))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = gw.http.post(&url).header("Idempotency-Key", "k".repeat(256)).json(&body).send().await.unwrap();
     problem(r, 400, "invalid-idempotency-key").await;
 
     let r = gw
@@ -64,14 +47,7 @@ async fn bad_requests_are_refused_and_write_nothing() {
         .await
         .unwrap();
     problem(r, 400, "malformed-json").await;
-    let r = gw
-        .http
-        .post(&url)
-        .header("Idempotency-Key", "k1")
-        .body("amount=1")
-        .send()
-        .await
-        .unwrap();
+    let r = gw.http.post(&url).header("Idempotency-Key", "k1").body("amount=1").send().await.unwrap();
     problem(r, 415, "unsupported-media-type").await;
     let r = gw
         .http
@@ -93,51 +69,21 @@ async fn bad_requests_are_refused_and_write_nothing() {
     problem(r, 422, "invalid-body").await;
 
     let unknown = json!({"provider": "nope", "operation": "charge", "payload": {}});
-    let r = gw
-        .http
-        .post(&url)
-        .header("Idempotency-Key", "k1")
-        .json(&unknown)
-        .send()
-        .await
-        .unwrap();
+    let r = gw.http.post(&url).header("Idempotency-Key", "k1").json(&unknown).send().await.unwrap();
     problem(r, 422, "unknown-provider").await;
     let unknown = json!({"provider": "payments", "operation": "refund", "payload": {}});
-    let r = gw
-        .http
-        .post(&url)
-        .header("Idempotency-Key", "k1")
-        .json(&unknown)
-        .send()
-        .await
-        .unwrap();
+    let r = gw.http.post(&url).header("Idempotency-Key", "k1").json(&unknown).send().await.unwrap();
     problem(r, 422, "unknown-operation").await;
 
-    let huge = json!({"provider": "payments", "operation": "charge", "payload": {"note": "x".repeat(70_000)}});
-    let r = gw
-        .http
-        .post(&url)
-        .header("Idempotency-Key", "k1")
-        .json(&huge)
-        .send()
-        .await
-        .unwrap();
+    let huge =
+        json!({"provider": "payments", "operation": "charge", "payload": {"note": "x".repeat(70_000)}});
+    let r = gw.http.post(&url).header("Idempotency-Key", "k1").json(&huge).send().await.unwrap();
     problem(r, 413, "body-too-large").await;
 
     nothing_written(&gw).await;
-    let r = gw
-        .http
-        .get(format!("{}/v1/operations/k1", gw.base))
-        .send()
-        .await
-        .unwrap();
+    let r = gw.http.get(format!("{}/v1/operations/k1", gw.base)).send().await.unwrap();
     problem(r, 404, "operation-not-found").await;
-    let r = gw
-        .http
-        .get(format!("{}/nope", gw.base))
-        .send()
-        .await
-        .unwrap();
+    let r = gw.http.get(format!("{}/nope", gw.base)).send().await.unwrap();
     problem(r, 404, "not-found").await;
 }
 
@@ -153,25 +99,16 @@ async fn same_key_replays_and_a_different_request_under_it_is_refused() {
     assert_eq!(first["status_url"], "/v1/operations/order-1");
 
     let again = gw.charge("order-1", 2500).await;
-    assert_eq!(
-        again.status(),
-        200,
-        "a replay answers 200 with the stored operation"
-    );
+    assert_eq!(again.status(), 200, "a replay answers 200 with the stored operation");
     let again: Value = again.json().await.unwrap();
     assert_eq!(again["id"], first["id"]);
 
     let other = gw.charge("order-1", 9900).await;
     problem(other, 422, "idempotency-key-reused").await;
 
-    gw.settled("order-1", std::time::Duration::from_secs(10))
-        .await;
+    gw.settled("order-1", std::time::Duration::from_secs(10)).await;
     assert_eq!(sim.effects().by_reference["order-1"].effects, 1);
-    assert_eq!(
-        sim.effects().requests,
-        1,
-        "the replays never reached the provider"
-    );
+    assert_eq!(sim.effects().requests, 1, "the replays never reached the provider");
     let counts = gw.counts().await;
     assert_eq!(counts["succeeded"], 1);
 }
@@ -185,35 +122,21 @@ async fn keys_with_special_characters_round_trip() {
         .http
         .post(format!("{}/v1/operations", gw.base))
         .header("Idempotency-Key", "order/2026 #1")
-        .json(
-            &json!({"provider": "payments", "operation": "charge", "reference": "ref-1",
-                      "payload": {"amount": 100, "currency": "eur", "reference": "ref-1"}}),
-        )
+        .json(&json!({"provider": "payments", "operation": "charge", "reference": "ref-1",
+                      "payload": {"amount": 100, "currency": "eur", "reference": "ref-1"}}))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 201);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["status_url"], "/v1/operations/order%2F2026%20%231");
-    let r = gw
-        .http
-        .get(format!(
-            "{}{}",
-            gw.base,
-            body["status_url"].as_str().unwrap()
-        ))
-        .send()
-        .await
-        .unwrap();
+    let r = gw.http.get(format!("{}{}", gw.base, body["status_url"].as_str().unwrap())).send().await.unwrap();
     assert_eq!(r.status(), 200);
     // a non-ASCII header value is refused, not mangled
     let r = gw
         .http
         .post(format!("{}/v1/operations", gw.base))
-        .header(
-            "Idempotency-Key",
-            reqwest::header::HeaderValue::from_bytes(key.as_bytes()).unwrap(),
-        )
+        .header("Idempotency-Key", reqwest::header::HeaderValue::from_bytes(key.as_bytes()).unwrap())
         .json(&json!({"provider": "payments", "operation": "charge", "payload": {}}))
         .send()
         .await

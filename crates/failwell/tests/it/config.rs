@@ -19,12 +19,7 @@ fn serve(config: &std::path::Path, env: &[(&str, &str)]) -> Output {
 fn refused(edit: impl FnOnce(String) -> String, env: &[(&str, &str)], needles: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
-    let text = config_text(
-        "http://127.0.0.1:9",
-        &dir.path().join("f.db"),
-        free_port(),
-        "",
-    );
+    let text = config_text("http://127.0.0.1:9", &dir.path().join("f.db"), free_port(), "");
     std::fs::write(&path, edit(text)).unwrap();
     let out = serve(&path, env);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -33,10 +28,7 @@ fn refused(edit: impl FnOnce(String) -> String, env: &[(&str, &str)], needles: &
         let needle = needle.replace("{file}", &path.display().to_string());
         assert!(stderr.contains(&needle), "{needle:?} not in: {stderr}");
     }
-    assert!(
-        !dir.path().join("f.db").exists(),
-        "nothing is created for a refused config"
-    );
+    assert!(!dir.path().join("f.db").exists(), "nothing is created for a refused config");
 }
 
 #[test]
@@ -44,8 +36,7 @@ fn missing_file() {
     let out = serve(std::path::Path::new("/nonexistent/failwell.toml"), &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("cannot read config file /nonexistent/failwell.toml")
+        String::from_utf8_lossy(&out.stderr).contains("cannot read config file /nonexistent/failwell.toml")
     );
 }
 
@@ -86,10 +77,7 @@ fn cap_below_base() {
     refused(
         |t| t.replace("cap_ms = 200", "cap_ms = 10"),
         &[],
-        &[
-            "providers.payments.backoff",
-            "cap (10 ms) must not be below base (20 ms)",
-        ],
+        &["providers.payments.backoff", "cap (10 ms) must not be below base (20 ms)"],
     );
 }
 
@@ -105,32 +93,17 @@ fn timeout_longer_than_the_lease() {
 #[test]
 fn bad_base_url_and_classification() {
     refused(
-        |t| {
-            t.replace(
-                "base_url = \"http://127.0.0.1:9\"",
-                "base_url = \"ftp://x\"",
-            )
-        },
+        |t| t.replace("base_url = \"http://127.0.0.1:9\"", "base_url = \"ftp://x\""),
         &[],
         &["providers.payments.base_url", "http or https"],
     );
     refused(
-        |t| {
-            t.replace(
-                "codes = {",
-                "statuses = { \"700\" = \"retryable\" }\ncodes = {",
-            )
-        },
+        |t| t.replace("codes = {", "statuses = { \"700\" = \"retryable\" }\ncodes = {"),
         &[],
         &["classify.statuses.700"],
     );
     refused(
-        |t| {
-            t.replace(
-                "codes = { card_declined = \"permanent\" }",
-                "codes = { card_declined = \"maybe\" }",
-            )
-        },
+        |t| t.replace("codes = { card_declined = \"permanent\" }", "codes = { card_declined = \"maybe\" }"),
         &[],
         &["card_declined", "maybe"],
     );
@@ -138,16 +111,8 @@ fn bad_base_url_and_classification() {
 
 #[test]
 fn invalid_environment_override() {
-    refused(
-        |t| t,
-        &[("FAILWELL_RELAY__CONCURRENCY", "0")],
-        &["relay.concurrency", "must be greater than 0"],
-    );
-    refused(
-        |t| t,
-        &[("FAILWELL_LISTEN", "nowhere")],
-        &["listen", "nowhere"],
-    );
+    refused(|t| t, &[("FAILWELL_RELAY__CONCURRENCY", "0")], &["relay.concurrency", "must be greater than 0"]);
+    refused(|t| t, &[("FAILWELL_LISTEN", "nowhere")], &["listen", "nowhere"]);
 }
 
 #[tokio::test]
@@ -166,19 +131,12 @@ async fn environment_overrides_the_file() {
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
-        if let Ok(r) = gw
-            .http
-            .get(format!("http://127.0.0.1:{port}/healthz"))
-            .send()
-            .await
+        if let Ok(r) = gw.http.get(format!("http://127.0.0.1:{port}/healthz")).send().await
             && r.status().is_success()
         {
             break;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the FAILWELL_LISTEN override was not applied"
-        );
+        assert!(std::time::Instant::now() < deadline, "the FAILWELL_LISTEN override was not applied");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     drop(out);

@@ -35,17 +35,9 @@ async fn kill_9_mid_run_loses_nothing_and_charges_once() {
     for key in &keys {
         let op = gw.settled(key, Duration::from_secs(30)).await;
         assert_eq!(op["status"], "succeeded", "{op:#}");
-        assert_eq!(
-            sim.effects().by_reference[key.as_str()].effects,
-            1,
-            "{key} charged once"
-        );
+        assert_eq!(sim.effects().by_reference[key.as_str()].effects, 1, "{key} charged once");
         let calls = calls(&op);
-        assert!(
-            calls
-                .iter()
-                .all(|c| c["provider_key"] == calls[0]["provider_key"])
-        );
+        assert!(calls.iter().all(|c| c["provider_key"] == calls[0]["provider_key"]));
     }
     let counts = gw.counts().await;
     assert_eq!(counts["succeeded"], 120);

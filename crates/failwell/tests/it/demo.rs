@@ -30,10 +30,7 @@ async fn demo(args: &[&str]) -> (Option<i32>, Value) {
         .await
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains("double effects"),
-        "the table is printed: {stdout}"
-    );
+    assert!(stdout.contains("double effects"), "the table is printed: {stdout}");
     let report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     (out.status.code(), report)
 }
@@ -45,12 +42,7 @@ async fn stormy_demo_keeps_failwells_promises_and_is_reproducible() {
     let object = first.as_object().unwrap();
     assert_eq!(object.keys().collect::<Vec<_>>(), ["failwell", "naive"]);
     for side in ["failwell", "naive"] {
-        let mut keys: Vec<&str> = first[side]
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
+        let mut keys: Vec<&str> = first[side].as_object().unwrap().keys().map(String::as_str).collect();
         keys.sort_unstable();
         let mut want = KEYS.to_vec();
         want.sort_unstable();
@@ -59,18 +51,11 @@ async fn stormy_demo_keeps_failwells_promises_and_is_reproducible() {
     }
     let f = &first["failwell"];
     assert_eq!(
-        (
-            f["double_effects"].as_u64(),
-            f["lost"].as_u64(),
-            f["unknown_remaining"].as_u64()
-        ),
+        (f["double_effects"].as_u64(), f["lost"].as_u64(), f["unknown_remaining"].as_u64()),
         (Some(0), Some(0), Some(0))
     );
     let n = &first["naive"];
-    assert!(
-        n["double_effects"].as_u64().unwrap() > 0,
-        "the naive client double-charges: {n:#}"
-    );
+    assert!(n["double_effects"].as_u64().unwrap() > 0, "the naive client double-charges: {n:#}");
     // every order is accounted for by failwell: charged once, declined, or a dead letter
     let accounted = f["provider_effects"].as_u64().unwrap()
         + f["declined"].as_u64().unwrap()
@@ -79,25 +64,13 @@ async fn stormy_demo_keeps_failwells_promises_and_is_reproducible() {
 
     let (_, second) = demo(&["--orders", "300", "--seed", "5", "--profile", "stormy"]).await;
     for key in ["provider_effects", "double_effects", "declined", "attempts"] {
-        assert_eq!(
-            first["naive"][key], second["naive"][key],
-            "same seed, same faults: naive {key}"
-        );
+        assert_eq!(first["naive"][key], second["naive"][key], "same seed, same faults: naive {key}");
     }
-    assert_eq!(
-        first["failwell"]["declined"],
-        second["failwell"]["declined"]
-    );
+    assert_eq!(first["failwell"]["declined"], second["failwell"]["declined"]);
     let (_, other) = demo(&["--orders", "300", "--seed", "6", "--profile", "stormy"]).await;
     assert_ne!(
-        (
-            &first["naive"]["double_effects"],
-            &first["naive"]["attempts"]
-        ),
-        (
-            &other["naive"]["double_effects"],
-            &other["naive"]["attempts"]
-        ),
+        (&first["naive"]["double_effects"], &first["naive"]["attempts"]),
+        (&other["naive"]["double_effects"], &other["naive"]["attempts"]),
         "another seed, other faults"
     );
 }
@@ -112,10 +85,7 @@ async fn outage_demo_recovers_without_loss() {
 
 #[test]
 fn demo_refuses_zero_orders() {
-    let out = std::process::Command::new(binary())
-        .args(["demo", "--orders", "0"])
-        .output()
-        .unwrap();
+    let out = std::process::Command::new(binary()).args(["demo", "--orders", "0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--orders must be at least 1"));
 }

@@ -20,42 +20,25 @@ async fn run(gw: &Gateway, key: &str, amount: u64) -> serde_json::Value {
 fn same_key_on_every_call(op: &serde_json::Value) {
     let calls = calls(op);
     let first = calls[0]["provider_key"].clone();
-    assert!(
-        first.as_str().is_some_and(|k| k.starts_with("fw_")),
-        "{op:#}"
-    );
-    assert!(
-        calls.iter().all(|c| c["provider_key"] == first),
-        "one intent, one key: {op:#}"
-    );
+    assert!(first.as_str().is_some_and(|k| k.starts_with("fw_")), "{op:#}");
+    assert!(calls.iter().all(|c| c["provider_key"] == first), "one intent, one key: {op:#}");
 }
 
 #[tokio::test]
 async fn timeout_after_commit_is_retried_only_with_the_same_key() {
     let sim = simulator(|_| {}).await;
     let gw = Gateway::start(&sim.base_url(), "").await;
-    sim.script(
-        "t1",
-        vec![Fault::TimeoutAfterCommit, Fault::TimeoutAfterCommit],
-    );
+    sim.script("t1", vec![Fault::TimeoutAfterCommit, Fault::TimeoutAfterCommit]);
     let op = run(&gw, "t1", 1000).await;
     assert_eq!(op["status"], "succeeded", "{op:#}");
-    assert_eq!(
-        sim.effects().by_reference["t1"].effects,
-        1,
-        "charged exactly once"
-    );
+    assert_eq!(sim.effects().by_reference["t1"].effects, 1, "charged exactly once");
     let calls = calls(&op);
     assert_eq!(calls.len(), 3);
     assert_eq!(calls[0]["error_kind"], "timeout");
     assert_eq!(calls[0]["classification"], "ambiguous");
     assert_eq!(calls[0]["outcome"], "unknown");
     same_key_on_every_call(&op);
-    assert!(
-        op["provider_ref"]
-            .as_str()
-            .is_some_and(|r| r.starts_with("ch_"))
-    );
+    assert!(op["provider_ref"].as_str().is_some_and(|r| r.starts_with("ch_")));
 }
 
 #[tokio::test]
@@ -69,11 +52,7 @@ async fn reset_after_commit_is_ambiguous_and_charges_once() {
     let calls = calls(&op);
     assert_eq!(calls.len(), 2);
     assert_eq!(calls[0]["classification"], "ambiguous");
-    assert_eq!(
-        calls[0]["status_code"],
-        serde_json::Value::Null,
-        "no response arrived"
-    );
+    assert_eq!(calls[0]["status_code"], serde_json::Value::Null, "no response arrived");
     same_key_on_every_call(&op);
 }
 
@@ -81,21 +60,13 @@ async fn reset_after_commit_is_ambiguous_and_charges_once() {
 async fn server_errors_before_commit_are_retried_to_one_effect() {
     let sim = simulator(|_| {}).await;
     let gw = Gateway::start(&sim.base_url(), "").await;
-    sim.script(
-        "s1",
-        vec![Fault::Error500, Fault::Error502, Fault::Error503],
-    );
+    sim.script("s1", vec![Fault::Error500, Fault::Error502, Fault::Error503]);
     let op = run(&gw, "s1", 1000).await;
     assert_eq!(op["status"], "succeeded");
     assert_eq!(sim.effects().by_reference["s1"].effects, 1);
     let calls = calls(&op);
     let classes: Vec<_> = calls.iter().map(|c| c["classification"].clone()).collect();
-    let want = [
-        json!("ambiguous"),
-        json!("ambiguous"),
-        json!("retryable"),
-        json!(null),
-    ];
+    let want = [json!("ambiguous"), json!("ambiguous"), json!("retryable"), json!(null)];
     assert_eq!(classes, want);
     same_key_on_every_call(&op);
 }
@@ -109,8 +80,7 @@ async fn rate_limit_retry_after_is_honoured() {
     assert_eq!(op["status"], "succeeded");
     let calls = calls(&op);
     assert_eq!(calls[0]["status_code"], 429);
-    let first_end =
-        calls[0]["started_at_ms"].as_i64().unwrap() + calls[0]["duration_ms"].as_i64().unwrap();
+    let first_end = calls[0]["started_at_ms"].as_i64().unwrap() + calls[0]["duration_ms"].as_i64().unwrap();
     let second_start = calls[1]["started_at_ms"].as_i64().unwrap();
     assert!(
         second_start - first_end >= 1000,
@@ -142,10 +112,7 @@ async fn exhausted_retries_become_a_dead_letter_with_the_last_error() {
     assert_eq!(op["status"], "failed");
     assert_eq!(op["dead_letter"], true);
     assert_eq!(calls(&op).len(), 5, "max_attempts bounds the calls");
-    assert!(
-        op["last_error"].as_str().unwrap().contains("HTTP 503"),
-        "{op:#}"
-    );
+    assert!(op["last_error"].as_str().unwrap().contains("HTTP 503"), "{op:#}");
     assert_eq!(sim.effects().by_reference["x1"].effects, 0);
     assert_eq!(gw.counts().await["dead_letters"], 1);
 }
@@ -158,11 +125,7 @@ async fn expired_key_is_not_retried_but_reconciled_by_lookup() {
     sim.script("e1", vec![Fault::TimeoutAfterCommit]);
     let op = run(&gw, "e1", 1000).await;
     assert_eq!(op["status"], "succeeded", "{op:#}");
-    assert_eq!(
-        calls(&op).len(),
-        1,
-        "no retry under a key the provider no longer honours"
-    );
+    assert_eq!(calls(&op).len(), 1, "no retry under a key the provider no longer honours");
     assert!(!lookups(&op).is_empty());
     assert_eq!(sim.effects().by_reference["e1"].effects, 1);
 }
@@ -189,10 +152,7 @@ async fn a_lookup_that_finds_nothing_delivers_again() {
     assert_eq!(op["status"], "succeeded", "{op:#}");
     assert_eq!(calls(&op).len(), 2);
     assert!(
-        lookups(&op)[0]["decision"]
-            .as_str()
-            .unwrap()
-            .starts_with("not found at provider: deliver again")
+        lookups(&op)[0]["decision"].as_str().unwrap().starts_with("not found at provider: deliver again")
     );
     assert_eq!(sim.effects().by_reference["l1"].effects, 1);
 }
@@ -212,17 +172,8 @@ async fn unknown_outcome_waits_while_the_provider_is_down_and_then_resolves() {
     sim.set_down(true);
     tokio::time::sleep(Duration::from_millis(600)).await;
     let op = gw.operation("u1").await;
-    assert_eq!(
-        op["status"], "unknown",
-        "a failed lookup keeps it unknown, visibly"
-    );
-    assert!(
-        op["last_error"]
-            .as_str()
-            .unwrap()
-            .contains("status lookup failed"),
-        "{op:#}"
-    );
+    assert_eq!(op["status"], "unknown", "a failed lookup keeps it unknown, visibly");
+    assert!(op["last_error"].as_str().unwrap().contains("status lookup failed"), "{op:#}");
     sim.set_down(false);
     let op = gw.settled("u1", SETTLE).await;
     assert_eq!(op["status"], "succeeded");
@@ -244,9 +195,7 @@ async fn connection_refused_is_retried_even_for_writes() {
     let op = gw.operation("c1").await;
     assert_eq!(calls(&op)[0]["error_kind"], "connect");
     assert_eq!(calls(&op)[0]["classification"], "retryable");
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     let sim = failwell_sim::Simulator::start(
         failwell_sim::SimConfig::new(failwell_sim::Profile::Calm, 1),
         listener,
@@ -256,4 +205,23 @@ async fn connection_refused_is_retried_even_for_writes() {
     let op = gw.settled("c1", SETTLE).await;
     assert_eq!(op["status"], "succeeded");
     assert_eq!(sim.effects().by_reference["c1"].effects, 1);
+}
+
+#[tokio::test]
+async fn a_retry_due_after_the_key_expired_is_looked_up_first_and_sent_under_a_new_key() {
+    // Retry-After (1 s) outlasts the provider's key lifetime (400 ms).
+    let sim = simulator(|c| c.key_ttl = Duration::from_millis(400)).await;
+    let gw = Gateway::start(&sim.base_url(), "idempotency_key_ttl_ms = 400").await;
+    sim.script("k1", vec![Fault::RateLimited]);
+    let op = run(&gw, "k1", 1000).await;
+    assert_eq!(op["status"], "succeeded", "{op:#}");
+    let history = op["history"].as_array().unwrap();
+    let kinds: Vec<&str> = history.iter().map(|h| h["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["call", "skipped", "lookup", "call"], "{op:#}");
+    assert_eq!(history[1]["error_kind"], "key_expired");
+    let calls = calls(&op);
+    assert_ne!(calls[0]["provider_key"], calls[1]["provider_key"], "a forgotten key is not reused");
+    assert_eq!(op["key_group"], 1);
+    assert_eq!(op["attempts"], 2, "a skipped attempt is not a call");
+    assert_eq!(sim.effects().by_reference["k1"].effects, 1);
 }

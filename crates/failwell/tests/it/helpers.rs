@@ -26,11 +26,7 @@ pub async fn simulator(configure: impl FnOnce(&mut SimConfig)) -> Simulator {
 
 /// A free loopback port (bound and released).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// The provider section for the simulator; `extra` lines go into
@@ -107,11 +103,7 @@ impl Gateway {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let config = dir.path().join("failwell.toml");
-        std::fs::write(
-            &config,
-            config_text(sim_url, &dir.path().join("failwell.db"), port, extra),
-        )
-        .unwrap();
+        std::fs::write(&config, config_text(sim_url, &dir.path().join("failwell.db"), port, extra)).unwrap();
         let mut gateway = Gateway {
             child: None,
             base: format!("http://127.0.0.1:{port}"),
@@ -125,11 +117,8 @@ impl Gateway {
 
     /// Starts the binary again on the same config and database.
     pub async fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("log"))
-            .unwrap();
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("log")).unwrap();
         let child = Command::new(binary())
             .args(["serve", "--config"])
             .arg(&self.config)
@@ -146,11 +135,7 @@ impl Gateway {
             {
                 return;
             }
-            assert!(
-                Instant::now() < deadline,
-                "failwell did not become healthy: {}",
-                self.log()
-            );
+            assert!(Instant::now() < deadline, "failwell did not become healthy: {}", self.log());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -185,12 +170,7 @@ impl Gateway {
 
     /// `GET /v1/operations/{key}` as JSON.
     pub async fn operation(&self, key: &str) -> Value {
-        let r = self
-            .http
-            .get(format!("{}/v1/operations/{key}", self.base))
-            .send()
-            .await
-            .unwrap();
+        let r = self.http.get(format!("{}/v1/operations/{key}", self.base)).send().await.unwrap();
         assert!(r.status().is_success(), "GET {key}: {}", r.status());
         r.json().await.unwrap()
     }
@@ -203,48 +183,25 @@ impl Gateway {
             if op["status"] == "succeeded" || op["status"] == "failed" {
                 return op;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{key} did not settle: {op:#}\n{}",
-                self.log()
-            );
+            assert!(Instant::now() < deadline, "{key} did not settle: {op:#}\n{}", self.log());
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
 
     /// The operation counts from `/healthz`.
     pub async fn counts(&self) -> Value {
-        let r: Value = self
-            .http
-            .get(format!("{}/healthz", self.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let r: Value =
+            self.http.get(format!("{}/healthz", self.base)).send().await.unwrap().json().await.unwrap();
         r["operations"].clone()
     }
 }
 
 /// The provider calls in an operation's history.
 pub fn calls(op: &Value) -> Vec<Value> {
-    op["history"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["kind"] == "call")
-        .cloned()
-        .collect()
+    op["history"].as_array().unwrap().iter().filter(|a| a["kind"] == "call").cloned().collect()
 }
 
 /// The status lookups in an operation's history.
 pub fn lookups(op: &Value) -> Vec<Value> {
-    op["history"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["kind"] == "lookup")
-        .cloned()
-        .collect()
+    op["history"].as_array().unwrap().iter().filter(|a| a["kind"] == "lookup").cloned().collect()
 }
