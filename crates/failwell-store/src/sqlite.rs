@@ -37,9 +37,15 @@ pub enum Synchronous {
 }
 
 /// The SQLite [`Store`].
+///
+/// Writes go through one connection (`writer`), so concurrent writers wait
+/// in the pool's fair queue instead of in SQLite's sleeping busy handler;
+/// reads use a separate pool of up to four connections (WAL lets them run
+/// beside the writer).
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    writer: SqlitePool,
+    reader: SqlitePool,
     tokens: std::sync::Arc<AtomicI64>,
 }
 
@@ -56,8 +62,8 @@ macro_rules! select_operation {
 }
 
 impl SqliteStore {
-    /// Opens (creating if missing) the database at `url` (`sqlite://path` or
-    /// `sqlite::memory:`), sets WAL mode, foreign keys and a 30 s busy
+    /// Opens (creating if missing) the database file at `url`
+    /// (`sqlite://path`), sets WAL mode, foreign keys and a 30 s busy
     /// timeout, and applies the migrations. Errors: the file cannot be
     /// opened, or a migration fails.
     pub async fn open(url: &str, synchronous: Synchronous) -> Result<Self, StoreError> {
@@ -71,30 +77,40 @@ impl SqliteStore {
             })
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(30));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(options)
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .test_before_acquire(false)
+            .connect_with(options.clone())
             .await
             .context("opening the SQLite database")?;
-        sqlx::migrate!("./migrations/sqlite").run(&pool).await.map_err(StoreError::Migrate)?;
-        Ok(Self { pool, tokens: std::sync::Arc::new(AtomicI64::new(rand::random::<i64>() >> 1)) })
+        sqlx::migrate!("./migrations/sqlite").run(&writer).await.map_err(StoreError::Migrate)?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(4)
+            .test_before_acquire(false)
+            .connect_with(options.create_if_missing(false))
+            .await
+            .context("opening the SQLite database for reading")?;
+        let tokens = std::sync::Arc::new(AtomicI64::new(rand::random::<i64>() >> 1));
+        Ok(Self { writer, reader, tokens })
     }
 
     /// Begins a write transaction (`BEGIN IMMEDIATE`) in which an application
     /// can change its own tables and call [`Outbox::enqueue`], so both commit
     /// or neither does.
     pub async fn begin(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        self.pool.begin_with("BEGIN IMMEDIATE").await.context("beginning a transaction")
+        self.writer.begin_with("BEGIN IMMEDIATE").await.context("beginning a transaction")
     }
 
-    /// The connection pool, for an application's own queries.
+    /// The write connection's pool, for an application's own statements
+    /// outside a transaction of [`Self::begin`].
     pub fn pool(&self) -> &SqlitePool {
-        &self.pool
+        &self.writer
     }
 
-    /// Closes the pool, waiting for connections to be returned.
+    /// Closes both pools, waiting for connections to be returned.
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.writer.close().await;
+        self.reader.close().await;
     }
 }
 
@@ -117,10 +133,12 @@ impl Outbox {
     ) -> Result<Submitted, StoreError> {
         let hash = request_hash(op);
         let provider_key = derive_key(&op.provider, &op.operation, &op.idempotency_key, 0);
-        let inserted: Option<i64> = sqlx::query_scalar(
+        let inserted = sqlx::query(
             "INSERT INTO operations (idempotency_key, provider, operation, reference, payload, request_hash, \
              provider_key, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8) \
-             ON CONFLICT (idempotency_key) DO NOTHING RETURNING id",
+             ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, idempotency_key, provider, operation, \
+             reference, payload, status, key_group, provider_key, key_first_sent_at_ms, attempts, provider_ref, \
+             response, last_error, FALSE AS dead_letter, reconcile_attempts, created_at_ms, updated_at_ms",
         )
         .bind(&op.idempotency_key)
         .bind(&op.provider)
@@ -133,34 +151,24 @@ impl Outbox {
         .fetch_optional(&mut *conn)
         .await
         .context("inserting an operation")?;
-        let Some(id) = inserted else {
-            let stored: String =
-                sqlx::query_scalar("SELECT request_hash FROM operations WHERE idempotency_key = ?1")
-                    .bind(&op.idempotency_key)
-                    .fetch_one(&mut *conn)
-                    .await
-                    .context("reading an existing operation")?;
-            if stored != hash {
-                return Err(StoreError::KeyReused { key: op.idempotency_key.clone() });
-            }
-            let existing = operation_by_key(conn, &op.idempotency_key).await?;
-            return existing.map(Submitted::Replayed).ok_or_else(|| StoreError::Corrupt {
-                what: "operation",
-                detail: "vanished while being read".into(),
-            });
-        };
-        sqlx::query(
-            "INSERT INTO outbox (operation_id, available_at_ms, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?2, ?2)",
-        )
-        .bind(id)
-        .bind(now_ms)
-        .execute(&mut *conn)
-        .await
-        .context("inserting an outbox message")?;
-        let created = operation_by_key(conn, &op.idempotency_key).await?;
-        created
-            .map(Submitted::Created)
-            .ok_or_else(|| StoreError::Corrupt { what: "operation", detail: "not found after insert".into() })
+        // The outbox message is inserted by the `operations_outbox` trigger.
+        if let Some(row) = inserted {
+            return operation_from_row(&row).map(Submitted::Created);
+        }
+        let stored: String =
+            sqlx::query_scalar("SELECT request_hash FROM operations WHERE idempotency_key = ?1")
+                .bind(&op.idempotency_key)
+                .fetch_one(&mut *conn)
+                .await
+                .context("reading an existing operation")?;
+        if stored != hash {
+            return Err(StoreError::KeyReused { key: op.idempotency_key.clone() });
+        }
+        let existing = operation_by_key(conn, &op.idempotency_key).await?;
+        existing.map(Submitted::Replayed).ok_or_else(|| StoreError::Corrupt {
+            what: "operation",
+            detail: "vanished while being read".into(),
+        })
     }
 }
 
@@ -437,7 +445,7 @@ impl Store for SqliteStore {
         ))
         .bind(now_ms)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.reader)
         .await
         .context("finding unknown operations")?;
         rows.iter().map(operation_from_row).collect()
@@ -534,7 +542,7 @@ impl Store for SqliteStore {
     }
 
     async fn operation(&self, idempotency_key: &str) -> Result<Option<Operation>, StoreError> {
-        let mut conn = self.pool.acquire().await.context("acquiring a connection")?;
+        let mut conn = self.reader.acquire().await.context("acquiring a connection")?;
         operation_by_key(&mut conn, idempotency_key).await
     }
 
@@ -544,7 +552,7 @@ impl Store for SqliteStore {
              classification, outcome, decision FROM attempts WHERE operation_id = ?1 ORDER BY id",
         )
         .bind(operation_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.reader)
         .await
         .context("reading the attempt history")?;
         rows.iter()
@@ -580,7 +588,7 @@ impl Store for SqliteStore {
                (SELECT COUNT(*) FROM outbox WHERE state = 'dead') AS dead_letters, \
                (SELECT COUNT(*) FROM attempts WHERE kind = 'call') AS attempts",
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&self.reader)
         .await
         .context("counting operations")?;
         let n = |c: &str| row.get::<i64, _>(c) as u64;

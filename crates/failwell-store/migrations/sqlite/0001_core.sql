@@ -70,3 +70,11 @@ CREATE TRIGGER attempts_no_update BEFORE UPDATE ON attempts
 BEGIN SELECT RAISE(ABORT, 'attempts is append-only'); END;
 CREATE TRIGGER attempts_no_delete BEFORE DELETE ON attempts
 BEGIN SELECT RAISE(ABORT, 'attempts is append-only'); END;
+
+-- Every operation gets its delivery message in the same statement, so no
+-- code path can record an intent without the work to carry it out.
+CREATE TRIGGER operations_outbox AFTER INSERT ON operations
+BEGIN
+    INSERT INTO outbox (operation_id, available_at_ms, created_at_ms, updated_at_ms)
+    VALUES (NEW.id, NEW.created_at_ms, NEW.created_at_ms, NEW.created_at_ms);
+END;

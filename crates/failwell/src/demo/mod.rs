@@ -175,10 +175,17 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     .context("cannot create the demo's orders table")?;
     for order in &orders {
         place(&store, order).await?;
-        server.wake();
+
         placed.inc(1);
     }
     placed.finish();
+    let placing = start.elapsed();
+    eprintln!(
+        "placed {} orders in {:.2} s ({:.0} orders/s), each order row and its outbox message in one transaction",
+        orders.len(),
+        placing.as_secs_f64(),
+        orders.len() as f64 / placing.as_secs_f64()
+    );
     let counts = loop {
         let counts = store.counts().await?;
         settled.set_position(counts.succeeded + counts.failed);
