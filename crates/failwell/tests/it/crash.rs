@@ -43,3 +43,26 @@ async fn kill_9_mid_run_loses_nothing_and_charges_once() {
     assert_eq!(counts["succeeded"], 120);
     assert_eq!(sim.effects().double_effects(), 0);
 }
+
+#[tokio::test]
+async fn sigterm_lets_attempts_in_flight_finish_and_exits_cleanly() {
+    let sim = simulator(|c| c.hang = Duration::from_secs(2)).await;
+    let mut gw = Gateway::start(&sim.base_url(), "").await;
+    sim.script("t-1", vec![Fault::TimeoutAfterCommit]);
+    assert_eq!(gw.charge("t-1", 1000).await.status(), 201);
+    // wait until the call is in flight at the provider
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sim.effects().requests == 0 {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let status = gw.terminate().await;
+    assert!(status.success(), "exit status {status:?}: {}", gw.log());
+    gw.spawn().await;
+    let op = gw.settled("t-1", Duration::from_secs(20)).await;
+    assert_eq!(op["status"], "succeeded");
+    // the timed-out attempt was recorded before exit, so it is not an interrupted one
+    let history = op["history"].as_array().unwrap();
+    assert_eq!(history[0]["error_kind"], "timeout", "{op:#}");
+    assert_eq!(sim.effects().by_reference["t-1"].effects, 1);
+}

@@ -147,6 +147,15 @@ impl Gateway {
         }
     }
 
+    /// Sends SIGTERM and returns the exit status once the process ended.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let pid = child.id().unwrap().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().await.unwrap();
+        assert!(sent.success());
+        tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap().unwrap()
+    }
+
     /// What the process logged.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
