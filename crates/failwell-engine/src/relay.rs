@@ -293,3 +293,6 @@ fn completion(message: &Claimed, attempt: AttemptRecord, transition: Transition)
         transition,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,173 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use failwell_policy::{Backoff, Classifier, IdempotencyPolicy, Jitter, RetryPolicy, TransportFailure};
+use failwell_store::{Operation, OperationStatus};
+use serde_json::json;
+
+use super::*;
+use crate::client::{Reply, TransportError};
+use crate::provider::{Encoding, OperationSpec, ProviderSpec};
+
+fn client(keys: bool) -> ProviderClient {
+    let backoff = Backoff::try_new(Duration::from_millis(100), Duration::from_secs(1), Jitter::None).unwrap();
+    let operations = BTreeMap::from([(
+        "charge".to_string(),
+        OperationSpec {
+            method: reqwest::Method::POST,
+            path: "/v1/charges".into(),
+            encoding: Encoding::Form,
+            reference_field: "reference".into(),
+        },
+    )]);
+    ProviderClient::new(ProviderSpec {
+        name: "payments".into(),
+        // nothing listens here: a test that reached the network would fail
+        base_url: "http://127.0.0.1:9".parse().unwrap(),
+        connect_timeout: Duration::from_millis(100),
+        timeout: Duration::from_millis(100),
+        retry: RetryPolicy::try_new(3, backoff, Duration::from_secs(60), Duration::from_secs(10)).unwrap(),
+        idempotency: IdempotencyPolicy {
+            header: keys.then(|| "Idempotency-Key".to_string()),
+            key_ttl: Duration::from_secs(100),
+        },
+        classifier: Classifier::default(),
+        error_code_pointer: "/error/code".into(),
+        id_pointer: "/id".into(),
+        reconcile_after: Duration::from_millis(500),
+        lookup: None,
+        operations,
+    })
+    .unwrap()
+}
+
+fn claimed(attempts: u32, key_age_ms: i64, interrupted: bool) -> Claimed {
+    let now = now_ms();
+    Claimed {
+        outbox_id: 1,
+        lease_token: 9,
+        attempts,
+        previous_delay_ms: 0,
+        interrupted,
+        operation: Operation {
+            id: 5,
+            idempotency_key: "order-1".into(),
+            provider: "payments".into(),
+            operation: "charge".into(),
+            reference: Some("order-1".into()),
+            payload: json!({"amount": 100, "currency": "eur", "reference": "order-1"}),
+            status: OperationStatus::Pending,
+            key_group: 0,
+            provider_key: "fw_key".into(),
+            key_first_sent_at_ms: Some(now - key_age_ms),
+            attempts: attempts - 1,
+            provider_ref: None,
+            response: None,
+            last_error: None,
+            dead_letter: false,
+            reconcile_attempts: 0,
+            created_at_ms: now - key_age_ms,
+            updated_at_ms: now,
+        },
+    }
+}
+
+fn reply(status: u16, body: serde_json::Value) -> CallResult {
+    CallResult {
+        started_at_ms: now_ms(),
+        duration: Duration::from_millis(3),
+        response: Ok(Reply { status, body: Some(body), retry_after: None }),
+    }
+}
+
+fn transport(failure: TransportFailure, kind: &'static str) -> CallResult {
+    CallResult {
+        started_at_ms: now_ms(),
+        duration: Duration::from_millis(100),
+        response: Err(TransportError { failure, kind, message: "boom".into() }),
+    }
+}
+
+#[test]
+fn success_records_the_provider_reference() {
+    let c = decide_after(&client(true), &claimed(1, 0, false), &reply(200, json!({"id": "ch_1"})));
+    assert_eq!(c.attempt.outcome, Outcome::Succeeded);
+    assert_eq!(c.attempt.kind, AttemptKind::Call);
+    assert!(matches!(c.transition, Transition::Succeeded { provider_ref: Some(ref r), .. } if r == "ch_1"));
+}
+
+#[test]
+fn decline_fails_with_the_provider_code() {
+    let body = json!({"error": {"code": "card_declined"}});
+    let c = decide_after(&client(true), &claimed(1, 0, false), &reply(402, body));
+    assert_eq!(c.attempt.error_kind.as_deref(), Some("card_declined"));
+    assert_eq!(c.attempt.classification, Some("permanent"));
+    assert!(matches!(c.transition, Transition::Failed { ref error, .. } if error.contains("card_declined")));
+}
+
+#[test]
+fn timeout_after_send_is_retried_under_a_live_key() {
+    let c = decide_after(
+        &client(true),
+        &claimed(1, 0, false),
+        &transport(TransportFailure::AfterSend, "timeout"),
+    );
+    assert_eq!(c.attempt.outcome, Outcome::Unknown);
+    assert!(matches!(c.transition, Transition::Retry { delay_ms: 100, .. }), "{:?}", c.transition);
+}
+
+#[test]
+fn timeout_without_keys_goes_to_reconciliation() {
+    let c = decide_after(
+        &client(false),
+        &claimed(1, 0, false),
+        &transport(TransportFailure::AfterSend, "timeout"),
+    );
+    match c.transition {
+        Transition::Unknown { reconcile_at_ms, ref error } => {
+            assert!(reconcile_at_ms >= now_ms() + 400, "waits reconcile_after before looking up");
+            assert!(error.contains("no idempotency keys"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn exhausted_retryable_is_a_dead_letter_but_exhausted_ambiguous_is_unknown() {
+    let c = decide_after(&client(true), &claimed(3, 0, false), &reply(503, json!({})));
+    assert!(matches!(c.transition, Transition::DeadLetter { ref error } if error.contains("HTTP 503")));
+    let c =
+        decide_after(&client(true), &claimed(3, 0, false), &transport(TransportFailure::AfterSend, "reset"));
+    assert!(matches!(c.transition, Transition::Unknown { .. }));
+}
+
+#[tokio::test]
+async fn a_retry_under_an_expired_key_is_skipped_not_sent() {
+    let providers = Providers::from([("payments".to_string(), client(true))]);
+    let c = attempt(&providers, claimed(2, 95_000, false)).await;
+    assert_eq!(c.attempt.kind, AttemptKind::Skipped);
+    assert_eq!(c.attempt.error_kind.as_deref(), Some("key_expired"));
+    assert!(matches!(c.transition, Transition::Unknown { .. }));
+}
+
+#[tokio::test]
+async fn an_interrupted_attempt_without_keys_is_not_resent() {
+    let providers = Providers::from([("payments".to_string(), client(false))]);
+    let c = attempt(&providers, claimed(2, 10, true)).await;
+    assert_eq!(c.attempt.kind, AttemptKind::Skipped);
+    assert_eq!(c.attempt.error_kind.as_deref(), Some("interrupted"));
+    assert!(matches!(c.transition, Transition::Unknown { .. }));
+}
+
+#[tokio::test]
+async fn unknown_provider_or_operation_is_a_dead_letter() {
+    let c = attempt(&Providers::new(), claimed(1, 0, false)).await;
+    assert!(
+        matches!(c.transition, Transition::DeadLetter { ref error } if error.contains("unknown provider"))
+    );
+    let providers = Providers::from([("payments".to_string(), client(true))]);
+    let mut message = claimed(1, 0, false);
+    message.operation.operation = "refund".into();
+    let c = attempt(&providers, message).await;
+    assert!(matches!(c.transition, Transition::DeadLetter { ref error } if error.contains("no operation")));
+}
