@@ -11,6 +11,14 @@ pub enum StoreError {
         /// The reused key.
         key: String,
     },
+    /// The business reference is already used by another operation of the
+    /// same provider (status lookups could not tell them apart). Nothing was
+    /// written.
+    #[error("reference {reference:?} already belongs to another operation of this provider")]
+    ReferenceReused {
+        /// The reused reference.
+        reference: String,
+    },
     /// The database could not be opened or a statement failed.
     #[error("database error: {context}")]
     Database {

@@ -149,20 +149,36 @@ impl Outbox {
         .bind(&provider_key)
         .bind(now_ms)
         .fetch_optional(&mut *conn)
-        .await
-        .context("inserting an operation")?;
+        .await;
+        let inserted = match inserted {
+            Ok(row) => row,
+            // Another operation holds the reference; this may still be a
+            // replay of that very operation, which the key check below finds.
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() && e.message().contains("reference") => {
+                None
+            }
+            Err(source) => return Err(StoreError::Database { context: "inserting an operation", source }),
+        };
         // The outbox message is inserted by the `operations_outbox` trigger.
         if let Some(row) = inserted {
             return operation_from_row(&row).map(Submitted::Created);
         }
-        let stored: String =
+        let stored: Option<String> =
             sqlx::query_scalar("SELECT request_hash FROM operations WHERE idempotency_key = ?1")
                 .bind(&op.idempotency_key)
-                .fetch_one(&mut *conn)
+                .fetch_optional(&mut *conn)
                 .await
                 .context("reading an existing operation")?;
-        if stored != hash {
-            return Err(StoreError::KeyReused { key: op.idempotency_key.clone() });
+        match stored {
+            None => {
+                return Err(StoreError::ReferenceReused {
+                    reference: op.reference.clone().unwrap_or_default(),
+                });
+            }
+            Some(stored) if stored != hash => {
+                return Err(StoreError::KeyReused { key: op.idempotency_key.clone() });
+            }
+            Some(_) => {}
         }
         let existing = operation_by_key(conn, &op.idempotency_key).await?;
         existing.map(Submitted::Replayed).ok_or_else(|| StoreError::Corrupt {
@@ -378,12 +394,36 @@ impl Store for SqliteStore {
         let op_ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("operation_id")).collect();
         let ids_json = serde_json::to_string(&ids).unwrap_or_default();
         let op_ids_json = serde_json::to_string(&op_ids).unwrap_or_default();
+        // An attempt whose lease expired in flight may have reached the
+        // provider: it goes into the history before the message is leased again.
+        sqlx::query(
+            "INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, duration_ms, \
+             status_code, error_kind, classification, outcome, decision) \
+             SELECT o.id, 'call', o.attempts + 1, o.provider_key, x.updated_at_ms, ?2 - x.updated_at_ms, NULL, \
+             'interrupted', 'ambiguous', 'unknown', 'interrupted: the lease expired before a result was recorded' \
+             FROM outbox x JOIN operations o ON o.id = x.operation_id \
+             WHERE x.id IN (SELECT value FROM json_each(?1)) AND x.in_flight = 1",
+        )
+        .bind(&ids_json)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .context("recording interrupted attempts")?;
+        sqlx::query(
+            "UPDATE operations SET attempts = attempts + 1 WHERE id IN \
+             (SELECT operation_id FROM outbox WHERE id IN (SELECT value FROM json_each(?1)) AND in_flight = 1)",
+        )
+        .bind(&ids_json)
+        .execute(&mut *tx)
+        .await
+        .context("counting interrupted attempts")?;
+        let lease_until = now_ms.saturating_add(i64::try_from(lease_ms).unwrap_or(i64::MAX));
         sqlx::query(
             "UPDATE outbox SET locked_until_ms = ?2, lease_token = ?3, attempts = attempts + 1, in_flight = 1, \
              updated_at_ms = ?4 WHERE id IN (SELECT value FROM json_each(?1))",
         )
         .bind(&ids_json)
-        .bind(now_ms.saturating_add(lease_ms as i64))
+        .bind(lease_until)
         .bind(token)
         .bind(now_ms)
         .execute(&mut *tx)

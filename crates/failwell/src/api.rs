@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -42,6 +42,13 @@ pub fn router<S: Store>(state: Arc<AppState<S>>, max_body_bytes: usize) -> Route
         .route("/v1/operations/{key}", get(show::<S>))
         .route("/healthz", get(health::<S>))
         .fallback(|| async { Problem::new(StatusCode::NOT_FOUND, "not-found", "No such route.") })
+        .method_not_allowed_fallback(|| async {
+            Problem::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "This route does not take that method.",
+            )
+        })
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
 }
@@ -79,6 +86,14 @@ impl From<StoreError> for Problem {
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "idempotency-key-reused",
                 format!("Idempotency-Key {key:?} was already used with a different request."),
+            ),
+            StoreError::ReferenceReused { reference } => Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "reference-reused",
+                format!(
+                    "Reference {reference:?} already belongs to another operation of this provider: \
+                     the provider's record could not be told apart from it."
+                ),
             ),
             other => {
                 tracing::error!(error = ?other, "store error");
@@ -122,7 +137,6 @@ struct SubmitBody {
     provider: String,
     operation: String,
     payload: Value,
-    reference: Option<String>,
 }
 
 /// An operation as the API shows it.
@@ -175,9 +189,23 @@ async fn submit<S: Store>(
             "`payload` must be a JSON object.",
         ));
     }
-    let reference = body
-        .reference
-        .or_else(|| body.payload.get(&spec.reference_field).and_then(Value::as_str).map(str::to_owned));
+    // The reference is the one actually sent: the payload's reference field.
+    let reference = match body.payload.get(&spec.reference_field) {
+        Some(Value::String(r)) if !r.trim().is_empty() => Some(r.clone()),
+        Some(Value::Number(n)) if n.is_u64() || n.is_i64() => Some(n.to_string()),
+        None if client.spec().lookup.is_none() => None,
+        _ => {
+            return Err(Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-reference",
+                format!(
+                    "`payload.{}` must be a non-empty string or an integer: failwell looks the operation up \
+                     at the provider by it when an outcome is unknown.",
+                    spec.reference_field
+                ),
+            ));
+        }
+    };
     let op = NewOperation {
         idempotency_key: key,
         provider: body.provider,
@@ -213,6 +241,13 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
         )
     })?;
     let key = key.trim();
+    if !key.chars().all(|c| c.is_ascii_graphic() || c == ' ') {
+        return Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-idempotency-key",
+            "Idempotency-Key must be visible ASCII.",
+        ));
+    }
     if key.is_empty() {
         return Err(missing());
     }
@@ -228,8 +263,9 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
 
 async fn show<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    Path(key): Path<String>,
+    key: Result<Path<String>, PathRejection>,
 ) -> Result<Response, Problem> {
+    let Path(key) = key.map_err(|e| Problem::new(e.status(), "invalid-path", e.body_text()))?;
     let Some(op) = state.store.operation(&key).await? else {
         return Err(Problem::new(
             StatusCode::NOT_FOUND,

@@ -31,7 +31,7 @@ const DEFAULTS: &str = include_str!("../config.default.toml");
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The `--config` file does not exist or cannot be read.
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}")]
     Unreadable {
         /// The file.
         path: PathBuf,
@@ -39,13 +39,15 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// A layer is malformed or a key has the wrong type, or is unknown.
+    /// A layer is malformed, or a key has the wrong type or is unknown
+    /// (one line per problem: source, key, what is wrong).
     #[error("{0}")]
-    Parse(Box<figment::Error>),
+    Parse(String),
     /// A value parsed but is not acceptable.
     #[error("{source_name}: key `{key}`: {message}")]
     Invalid {
-        /// The file (or "environment") the configuration came from.
+        /// Where the value came from: the file, the environment variable or
+        /// the built-in defaults.
         source_name: String,
         /// The full key path, e.g. `providers.payments.timeout_ms`.
         key: String,
@@ -211,48 +213,99 @@ pub struct Config {
     pub providers: Arc<Providers>,
 }
 
+/// The top-level keys: only `FAILWELL_*` variables naming one of these are
+/// configuration (so `FAILWELL_LOG` and the like are left alone).
+const TOP_LEVEL_KEYS: [&str; 7] =
+    ["database_url", "sqlite_synchronous", "listen", "max_body_bytes", "relay", "reconciler", "providers"];
+
+/// The longest duration any `_ms` key accepts: one year.
+const MAX_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;
+
+/// The highest `relay.concurrency`.
+const MAX_CONCURRENCY: usize = 10_000;
+
 /// Loads and validates the configuration: defaults, then `file` (which must
 /// exist when given), then the environment.
 pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
     let mut figment = Figment::from(Toml::string(DEFAULTS));
-    let source_name = match file {
-        Some(path) => {
-            std::fs::read_to_string(path)
-                .map_err(|source| ConfigError::Unreadable { path: path.into(), source })?;
-            figment = figment.merge(Toml::file_exact(path));
-            path.display().to_string()
-        }
-        None => "built-in defaults".to_string(),
-    };
-    figment = figment.merge(Env::prefixed("FAILWELL_").split("__"));
-    let raw: RawConfig = figment.extract().map_err(|e| ConfigError::Parse(Box::new(e)))?;
-    validate(raw, &source_name)
+    if let Some(path) = file {
+        std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Unreadable { path: path.into(), source })?;
+        figment = figment.merge(Toml::file_exact(path));
+    }
+    let env = Env::prefixed("FAILWELL_").split("__").filter(|key| {
+        let key = key.as_str().to_ascii_lowercase().replace("__", ".");
+        TOP_LEVEL_KEYS.iter().any(|top| key == *top || key.starts_with(&format!("{top}.")))
+    });
+    extract(figment.merge(env))
 }
 
 /// Parses a configuration from a TOML string layered over the defaults (no
 /// environment), for tests and the demo.
-pub fn from_toml(text: &str, source_name: &str) -> Result<Config, ConfigError> {
-    let figment = Figment::from(Toml::string(DEFAULTS)).merge(Toml::string(text));
-    let raw: RawConfig = figment.extract().map_err(|e| ConfigError::Parse(Box::new(e)))?;
-    validate(raw, source_name)
+pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+    extract(Figment::from(Toml::string(DEFAULTS)).merge(Toml::string(text)))
+}
+
+fn extract(figment: Figment) -> Result<Config, ConfigError> {
+    let raw: RawConfig = figment.extract().map_err(|e| ConfigError::Parse(describe(e)))?;
+    validate(raw, &Checker { figment: &figment })
+}
+
+/// Where a value came from, for error messages: the file, the environment
+/// variable, or the built-in defaults.
+fn source_label(metadata: &figment::Metadata, key: &str) -> String {
+    match &metadata.source {
+        Some(figment::Source::File(path)) => path.display().to_string(),
+        _ if metadata.name.contains("environment") => {
+            format!("environment variable FAILWELL_{}", key.replace('.', "__").to_uppercase())
+        }
+        _ if metadata.name.contains("string") => "built-in defaults".to_string(),
+        _ => metadata.name.to_string(),
+    }
+}
+
+/// One line per figment error: source, key, problem.
+fn describe(error: figment::Error) -> String {
+    error
+        .into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let source =
+                e.metadata.as_ref().map_or_else(|| "configuration".to_string(), |m| source_label(m, &key));
+            if key.is_empty() {
+                format!("{source}: {}", e.kind)
+            } else {
+                format!("{source}: key `{key}`: {}", e.kind)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 struct Checker<'a> {
-    source_name: &'a str,
+    figment: &'a Figment,
 }
 
 impl Checker<'_> {
     fn invalid(&self, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
-        ConfigError::Invalid {
-            source_name: self.source_name.to_string(),
-            key: key.into(),
-            message: message.into(),
-        }
+        let key = key.into();
+        let source_name = self
+            .figment
+            .find_metadata(&key)
+            .map_or_else(|| "configuration".to_string(), |m| source_label(m, &key));
+        ConfigError::Invalid { source_name, key, message: message.into() }
     }
 
     fn positive(&self, key: &str, value: u64) -> Result<Duration, ConfigError> {
         if value == 0 {
             return Err(self.invalid(key, "must be greater than 0"));
+        }
+        self.duration(key, value)
+    }
+
+    fn duration(&self, key: &str, value: u64) -> Result<Duration, ConfigError> {
+        if value > MAX_DURATION_MS {
+            return Err(self.invalid(key, format!("{value} ms is more than a year")));
         }
         Ok(Duration::from_millis(value))
     }
@@ -267,8 +320,7 @@ impl Checker<'_> {
     }
 }
 
-fn validate(raw: RawConfig, source_name: &str) -> Result<Config, ConfigError> {
-    let c = Checker { source_name };
+fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, ConfigError> {
     if !raw.database_url.starts_with("sqlite:") {
         return Err(
             c.invalid("database_url", format!("{:?}: only sqlite: URLs are supported", raw.database_url))
@@ -289,8 +341,8 @@ fn validate(raw: RawConfig, source_name: &str) -> Result<Config, ConfigError> {
     if raw.max_body_bytes == 0 {
         return Err(c.invalid("max_body_bytes", "must be greater than 0"));
     }
-    if raw.relay.concurrency == 0 {
-        return Err(c.invalid("relay.concurrency", "must be greater than 0"));
+    if raw.relay.concurrency == 0 || raw.relay.concurrency > MAX_CONCURRENCY {
+        return Err(c.invalid("relay.concurrency", format!("must be between 1 and {MAX_CONCURRENCY}")));
     }
     if raw.relay.batch_size == 0 {
         return Err(c.invalid("relay.batch_size", "must be greater than 0"));
@@ -310,7 +362,7 @@ fn validate(raw: RawConfig, source_name: &str) -> Result<Config, ConfigError> {
     };
     let mut providers = Providers::new();
     for (name, p) in raw.providers {
-        let spec = provider(&c, &name, p)?;
+        let spec = provider(c, &name, p)?;
         if spec.timeout * 2 > relay.lease {
             return Err(c.invalid(
                 format!("providers.{name}.timeout_ms"),
@@ -347,8 +399,8 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
         return Err(c.invalid(key("base_url"), format!("{:?}: the scheme must be http or https", p.base_url)));
     }
     let backoff = Backoff::try_new(
-        Duration::from_millis(p.backoff.base_ms),
-        Duration::from_millis(p.backoff.cap_ms),
+        c.duration(&key("backoff.base_ms"), p.backoff.base_ms)?,
+        c.duration(&key("backoff.cap_ms"), p.backoff.cap_ms)?,
         p.backoff.jitter,
     )
     .map_err(|e| c.invalid(key("backoff"), e.to_string()))?;
@@ -356,7 +408,7 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
         p.max_attempts,
         backoff,
         c.positive(&key("deadline_ms"), p.deadline_ms)?,
-        Duration::from_millis(p.max_retry_after_ms),
+        c.duration(&key("max_retry_after_ms"), p.max_retry_after_ms)?,
     )
     .map_err(|e| c.invalid(key("max_attempts"), e.to_string()))?;
     let timeout = c.positive(&key("timeout_ms"), p.timeout_ms)?;
@@ -420,7 +472,8 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
         classifier: Classifier::new(statuses, p.classify.codes),
         error_code_pointer: c.pointer(&key("error_code_pointer"), &p.error_code_pointer)?,
         id_pointer: c.pointer(&key("id_pointer"), &p.id_pointer)?,
-        reconcile_after: Duration::from_millis(p.reconcile_after_ms.unwrap_or(p.timeout_ms)),
+        reconcile_after: c
+            .duration(&key("reconcile_after_ms"), p.reconcile_after_ms.unwrap_or(p.timeout_ms))?,
         lookup,
         operations,
     })

@@ -92,10 +92,18 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve { config } => {
             let config = failwell::config::load(config.as_deref())?;
+            if config.providers.is_empty() {
+                tracing::warn!(
+                    "no providers are configured: every operation will be refused (see failwell.toml)"
+                );
+            }
             let listener = TcpListener::bind(config.listen)
                 .await
-                .with_context(|| format!("cannot listen on {}", config.listen))?;
-            let server = failwell::Server::start(config, listener).await.context("cannot start failwell")?;
+                .with_context(|| format!("cannot listen on {} (key `listen`)", config.listen))?;
+            let url = config.database_url.clone();
+            let server = failwell::Server::start(config, listener)
+                .await
+                .with_context(|| format!("cannot start failwell with database_url = {url:?}"))?;
             shutdown_signal().await?;
             tracing::info!("shutting down: finishing attempts in flight");
             server.shutdown().await;
@@ -112,12 +120,23 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Demo { orders, seed, profile, json, concurrency } => {
             anyhow::ensure!(orders > 0, "--orders must be at least 1");
-            anyhow::ensure!(concurrency > 0, "--concurrency must be at least 1");
-            let report = demo::run(DemoArgs { orders, seed, profile, concurrency }).await?;
+            anyhow::ensure!((1..=10_000).contains(&concurrency), "--concurrency must be between 1 and 10000");
+            // Fail now, not after the run, when the report cannot be written.
+            let json_file = json
+                .as_ref()
+                .map(|path| {
+                    std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))
+                })
+                .transpose()?;
+            // Ctrl-C drops the run, which removes its temporary database.
+            let report = tokio::select! {
+                report = demo::run(DemoArgs { orders, seed, profile, concurrency }) => report?,
+                _ = shutdown_signal() => anyhow::bail!("interrupted"),
+            };
             println!("{}", report.table());
-            if let Some(path) = json {
-                let text = serde_json::to_string_pretty(&report)?;
-                std::fs::write(&path, text + "\n")
+            if let (Some(mut file), Some(path)) = (json_file, json) {
+                let text = serde_json::to_string_pretty(&report)? + "\n";
+                std::io::Write::write_all(&mut file, text.as_bytes())
                     .with_context(|| format!("cannot write {}", path.display()))?;
             }
             Ok(if report.failwell_held() { ExitCode::SUCCESS } else { ExitCode::from(1) })

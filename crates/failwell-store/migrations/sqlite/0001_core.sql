@@ -25,6 +25,9 @@ CREATE TABLE operations (
     created_at_ms         INTEGER NOT NULL,
     updated_at_ms         INTEGER NOT NULL
 );
+-- A reference identifies one intent at its provider: status lookups find the
+-- provider's record by it, so two operations must never share one.
+CREATE UNIQUE INDEX operations_reference ON operations (provider, reference) WHERE reference IS NOT NULL;
 CREATE INDEX operations_unknown ON operations (next_reconcile_at_ms) WHERE status = 'unknown';
 CREATE INDEX operations_status ON operations (status);
 

@@ -107,7 +107,11 @@ async fn claim_leases_and_a_lost_lease_cannot_overwrite() {
     assert_eq!(op.status, OperationStatus::Succeeded);
     assert_eq!(op.provider_ref.as_deref(), Some("ch_1"));
     assert!(!op.dead_letter);
-    assert_eq!(s.attempts(op.id).await.unwrap().len(), 2, "both attempts are in the history");
+    let history = s.attempts(op.id).await.unwrap();
+    assert_eq!(history.len(), 3, "the interrupted and both recorded attempts are in the history");
+    assert_eq!(history[0].error_kind.as_deref(), Some("interrupted"));
+    assert_eq!(history[0].started_at_ms, 10);
+    assert_eq!(op.attempts, 3);
 }
 
 #[tokio::test]
@@ -199,4 +203,22 @@ async fn history_is_append_only() {
     assert!(update.unwrap_err().to_string().contains("append-only"));
     let delete = sqlx::query("DELETE FROM attempts").execute(s.pool()).await;
     assert!(delete.unwrap_err().to_string().contains("append-only"));
+}
+
+#[tokio::test]
+async fn a_reference_belongs_to_one_operation() {
+    let (_d, s) = store().await;
+    s.submit(new_op("k1", 100), 0).await.unwrap();
+    let mut other = new_op("k2", 100);
+    other.reference = Some("ref-k1".into());
+    let err = s.submit(other, 1).await.unwrap_err();
+    assert!(matches!(err, StoreError::ReferenceReused { ref reference } if reference == "ref-k1"), "{err:?}");
+    // a replay of the holder is still a replay
+    assert!(matches!(s.submit(new_op("k1", 100), 2).await.unwrap(), Submitted::Replayed(_)));
+    // another provider may use the same reference
+    let mut elsewhere = new_op("k3", 100);
+    elsewhere.reference = Some("ref-k1".into());
+    elsewhere.provider = "shipping".into();
+    assert!(matches!(s.submit(elsewhere, 3).await.unwrap(), Submitted::Created(_)));
+    assert_eq!(s.counts().await.unwrap().pending, 2);
 }

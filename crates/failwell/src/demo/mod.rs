@@ -148,15 +148,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
     let database_url = format!("sqlite://{}", dir.path().join("demo.db").display());
     let sim_failwell = simulator(args.profile, args.seed).await?;
-    let sim_naive = simulator(args.profile, args.seed).await?;
     eprintln!(
         "failwell demo: {} orders, profile {}, seed {}; both clients time out after {TIMEOUT_MS} ms",
         args.orders, args.profile, args.seed
     );
-    let config = crate::config::from_toml(
-        &demo_config(&sim_failwell.base_url(), &database_url, args.concurrency),
-        "demo configuration",
-    )?;
+    let config =
+        crate::config::from_toml(&demo_config(&sim_failwell.base_url(), &database_url, args.concurrency))?;
     let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind the API")?;
     let server = Server::start(config, listener).await.context("cannot start failwell")?;
     let multi = MultiProgress::new();
@@ -204,6 +201,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     server.shutdown().await;
     let failwell = failwell_figures(&operations, &sim_failwell.effects(), counts.attempts, failwell_elapsed);
 
+    // Started now, so an outage window hits the naive client as it hit failwell.
+    let sim_naive = simulator(args.profile, args.seed).await?;
     let start = Instant::now();
     let tick = naive_bar.clone();
     let results = naive::run(
@@ -281,6 +280,8 @@ fn failwell_figures(
         match op.status {
             OperationStatus::Succeeded if charged == 0 => f.lost += 1,
             OperationStatus::Succeeded => {}
+            // Reported failed although the provider charged: the record is wrong.
+            OperationStatus::Failed if charged > 0 => f.lost += 1,
             OperationStatus::Failed if op.dead_letter => f.dead_letters += 1,
             OperationStatus::Failed => f.declined += 1,
             OperationStatus::Pending | OperationStatus::Unknown => f.unknown_remaining += 1,
@@ -310,6 +311,7 @@ fn naive_figures(results: &[NaiveResult], effects: &Effects, elapsed: Duration) 
         match result.belief {
             Belief::Charged if charged == 0 => f.lost += 1,
             Belief::Charged => {}
+            Belief::Declined if charged > 0 => f.lost += 1,
             Belief::Declined => f.declined += 1,
             Belief::GaveUp if charged == 0 => f.lost += 1,
             Belief::GaveUp => f.unknown_remaining += 1,

@@ -8,9 +8,10 @@ use serde::Serialize;
 /// One client's figures. Definitions (per intent = per order):
 /// - `provider_effects`: charges the provider made;
 /// - `double_effects`: intents the provider charged more than once;
-/// - `lost`: intents the provider never charged although the client neither
-///   reports them failed nor holds them as a dead letter (silently dropped),
-///   or that the client believes charged when the provider has no charge;
+/// - `lost`: intents whose final record disagrees with the provider about
+///   whether they took effect: silently dropped (never charged, yet neither
+///   reported failed nor held as a dead letter), believed charged with no
+///   charge at the provider, or reported failed although charged;
 /// - `unknown_remaining`: intents whose outcome the client does not know at
 ///   the end (failwell: still `unknown` or `pending`; naive: gave up after an
 ///   attempt that may have charged);
@@ -28,7 +29,7 @@ pub struct Figures {
     pub provider_effects: u64,
     /// Orders charged more than once.
     pub double_effects: u64,
-    /// Orders silently dropped or wrongly believed charged.
+    /// Orders whose record disagrees with the provider.
     pub lost: u64,
     /// Orders whose outcome is unknown at the end.
     pub unknown_remaining: u64,

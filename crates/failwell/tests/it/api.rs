@@ -80,7 +80,27 @@ async fn bad_requests_are_refused_and_write_nothing() {
     let r = gw.http.post(&url).header("Idempotency-Key", "k1").json(&huge).send().await.unwrap();
     problem(r, 413, "body-too-large").await;
 
+    for reference in [json!(null), json!(""), json!(1.5), json!({"a": 1})] {
+        let body = json!({"provider": "payments", "operation": "charge",
+                          "payload": {"amount": 100, "currency": "eur", "reference": reference}});
+        let r = gw.http.post(&url).header("Idempotency-Key", "k1").json(&body).send().await.unwrap();
+        problem(r, 422, "invalid-reference").await;
+    }
+    let no_reference = json!({"provider": "payments", "operation": "charge", "payload": {"amount": 100}});
+    let r = gw.http.post(&url).header("Idempotency-Key", "k1").json(&no_reference).send().await.unwrap();
+    problem(r, 422, "invalid-reference").await;
+    let top_level = json!({"provider": "payments", "operation": "charge", "reference": "x",
+                           "payload": {"amount": 100, "currency": "eur", "reference": "x"}});
+    let r = gw.http.post(&url).header("Idempotency-Key", "k1").json(&top_level).send().await.unwrap();
+    problem(r, 422, "invalid-body").await;
+    let r = gw.http.post(&url).header("Idempotency-Key", "a\tb").json(&body).send().await.unwrap();
+    problem(r, 400, "invalid-idempotency-key").await;
+
     nothing_written(&gw).await;
+    let r = gw.http.delete(format!("{}/v1/operations/k1", gw.base)).send().await.unwrap();
+    problem(r, 405, "method-not-allowed").await;
+    let r = gw.http.get(format!("{}/v1/operations/%FF%FE", gw.base)).send().await.unwrap();
+    problem(r, 400, "invalid-path").await;
     let r = gw.http.get(format!("{}/v1/operations/k1", gw.base)).send().await.unwrap();
     problem(r, 404, "operation-not-found").await;
     let r = gw.http.get(format!("{}/nope", gw.base)).send().await.unwrap();
@@ -122,7 +142,7 @@ async fn keys_with_special_characters_round_trip() {
         .http
         .post(format!("{}/v1/operations", gw.base))
         .header("Idempotency-Key", "order/2026 #1")
-        .json(&json!({"provider": "payments", "operation": "charge", "reference": "ref-1",
+        .json(&json!({"provider": "payments", "operation": "charge",
                       "payload": {"amount": 100, "currency": "eur", "reference": "ref-1"}}))
         .send()
         .await
@@ -142,4 +162,27 @@ async fn keys_with_special_characters_round_trip() {
         .await
         .unwrap();
     problem(r, 400, "invalid-idempotency-key").await;
+}
+
+#[tokio::test]
+async fn a_reference_is_one_intent() {
+    let sim = simulator(|_| {}).await;
+    let gw = Gateway::start(&sim.base_url(), "").await;
+    let charge = |key: &str, amount: u64, reference: Value| {
+        let body = json!({"provider": "payments", "operation": "charge",
+                          "payload": {"amount": amount, "currency": "eur", "reference": reference}});
+        gw.http.post(format!("{}/v1/operations", gw.base)).header("Idempotency-Key", key).json(&body).send()
+    };
+    assert_eq!(charge("a-1", 1500, json!("shared")).await.unwrap().status(), 201);
+    let r = charge("a-2", 900, json!("shared")).await.unwrap();
+    problem(r, 422, "reference-reused").await;
+    // an integer reference is a reference too
+    let r = charge("a-3", 900, json!(777)).await.unwrap();
+    assert_eq!(r.status(), 201);
+    let op: Value = r.json().await.unwrap();
+    assert_eq!(op["reference"], "777");
+    gw.settled("a-3", std::time::Duration::from_secs(10)).await;
+    assert_eq!(sim.effects().by_reference["777"].effects, 1);
+    let counts = gw.counts().await;
+    assert_eq!(counts["pending"].as_u64().unwrap() + counts["succeeded"].as_u64().unwrap(), 2, "{counts}");
 }

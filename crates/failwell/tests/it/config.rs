@@ -32,6 +32,19 @@ fn refused(edit: impl FnOnce(String) -> String, env: &[(&str, &str)], needles: &
 }
 
 #[test]
+fn unwritable_database_names_the_key() {
+    refused(
+        |t| {
+            let start = t.find("database_url").unwrap();
+            let end = start + t[start..].find('\n').unwrap();
+            format!("{}database_url = \"sqlite:///proc/nope/f.db\"{}", &t[..start], &t[end..])
+        },
+        &[],
+        &["database_url = \"sqlite:///proc/nope/f.db\"", "unable to open database file"],
+    );
+}
+
+#[test]
 fn missing_file() {
     let out = serve(std::path::Path::new("/nonexistent/failwell.toml"), &[]);
     assert_eq!(out.status.code(), Some(2));
@@ -111,7 +124,23 @@ fn bad_base_url_and_classification() {
 
 #[test]
 fn invalid_environment_override() {
-    refused(|t| t, &[("FAILWELL_RELAY__CONCURRENCY", "0")], &["relay.concurrency", "must be greater than 0"]);
+    refused(
+        |t| t,
+        &[("FAILWELL_RELAY__CONCURRENCY", "0")],
+        &[
+            "environment variable FAILWELL_RELAY__CONCURRENCY: key `relay.concurrency`: must be between 1 and 10000",
+        ],
+    );
+    refused(
+        |t| t,
+        &[("FAILWELL_RELAY__LEASE_MS", "9223372036854775808")],
+        &["relay.lease_ms", "more than a year"],
+    );
+    refused(
+        |t| t,
+        &[("FAILWELL_PROVIDERS__PAYMENTS__TIMEOUT_MS", "abc")],
+        &["FAILWELL_PROVIDERS__PAYMENTS__TIMEOUT_MS", "providers.payments.timeout_ms"],
+    );
     refused(|t| t, &[("FAILWELL_LISTEN", "nowhere")], &["listen", "nowhere"]);
 }
 
@@ -125,6 +154,8 @@ async fn environment_overrides_the_file() {
         .args(["serve", "--config"])
         .arg(&gw.config)
         .env("FAILWELL_LISTEN", format!("127.0.0.1:{port}"))
+        // variables that are not configuration keys are left alone
+        .env("FAILWELL_LOG", "debug")
         .kill_on_drop(true)
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -225,3 +225,15 @@ async fn a_retry_due_after_the_key_expired_is_looked_up_first_and_sent_under_a_n
     assert_eq!(op["attempts"], 2, "a skipped attempt is not a call");
     assert_eq!(sim.effects().by_reference["k1"].effects, 1);
 }
+
+#[tokio::test]
+async fn a_retryable_failure_after_an_ambiguous_one_never_resends_under_an_expired_key() {
+    // The reset may have charged; the 429s then push the retry past the key's life.
+    let sim = simulator(|c| c.key_ttl = Duration::from_millis(1500)).await;
+    let gw = Gateway::start(&sim.base_url(), "idempotency_key_ttl_ms = 1500").await;
+    sim.script("a1", vec![Fault::ResetAfterCommit, Fault::RateLimited, Fault::RateLimited]);
+    let op = run(&gw, "a1", 1000).await;
+    assert_eq!(op["status"], "succeeded", "{op:#}");
+    assert_eq!(sim.effects().by_reference["a1"].effects, 1, "{op:#}");
+    assert!(lookups(&op).iter().any(|l| l["decision"] == "found at provider: succeeded"), "{op:#}");
+}
