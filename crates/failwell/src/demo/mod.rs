@@ -60,6 +60,11 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(600);
 
 /// The failwell configuration of the demo, pointing at `base_url`.
 fn demo_config(base_url: &str, database_url: &str, concurrency: usize) -> String {
+    let settings = format!(
+        "connect_timeout_ms = 500\ntimeout_ms = {TIMEOUT_MS}\nmax_attempts = 10\ndeadline_ms = 300000\n\
+         max_retry_after_ms = 30000\nreconcile_after_ms = 500\n\
+         backoff = {{ base_ms = 100, cap_ms = 3000, jitter = \"full\" }}"
+    );
     format!(
         r#"
 database_url = "{database_url}"
@@ -76,24 +81,23 @@ lease_ms = 30000
 interval_ms = 100
 batch_size = 64
 
-[providers.payments]
+{provider}"#,
+        provider = simulator_provider(base_url, &settings)
+    )
+}
+
+/// The `[providers.payments]` configuration for the provider simulator at
+/// `base_url`: its `charge` operation (form-encoded, reference in
+/// `reference`), its status lookup by reference and its permanent
+/// `card_declined`. `settings` are further `key = value` lines of the
+/// section (timeouts, attempts, `backoff = {…}`, …).
+pub fn simulator_provider(base_url: &str, settings: &str) -> String {
+    format!(
+        r#"[providers.payments]
 base_url = "{base_url}"
-connect_timeout_ms = 500
-timeout_ms = {TIMEOUT_MS}
-max_attempts = 10
-deadline_ms = 300000
-max_retry_after_ms = 30000
-reconcile_after_ms = 500
 idempotency_header = "Idempotency-Key"
-idempotency_key_ttl_ms = 86400000
-
-[providers.payments.backoff]
-base_ms = 100
-cap_ms = 3000
-jitter = "full"
-
-[providers.payments.classify]
-codes = {{ card_declined = "permanent" }}
+classify = {{ codes = {{ card_declined = "permanent" }} }}
+{settings}
 
 [providers.payments.lookup]
 path = "/v1/charges"

@@ -20,7 +20,9 @@ fn refused(edit: impl FnOnce(String) -> String, env: &[(&str, &str)], needles: &
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
     let text = config_text("http://127.0.0.1:9", &dir.path().join("f.db"), free_port(), "");
-    std::fs::write(&path, edit(text)).unwrap();
+    let edited = edit(text.clone());
+    assert!(edited != text || !env.is_empty(), "the edit must apply to the config text");
+    std::fs::write(&path, edited).unwrap();
     let out = serve(&path, env);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
@@ -111,7 +113,12 @@ fn bad_base_url_and_classification() {
         &["providers.payments.base_url", "http or https"],
     );
     refused(
-        |t| t.replace("codes = {", "statuses = { \"700\" = \"retryable\" }\ncodes = {"),
+        |t| {
+            t.replace(
+                "classify = { codes = {",
+                "classify = { statuses = { \"700\" = \"retryable\" }, codes = {",
+            )
+        },
         &[],
         &["classify.statuses.700"],
     );

@@ -29,57 +29,27 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// The provider section for the simulator; `extra` lines go into
-/// `[providers.payments]`.
+/// A config for the simulator at `sim_url`; `extra` lines go into
+/// `[providers.payments]` and replace the defaults of the same key.
 pub fn config_text(sim_url: &str, db: &std::path::Path, port: u16, extra: &str) -> String {
+    let defaults = [
+        ("connect_timeout_ms", "300"),
+        ("timeout_ms", "500"),
+        ("max_attempts", "5"),
+        ("reconcile_after_ms", "100"),
+        ("backoff", "{ base_ms = 20, cap_ms = 200, jitter = \"full\" }"),
+    ];
+    let mut settings = extra.to_string();
+    for (key, value) in defaults {
+        if !extra.lines().any(|l| l.trim_start().starts_with(&format!("{key} "))) {
+            settings.push_str(&format!("\n{key} = {value}"));
+        }
+    }
     format!(
-        r#"
-database_url = "sqlite://{db}"
-sqlite_synchronous = "normal"
-listen = "127.0.0.1:{port}"
-
-[relay]
-poll_interval_ms = 20
-lease_ms = 3000
-
-[reconciler]
-interval_ms = 50
-
-[providers.payments]
-base_url = "{sim_url}"
-connect_timeout_ms = 300
-timeout_ms = 500
-reconcile_after_ms = 100
-{extra}
-
-[providers.payments.backoff]
-base_ms = 20
-cap_ms = 200
-jitter = "full"
-
-[providers.payments.classify]
-codes = {{ card_declined = "permanent" }}
-
-[providers.payments.lookup]
-path = "/v1/charges"
-query_param = "reference"
-list_pointer = "/data"
-status_pointer = "/status"
-succeeded = ["succeeded"]
-failed = ["failed"]
-
-[providers.payments.operations.charge]
-method = "POST"
-path = "/v1/charges"
-encoding = "form"
-reference_field = "reference"
-"#,
+        "database_url = \"sqlite://{db}\"\nsqlite_synchronous = \"normal\"\nlisten = \"127.0.0.1:{port}\"\n\n\
+         [relay]\npoll_interval_ms = 20\nlease_ms = 3000\n\n[reconciler]\ninterval_ms = 50\n\n{provider}",
         db = db.display(),
-        extra = if extra.contains("max_attempts") {
-            extra.to_string()
-        } else {
-            format!("max_attempts = 5\n{extra}")
-        },
+        provider = failwell::demo::simulator_provider(sim_url, &settings),
     )
 }
 
