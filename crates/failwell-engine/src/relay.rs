@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use failwell_policy::{Attempted, Classification, Decision, Outcome, decide};
+use failwell_policy::{Admission, Attempted, Classification, Decision, Due, Outcome, admit, decide};
 use failwell_store::{AttemptKind, AttemptRecord, Claimed, Completion, Store, Transition};
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -148,48 +148,34 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
         );
     };
     let now = now_ms();
-    if message.interrupted && spec.idempotency.header.is_none() {
-        // The crashed attempt may have reached a provider that cannot
-        // deduplicate: only a status lookup may tell.
-        let reason = "unknown: an interrupted attempt may have reached a provider without idempotency keys";
-        let record = unsent("interrupted", Some(Classification::Ambiguous), Outcome::Unknown, reason);
-        let transition = Transition::Unknown { error: reason.into(), reconcile_at_ms: now };
-        return completion(&message, record, transition);
-    }
-    let key_age = Duration::from_millis((now - op.key_first_sent_at_ms.unwrap_or(now)).max(0) as u64);
-    if message.attempts > 1
-        && spec.idempotency.header.is_some()
-        && !spec.idempotency.key_honoured(key_age, Duration::ZERO)
-    {
-        // The retry is due later than planned (the relay was down, or the
-        // claim was rescued): the provider may have forgotten the key, so a
-        // resend could take effect twice. Only a status lookup may tell.
-        let reason = "unknown: the idempotency key expired before the retry could be sent";
-        let record = unsent("key_expired", Some(Classification::Ambiguous), Outcome::Unknown, reason);
-        let transition = Transition::Unknown { error: reason.into(), reconcile_at_ms: now };
-        return completion(&message, record, transition);
-    }
-    let age = Duration::from_millis((now - op.created_at_ms).max(0) as u64);
-    let left = spec.retry.deadline().saturating_sub(age);
-    if left.is_zero() {
-        let (outcome, transition) = if message.attempts > 1 || message.interrupted {
-            (
+    let since = |at_ms: i64| Duration::from_millis((now - at_ms).max(0) as u64);
+    let due = Due {
+        attempts: message.attempts,
+        interrupted: message.interrupted,
+        age: since(op.created_at_ms),
+        key_age: since(op.key_first_sent_at_ms.unwrap_or(now)),
+    };
+    let budget = match admit(&spec.retry, &spec.idempotency, due) {
+        Admission::Send { budget } => budget,
+        Admission::Unknown { kind, reason } => {
+            let record = unsent(
+                kind,
+                Some(Classification::Ambiguous),
                 Outcome::Unknown,
-                Transition::Unknown { error: "deadline exceeded".into(), reconcile_at_ms: now },
-            )
-        } else {
-            (
-                Outcome::Failed,
-                Transition::DeadLetter { error: "deadline exceeded before the first attempt".into() },
-            )
-        };
-        return completion(
-            &message,
-            unsent("deadline", None, outcome, "not sent: deadline exceeded"),
-            transition,
-        );
-    }
-    let result = client.call(operation, op, left).await;
+                &format!("unknown: {reason}"),
+            );
+            return completion(
+                &message,
+                record,
+                Transition::Unknown { error: reason.into(), reconcile_at_ms: now },
+            );
+        }
+        Admission::DeadLetter { kind, reason } => {
+            let record = unsent(kind, None, Outcome::Failed, &format!("dead letter: {reason}"));
+            return completion(&message, record, Transition::DeadLetter { error: reason.into() });
+        }
+    };
+    let result = client.call(operation, op, budget).await;
     decide_after(client, &message, &result)
 }
 

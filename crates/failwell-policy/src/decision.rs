@@ -156,5 +156,78 @@ pub fn decide(
     Decision::Retry { delay }
 }
 
+/// An operation whose attempt is due, at the moment it was claimed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Due {
+    /// Attempts counted so far, the due one included (≥ 1).
+    pub attempts: u32,
+    /// The previous attempt's worker stopped before recording a result: that
+    /// attempt may have reached the provider.
+    pub interrupted: bool,
+    /// Time since the operation was created.
+    pub age: Duration,
+    /// Time since the current idempotency key was first sent.
+    pub key_age: Duration,
+}
+
+/// Whether a due attempt may be sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Send it, with at most `budget` for the whole attempt (the time left
+    /// before the deadline).
+    Send {
+        /// Time left before the deadline.
+        budget: Duration,
+    },
+    /// Do not send; an earlier attempt may have taken effect, so a status
+    /// lookup decides.
+    Unknown {
+        /// Short kind for history and metrics, e.g. `key_expired`.
+        kind: &'static str,
+        /// Why, as a sentence.
+        reason: &'static str,
+    },
+    /// Do not send, and give up: nothing was sent before.
+    DeadLetter {
+        /// Short kind, e.g. `deadline`.
+        kind: &'static str,
+        /// Why.
+        reason: &'static str,
+    },
+}
+
+/// Decides whether a due attempt may go out, before anything is sent.
+///
+/// Rules, in order: an interrupted attempt at a provider without
+/// idempotency keys is never resent (lookup first); a resend under a key the
+/// provider no longer honours is never made (the relay may have been down,
+/// or a `Retry-After` may have outlasted the key); past the deadline nothing
+/// is sent (unknown if something may have been sent before, else a dead
+/// letter); otherwise send, within the time left.
+pub fn admit(policy: &RetryPolicy, idempotency: &IdempotencyPolicy, due: Due) -> Admission {
+    let sent_before = due.attempts > 1 || due.interrupted;
+    if due.interrupted && idempotency.header.is_none() {
+        return Admission::Unknown {
+            kind: "interrupted",
+            reason: "an interrupted attempt may have reached a provider without idempotency keys",
+        };
+    }
+    if sent_before && idempotency.header.is_some() && !idempotency.key_honoured(due.key_age, Duration::ZERO) {
+        return Admission::Unknown {
+            kind: "key_expired",
+            reason: "the idempotency key expired before the retry could be sent",
+        };
+    }
+    let budget = policy.deadline.saturating_sub(due.age);
+    if budget.is_zero() {
+        return if sent_before {
+            Admission::Unknown { kind: "deadline", reason: "deadline exceeded" }
+        } else {
+            Admission::DeadLetter { kind: "deadline", reason: "deadline exceeded before the first attempt" }
+        };
+    }
+    Admission::Send { budget }
+}
+
 #[cfg(test)]
 mod tests;

@@ -17,7 +17,7 @@ pub mod retry_after;
 
 pub use backoff::{Backoff, BackoffError, Jitter};
 pub use classify::{Class, Classification, Classifier, Observed, TransportFailure};
-pub use decision::{Attempted, Decision, RetryPolicy, RetryPolicyError, decide};
+pub use decision::{Admission, Attempted, Decision, Due, RetryPolicy, RetryPolicyError, admit, decide};
 pub use idempotency::{IdempotencyPolicy, derive_key};
 pub use outcome::Outcome;
 pub use retry_after::parse_retry_after;

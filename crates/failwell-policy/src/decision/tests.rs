@@ -104,3 +104,33 @@ fn ambiguous_retries_only_under_a_live_key() {
     // a retryable failure is retried even without keys: the provider did not act
     assert_eq!(run(&policy(5), &none, RETRY, first()), Decision::Retry { delay: ms(100) });
 }
+
+fn due(attempts: u32, interrupted: bool, age_ms: u64, key_age_ms: u64) -> Due {
+    Due { attempts, interrupted, age: ms(age_ms), key_age: ms(key_age_ms) }
+}
+
+#[test]
+fn admission_table() {
+    let p = policy(5);
+    let short_key = IdempotencyPolicy { key_ttl: ms(1_000), ..keyed() };
+    let no_keys = IdempotencyPolicy { header: None, ..keyed() };
+    let unknown = |kind| move |a: Admission| matches!(a, Admission::Unknown { kind: k, .. } if k == kind);
+    // first attempt: send within the time left
+    assert_eq!(admit(&p, &keyed(), due(1, false, 10_000, 0)), Admission::Send { budget: ms(50_000) });
+    // a retry under a live key goes out; under an expired one it does not
+    assert_eq!(admit(&p, &short_key, due(2, false, 500, 500)), Admission::Send { budget: ms(59_500) });
+    assert!(unknown("key_expired")(admit(&p, &short_key, due(2, false, 950, 950))));
+    assert!(unknown("key_expired")(admit(&p, &short_key, due(1, true, 950, 950))));
+    // a first attempt has no earlier use of its key to worry about
+    assert!(matches!(admit(&p, &short_key, due(1, false, 5_000, 5_000)), Admission::Send { .. }));
+    // interrupted without keys: never resent
+    assert!(unknown("interrupted")(admit(&p, &no_keys, due(2, true, 10, 10))));
+    // without keys, a retry after certain failures may go out
+    assert!(matches!(admit(&p, &no_keys, due(2, false, 10, 10)), Admission::Send { .. }));
+    // past the deadline
+    assert!(unknown("deadline")(admit(&p, &keyed(), due(2, false, 60_000, 0))));
+    assert!(matches!(
+        admit(&p, &keyed(), due(1, false, 60_000, 0)),
+        Admission::DeadLetter { kind: "deadline", .. }
+    ));
+}
