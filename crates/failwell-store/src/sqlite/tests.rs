@@ -2,6 +2,10 @@ use failwell_policy::Outcome;
 use serde_json::json;
 
 use super::*;
+use crate::{
+    AttemptKind, AttemptRecord, Completion, NewOperation, OperationStatus, Reconciled, Resolution, Store,
+    StoreError, Submitted, Transition,
+};
 
 async fn store() -> (tempfile::TempDir, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,295 @@
+//! [`Store`] on SQLite: submit, claim, complete, reconcile, read.
+
+use std::sync::atomic::Ordering;
+
+use sqlx::Row;
+
+use super::SqliteStore;
+use super::outbox::Outbox;
+use super::rows::{operation_by_key, operation_from_row, select_operation};
+use super::writes::{apply, insert_attempt, set_operation};
+use crate::Store;
+use crate::error::{Context, StoreError};
+use crate::model::{
+    AttemptKind, AttemptRow, Claimed, Completion, Counts, NewOperation, Operation, OperationStatus,
+    Reconciled, Resolution, Submitted,
+};
+
+impl Store for SqliteStore {
+    async fn submit(&self, op: NewOperation, now_ms: i64) -> Result<Submitted, StoreError> {
+        let mut tx = self.begin().await?;
+        let submitted = Outbox::enqueue(&mut tx, &op, now_ms).await?;
+        if matches!(submitted, Submitted::Created(_)) {
+            tx.commit().await.context("committing an operation")?;
+        }
+        Ok(submitted)
+    }
+
+    async fn claim(&self, now_ms: i64, limit: u32, lease_ms: u64) -> Result<Vec<Claimed>, StoreError> {
+        let mut tx = self.begin().await?;
+        let due = sqlx::query(
+            "SELECT id, operation_id, attempts, previous_delay_ms, in_flight FROM outbox \
+             WHERE state = 'pending' AND available_at_ms <= ?1 AND (locked_until_ms IS NULL OR locked_until_ms <= ?1) \
+             ORDER BY available_at_ms, id LIMIT ?2",
+        )
+        .bind(now_ms)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await
+        .context("finding due outbox messages")?;
+        if due.is_empty() {
+            return Ok(Vec::new());
+        }
+        let token = self.tokens.fetch_add(1, Ordering::Relaxed);
+        let ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("id")).collect();
+        let op_ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("operation_id")).collect();
+        let ids_json = serde_json::to_string(&ids).unwrap_or_default();
+        let op_ids_json = serde_json::to_string(&op_ids).unwrap_or_default();
+        // An attempt whose lease expired in flight may have reached the
+        // provider: it goes into the history before the message is leased again.
+        sqlx::query(
+            "INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, duration_ms, \
+             status_code, error_kind, classification, outcome, decision) \
+             SELECT o.id, 'call', o.attempts + 1, o.provider_key, x.updated_at_ms, ?2 - x.updated_at_ms, NULL, \
+             'interrupted', 'ambiguous', 'unknown', 'interrupted: the lease expired before a result was recorded' \
+             FROM outbox x JOIN operations o ON o.id = x.operation_id \
+             WHERE x.id IN (SELECT value FROM json_each(?1)) AND x.in_flight = 1",
+        )
+        .bind(&ids_json)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .context("recording interrupted attempts")?;
+        sqlx::query(
+            "UPDATE operations SET attempts = attempts + 1 WHERE id IN \
+             (SELECT operation_id FROM outbox WHERE id IN (SELECT value FROM json_each(?1)) AND in_flight = 1)",
+        )
+        .bind(&ids_json)
+        .execute(&mut *tx)
+        .await
+        .context("counting interrupted attempts")?;
+        let lease_until = now_ms.saturating_add(i64::try_from(lease_ms).unwrap_or(i64::MAX));
+        sqlx::query(
+            "UPDATE outbox SET locked_until_ms = ?2, lease_token = ?3, attempts = attempts + 1, in_flight = 1, \
+             updated_at_ms = ?4 WHERE id IN (SELECT value FROM json_each(?1))",
+        )
+        .bind(&ids_json)
+        .bind(lease_until)
+        .bind(token)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .context("leasing outbox messages")?;
+        sqlx::query(
+            "UPDATE operations SET key_first_sent_at_ms = COALESCE(key_first_sent_at_ms, ?2) \
+             WHERE id IN (SELECT value FROM json_each(?1))",
+        )
+        .bind(&op_ids_json)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .context("stamping first key use")?;
+        let rows = sqlx::query(select_operation!("WHERE o.id IN (SELECT value FROM json_each(?1))"))
+            .bind(&op_ids_json)
+            .fetch_all(&mut *tx)
+            .await
+            .context("reading claimed operations")?;
+        tx.commit().await.context("committing a claim")?;
+        let mut operations = std::collections::HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let op = operation_from_row(row)?;
+            operations.insert(op.id, op);
+        }
+        due.iter()
+            .map(|r| {
+                let operation_id: i64 = r.get("operation_id");
+                let operation = operations.remove(&operation_id).ok_or(StoreError::Corrupt {
+                    what: "outbox message",
+                    detail: format!("operation {operation_id} is missing"),
+                })?;
+                Ok(Claimed {
+                    outbox_id: r.get("id"),
+                    lease_token: token,
+                    attempts: r.get::<i64, _>("attempts") as u32 + 1,
+                    previous_delay_ms: r.get::<i64, _>("previous_delay_ms") as u64,
+                    interrupted: r.get::<i64, _>("in_flight") != 0,
+                    operation,
+                })
+            })
+            .collect()
+    }
+
+    async fn complete(&self, completions: Vec<Completion>, now_ms: i64) -> Result<Vec<bool>, StoreError> {
+        let mut tx = self.begin().await?;
+        let mut applied = Vec::with_capacity(completions.len());
+        for c in &completions {
+            insert_attempt(&mut tx, c.operation_id, &c.attempt).await?;
+            applied.push(apply(&mut tx, c, now_ms).await?);
+        }
+        tx.commit().await.context("committing attempt results")?;
+        Ok(applied)
+    }
+
+    async fn due_unknown(&self, now_ms: i64, limit: u32) -> Result<Vec<Operation>, StoreError> {
+        let rows = sqlx::query(select_operation!(
+            "WHERE o.status = 'unknown' AND o.next_reconcile_at_ms <= ?1 ORDER BY o.next_reconcile_at_ms LIMIT ?2"
+        ))
+        .bind(now_ms)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await
+        .context("finding unknown operations")?;
+        rows.iter().map(operation_from_row).collect()
+    }
+
+    async fn reconcile(&self, r: Reconciled, now_ms: i64) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        let status: Option<String> = sqlx::query_scalar("SELECT status FROM operations WHERE id = ?1")
+            .bind(r.operation_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .context("reading an operation")?;
+        if status.as_deref() != Some("unknown") {
+            return Ok(());
+        }
+        insert_attempt(&mut tx, r.operation_id, &r.attempt).await?;
+        match &r.resolution {
+            Resolution::Found { outcome, provider_ref, response } => {
+                let status = OperationStatus::from(*outcome);
+                set_operation(
+                    &mut tx,
+                    r.operation_id,
+                    status,
+                    provider_ref.as_deref(),
+                    response.as_ref(),
+                    None,
+                    None,
+                    now_ms,
+                )
+                .await?;
+            }
+            Resolution::Requeue { key_group, provider_key } => {
+                sqlx::query(
+                    "UPDATE operations SET status = 'pending', provider_key = ?3, \
+                     key_first_sent_at_ms = CASE WHEN key_group = ?2 THEN key_first_sent_at_ms END, \
+                     key_group = ?2, next_reconcile_at_ms = NULL, updated_at_ms = ?4 WHERE id = ?1",
+                )
+                .bind(r.operation_id)
+                .bind(i64::from(*key_group))
+                .bind(provider_key)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .context("requeueing an operation")?;
+                sqlx::query(
+                    "UPDATE outbox SET state = 'pending', available_at_ms = ?2, in_flight = 0, \
+                     locked_until_ms = NULL, lease_token = NULL, updated_at_ms = ?2 WHERE operation_id = ?1",
+                )
+                .bind(r.operation_id)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .context("requeueing an outbox message")?;
+            }
+            Resolution::DeadLetter { error } => {
+                set_operation(
+                    &mut tx,
+                    r.operation_id,
+                    OperationStatus::Failed,
+                    None,
+                    None,
+                    Some(error),
+                    None,
+                    now_ms,
+                )
+                .await?;
+                sqlx::query(
+                    "UPDATE outbox SET state = 'dead', dead_at_ms = ?2, last_error = ?3, updated_at_ms = ?2 \
+                     WHERE operation_id = ?1",
+                )
+                .bind(r.operation_id)
+                .bind(now_ms)
+                .bind(error)
+                .execute(&mut *tx)
+                .await
+                .context("dead-lettering an outbox message")?;
+            }
+            Resolution::Later { retry_at_ms, error } => {
+                sqlx::query(
+                    "UPDATE operations SET next_reconcile_at_ms = ?2, reconcile_attempts = reconcile_attempts + 1, \
+                     last_error = ?3, updated_at_ms = ?4 WHERE id = ?1",
+                )
+                .bind(r.operation_id)
+                .bind(retry_at_ms)
+                .bind(error)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .context("postponing a reconciliation")?;
+            }
+        }
+        tx.commit().await.context("committing a reconciliation")?;
+        Ok(())
+    }
+
+    async fn operation(&self, idempotency_key: &str) -> Result<Option<Operation>, StoreError> {
+        let mut conn = self.reader.acquire().await.context("acquiring a connection")?;
+        operation_by_key(&mut conn, idempotency_key).await
+    }
+
+    async fn attempts(&self, operation_id: i64) -> Result<Vec<AttemptRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT kind, attempt_no, provider_key, started_at_ms, duration_ms, status_code, error_kind, \
+             classification, outcome, decision FROM attempts WHERE operation_id = ?1 ORDER BY id",
+        )
+        .bind(operation_id)
+        .fetch_all(&self.reader)
+        .await
+        .context("reading the attempt history")?;
+        rows.iter()
+            .map(|r| {
+                let kind: String = r.get("kind");
+                Ok(AttemptRow {
+                    kind: match kind.as_str() {
+                        "call" => AttemptKind::Call,
+                        "lookup" => AttemptKind::Lookup,
+                        _ => AttemptKind::Skipped,
+                    },
+                    attempt_no: r.get::<i64, _>("attempt_no") as u32,
+                    provider_key: r.get("provider_key"),
+                    started_at_ms: r.get("started_at_ms"),
+                    duration_ms: r.get::<i64, _>("duration_ms") as u64,
+                    status_code: r.get::<Option<i64>, _>("status_code").map(|s| s as u16),
+                    error_kind: r.get("error_kind"),
+                    classification: r.get("classification"),
+                    outcome: r.get("outcome"),
+                    decision: r.get("decision"),
+                })
+            })
+            .collect()
+    }
+
+    async fn counts(&self) -> Result<Counts, StoreError> {
+        let row = sqlx::query(
+            "SELECT \
+               (SELECT COUNT(*) FROM operations WHERE status = 'pending') AS pending, \
+               (SELECT COUNT(*) FROM operations WHERE status = 'succeeded') AS succeeded, \
+               (SELECT COUNT(*) FROM operations WHERE status = 'failed') AS failed, \
+               (SELECT COUNT(*) FROM operations WHERE status = 'unknown') AS unknown, \
+               (SELECT COUNT(*) FROM outbox WHERE state = 'dead') AS dead_letters, \
+               (SELECT COUNT(*) FROM attempts WHERE kind = 'call') AS attempts",
+        )
+        .fetch_one(&self.reader)
+        .await
+        .context("counting operations")?;
+        let n = |c: &str| row.get::<i64, _>(c) as u64;
+        Ok(Counts {
+            pending: n("pending"),
+            succeeded: n("succeeded"),
+            failed: n("failed"),
+            unknown: n("unknown"),
+            dead_letters: n("dead_letters"),
+            attempts: n("attempts"),
+        })
+    }
+}

@@ -1,0 +1,135 @@
+//! The statements every attempt result goes through: the history row, the
+//! compare-and-set on the message's lease, the operation's new state.
+
+use serde_json::Value;
+use sqlx::sqlite::SqliteConnection;
+
+use crate::error::{Context, StoreError};
+use crate::model::{AttemptKind, AttemptRecord, Completion, OperationStatus, Transition};
+
+pub(super) async fn insert_attempt(
+    conn: &mut SqliteConnection,
+    operation_id: i64,
+    attempt: &AttemptRecord,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, duration_ms, \
+         status_code, error_kind, classification, outcome, decision) \
+         SELECT o.id, ?2, o.attempts + (?2 = 'call'), CASE WHEN ?2 = 'call' THEN o.provider_key END, \
+         ?3, ?4, ?5, ?6, ?7, ?8, ?9 FROM operations o WHERE o.id = ?1",
+    )
+    .bind(operation_id)
+    .bind(attempt.kind.as_str())
+    .bind(attempt.started_at_ms)
+    .bind(attempt.duration_ms as i64)
+    .bind(attempt.status_code.map(i64::from))
+    .bind(&attempt.error_kind)
+    .bind(attempt.classification)
+    .bind(attempt.outcome.as_str())
+    .bind(&attempt.decision)
+    .execute(&mut *conn)
+    .await
+    .context("appending to the attempt history")?;
+    if attempt.kind == AttemptKind::Call {
+        sqlx::query("UPDATE operations SET attempts = attempts + 1 WHERE id = ?1")
+            .bind(operation_id)
+            .execute(&mut *conn)
+            .await
+            .context("counting an attempt")?;
+    }
+    Ok(())
+}
+
+/// Applies a transition to the message (compare-and-set on the lease) and,
+/// if that succeeded, to its operation.
+pub(super) async fn apply(
+    conn: &mut SqliteConnection,
+    c: &Completion,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
+    let (state, available_at, delay, error, dead_at) = match &c.transition {
+        Transition::Succeeded { .. } => ("done", None, None, None, None),
+        Transition::Failed { error, .. } | Transition::Unknown { error, .. } => {
+            ("done", None, None, Some(error), None)
+        }
+        Transition::Retry { available_at_ms, delay_ms, error } => {
+            ("pending", Some(*available_at_ms), Some(*delay_ms as i64), Some(error), None)
+        }
+        Transition::DeadLetter { error } => ("dead", None, None, Some(error), Some(now_ms)),
+    };
+    let moved = sqlx::query(
+        "UPDATE outbox SET state = ?3, available_at_ms = COALESCE(?4, available_at_ms), \
+         previous_delay_ms = COALESCE(?5, previous_delay_ms), last_error = ?6, dead_at_ms = ?7, \
+         in_flight = 0, locked_until_ms = NULL, lease_token = NULL, updated_at_ms = ?8 \
+         WHERE id = ?1 AND lease_token = ?2 AND state = 'pending'",
+    )
+    .bind(c.outbox_id)
+    .bind(c.lease_token)
+    .bind(state)
+    .bind(available_at)
+    .bind(delay)
+    .bind(error)
+    .bind(dead_at)
+    .bind(now_ms)
+    .execute(&mut *conn)
+    .await
+    .context("completing an outbox message")?;
+    if moved.rows_affected() == 0 {
+        return Ok(false);
+    }
+    let (status, provider_ref, response, error, reconcile_at) = match &c.transition {
+        Transition::Succeeded { provider_ref, response } => {
+            (OperationStatus::Succeeded, provider_ref.as_deref(), response.as_ref(), None, None)
+        }
+        Transition::Failed { error, response } => {
+            (OperationStatus::Failed, None, response.as_ref(), Some(error), None)
+        }
+        Transition::Retry { error, .. } => (OperationStatus::Pending, None, None, Some(error), None),
+        Transition::Unknown { error, reconcile_at_ms } => {
+            (OperationStatus::Unknown, None, None, Some(error), Some(*reconcile_at_ms))
+        }
+        Transition::DeadLetter { error } => (OperationStatus::Failed, None, None, Some(error), None),
+    };
+    set_operation(
+        conn,
+        c.operation_id,
+        status,
+        provider_ref,
+        response,
+        error.map(String::as_str),
+        reconcile_at,
+        now_ms,
+    )
+    .await?;
+    Ok(true)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn set_operation(
+    conn: &mut SqliteConnection,
+    id: i64,
+    status: OperationStatus,
+    provider_ref: Option<&str>,
+    response: Option<&Value>,
+    error: Option<&str>,
+    reconcile_at_ms: Option<i64>,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE operations SET status = ?2, provider_ref = COALESCE(?3, provider_ref), \
+         response = COALESCE(?4, response), last_error = ?5, next_reconcile_at_ms = ?6, \
+         reconcile_attempts = CASE WHEN ?6 IS NULL THEN reconcile_attempts ELSE 0 END, updated_at_ms = ?7 \
+         WHERE id = ?1",
+    )
+    .bind(id)
+    .bind(status.as_str())
+    .bind(provider_ref)
+    .bind(response.map(Value::to_string))
+    .bind(error)
+    .bind(reconcile_at_ms)
+    .bind(now_ms)
+    .execute(conn)
+    .await
+    .context("updating an operation")?;
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! The configuration as written: serde types mirroring the TOML, unknown
+//! keys refused, defaults for optional provider keys. Nothing here is
+//! validated; `validate.rs` turns these into the types the engine uses.
+
+use std::collections::BTreeMap;
+
+use failwell_policy::{Class, Jitter};
+use serde::Deserialize;
+
+/// The configuration as written, before validation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) database_url: String,
+    pub(super) sqlite_synchronous: String,
+    pub(super) listen: String,
+    pub(super) max_body_bytes: usize,
+    pub(super) relay: RawRelay,
+    pub(super) reconciler: RawReconciler,
+    #[serde(default)]
+    pub(super) providers: BTreeMap<String, RawProvider>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRelay {
+    pub(super) concurrency: usize,
+    pub(super) batch_size: u32,
+    pub(super) poll_interval_ms: u64,
+    pub(super) lease_ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReconciler {
+    pub(super) interval_ms: u64,
+    pub(super) batch_size: u32,
+}
+
+fn d_connect() -> u64 {
+    1_000
+}
+fn d_timeout() -> u64 {
+    10_000
+}
+fn d_attempts() -> u32 {
+    8
+}
+fn d_deadline() -> u64 {
+    3_600_000
+}
+fn d_retry_after() -> u64 {
+    60_000
+}
+fn d_true() -> bool {
+    true
+}
+fn d_header() -> String {
+    "Idempotency-Key".into()
+}
+fn d_ttl() -> u64 {
+    86_400_000
+}
+fn d_code_pointer() -> String {
+    "/error/code".into()
+}
+fn d_id_pointer() -> String {
+    "/id".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProvider {
+    pub(super) base_url: String,
+    #[serde(default = "d_connect")]
+    pub(super) connect_timeout_ms: u64,
+    #[serde(default = "d_timeout")]
+    pub(super) timeout_ms: u64,
+    #[serde(default = "d_attempts")]
+    pub(super) max_attempts: u32,
+    #[serde(default = "d_deadline")]
+    pub(super) deadline_ms: u64,
+    #[serde(default = "d_retry_after")]
+    pub(super) max_retry_after_ms: u64,
+    pub(super) reconcile_after_ms: Option<u64>,
+    #[serde(default = "d_true")]
+    pub(super) idempotency_keys: bool,
+    #[serde(default = "d_header")]
+    pub(super) idempotency_header: String,
+    #[serde(default = "d_ttl")]
+    pub(super) idempotency_key_ttl_ms: u64,
+    #[serde(default = "d_code_pointer")]
+    pub(super) error_code_pointer: String,
+    #[serde(default = "d_id_pointer")]
+    pub(super) id_pointer: String,
+    #[serde(default)]
+    pub(super) backoff: RawBackoff,
+    #[serde(default)]
+    pub(super) classify: RawClassify,
+    pub(super) lookup: Option<RawLookup>,
+    #[serde(default)]
+    pub(super) operations: BTreeMap<String, RawOperation>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBackoff {
+    pub(super) base_ms: u64,
+    pub(super) cap_ms: u64,
+    pub(super) jitter: Jitter,
+}
+
+impl Default for RawBackoff {
+    fn default() -> Self {
+        Self { base_ms: 200, cap_ms: 30_000, jitter: Jitter::Full }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawClassify {
+    #[serde(default)]
+    pub(super) statuses: BTreeMap<String, Class>,
+    #[serde(default)]
+    pub(super) codes: BTreeMap<String, Class>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLookup {
+    pub(super) path: String,
+    pub(super) query_param: String,
+    pub(super) list_pointer: String,
+    pub(super) status_pointer: String,
+    pub(super) succeeded: Vec<String>,
+    pub(super) failed: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOperation {
+    pub(super) method: String,
+    pub(super) path: String,
+    pub(super) encoding: String,
+    pub(super) reference_field: String,
+}

@@ -1,0 +1,174 @@
+//! Validation: raw configuration into the engine's provider descriptions,
+//! each refusal naming its source, key and problem.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use failwell_engine::{
+    Encoding, LookupSpec, OperationSpec, ProviderClient, ProviderSpec, Providers, ReconcilerConfig,
+    RelayConfig,
+};
+use failwell_policy::{Backoff, Classifier, IdempotencyPolicy, RetryPolicy};
+use failwell_store::Synchronous;
+
+use super::raw::{RawConfig, RawProvider};
+use super::{Checker, Config, ConfigError, MAX_CONCURRENCY};
+
+pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, ConfigError> {
+    if !raw.database_url.starts_with("sqlite:") {
+        return Err(
+            c.invalid("database_url", format!("{:?}: only sqlite: URLs are supported", raw.database_url))
+        );
+    }
+    let synchronous = match raw.sqlite_synchronous.as_str() {
+        "full" => Synchronous::Full,
+        "normal" => Synchronous::Normal,
+        other => {
+            return Err(
+                c.invalid("sqlite_synchronous", format!("{other:?}: expected \"full\" or \"normal\""))
+            );
+        }
+    };
+    let listen = raw.listen.parse().map_err(|e| {
+        c.invalid("listen", format!("{:?} is not an address like 127.0.0.1:8080: {e}", raw.listen))
+    })?;
+    if raw.max_body_bytes == 0 {
+        return Err(c.invalid("max_body_bytes", "must be greater than 0"));
+    }
+    if raw.relay.concurrency == 0 || raw.relay.concurrency > MAX_CONCURRENCY {
+        return Err(c.invalid("relay.concurrency", format!("must be between 1 and {MAX_CONCURRENCY}")));
+    }
+    if raw.relay.batch_size == 0 {
+        return Err(c.invalid("relay.batch_size", "must be greater than 0"));
+    }
+    let relay = RelayConfig {
+        concurrency: raw.relay.concurrency,
+        batch_size: raw.relay.batch_size,
+        poll_interval: c.positive("relay.poll_interval_ms", raw.relay.poll_interval_ms)?,
+        lease: c.positive("relay.lease_ms", raw.relay.lease_ms)?,
+    };
+    if raw.reconciler.batch_size == 0 {
+        return Err(c.invalid("reconciler.batch_size", "must be greater than 0"));
+    }
+    let reconciler = ReconcilerConfig {
+        interval: c.positive("reconciler.interval_ms", raw.reconciler.interval_ms)?,
+        batch_size: raw.reconciler.batch_size,
+    };
+    let mut providers = Providers::new();
+    for (name, p) in raw.providers {
+        let spec = provider(c, &name, p)?;
+        if spec.timeout * 2 > relay.lease {
+            return Err(c.invalid(
+                format!("providers.{name}.timeout_ms"),
+                format!(
+                    "{} ms is more than half of relay.lease_ms ({} ms): a slow attempt would outlive its lease",
+                    spec.timeout.as_millis(),
+                    relay.lease.as_millis()
+                ),
+            ));
+        }
+        let client = ProviderClient::new(spec).map_err(|e| {
+            c.invalid(format!("providers.{name}"), format!("cannot build the HTTP client: {e}"))
+        })?;
+        providers.insert(name, client);
+    }
+    Ok(Config {
+        database_url: raw.database_url,
+        synchronous,
+        listen,
+        max_body_bytes: raw.max_body_bytes,
+        relay,
+        reconciler,
+        providers: Arc::new(providers),
+    })
+}
+
+fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec, ConfigError> {
+    let key = |k: &str| format!("providers.{name}.{k}");
+    let base_url: reqwest::Url = p
+        .base_url
+        .parse()
+        .map_err(|e| c.invalid(key("base_url"), format!("{:?} is not a URL: {e}", p.base_url)))?;
+    if !matches!(base_url.scheme(), "http" | "https") {
+        return Err(c.invalid(key("base_url"), format!("{:?}: the scheme must be http or https", p.base_url)));
+    }
+    let backoff = Backoff::try_new(
+        c.duration(&key("backoff.base_ms"), p.backoff.base_ms)?,
+        c.duration(&key("backoff.cap_ms"), p.backoff.cap_ms)?,
+        p.backoff.jitter,
+    )
+    .map_err(|e| c.invalid(key("backoff"), e.to_string()))?;
+    let retry = RetryPolicy::try_new(
+        p.max_attempts,
+        backoff,
+        c.positive(&key("deadline_ms"), p.deadline_ms)?,
+        c.duration(&key("max_retry_after_ms"), p.max_retry_after_ms)?,
+    )
+    .map_err(|e| c.invalid(key("max_attempts"), e.to_string()))?;
+    let timeout = c.positive(&key("timeout_ms"), p.timeout_ms)?;
+    if p.idempotency_keys && reqwest::header::HeaderName::from_bytes(p.idempotency_header.as_bytes()).is_err()
+    {
+        return Err(c.invalid(
+            key("idempotency_header"),
+            format!("{:?} is not a valid header name", p.idempotency_header),
+        ));
+    }
+    let idempotency = IdempotencyPolicy {
+        header: p.idempotency_keys.then_some(p.idempotency_header),
+        key_ttl: c.positive(&key("idempotency_key_ttl_ms"), p.idempotency_key_ttl_ms)?,
+    };
+    let mut statuses = BTreeMap::new();
+    for (status, class) in p.classify.statuses {
+        let code = status.parse::<u16>().ok().filter(|s| (100..=599).contains(s)).ok_or_else(|| {
+            c.invalid(key(&format!("classify.statuses.{status}")), "not an HTTP status code (100-599)")
+        })?;
+        statuses.insert(code, class);
+    }
+    let lookup = p
+        .lookup
+        .map(|l| -> Result<LookupSpec, ConfigError> {
+            Ok(LookupSpec {
+                path: l.path,
+                query_param: l.query_param,
+                list_pointer: c.pointer(&key("lookup.list_pointer"), &l.list_pointer)?,
+                status_pointer: c.pointer(&key("lookup.status_pointer"), &l.status_pointer)?,
+                succeeded: l.succeeded,
+                failed: l.failed,
+            })
+        })
+        .transpose()?;
+    let mut operations = BTreeMap::new();
+    for (op_name, o) in p.operations {
+        let okey = |k: &str| key(&format!("operations.{op_name}.{k}"));
+        let method = o
+            .method
+            .parse::<reqwest::Method>()
+            .map_err(|_| c.invalid(okey("method"), format!("{:?} is not an HTTP method", o.method)))?;
+        let encoding = match o.encoding.as_str() {
+            "json" => Encoding::Json,
+            "form" => Encoding::Form,
+            other => {
+                return Err(c.invalid(okey("encoding"), format!("{other:?}: expected \"json\" or \"form\"")));
+            }
+        };
+        operations.insert(
+            op_name,
+            OperationSpec { method, path: o.path, encoding, reference_field: o.reference_field },
+        );
+    }
+    Ok(ProviderSpec {
+        name: name.to_string(),
+        base_url,
+        connect_timeout: c.positive(&key("connect_timeout_ms"), p.connect_timeout_ms)?,
+        timeout,
+        retry,
+        idempotency,
+        classifier: Classifier::new(statuses, p.classify.codes),
+        error_code_pointer: c.pointer(&key("error_code_pointer"), &p.error_code_pointer)?,
+        id_pointer: c.pointer(&key("id_pointer"), &p.id_pointer)?,
+        reconcile_after: c
+            .duration(&key("reconcile_after_ms"), p.reconcile_after_ms.unwrap_or(p.timeout_ms))?,
+        lookup,
+        operations,
+    })
+}
