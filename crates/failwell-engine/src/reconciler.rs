@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use failwell_policy::{Outcome, derive_key};
+use failwell_policy::{AfterNotFound, NotFound, Outcome, after_not_found, derive_key};
 use failwell_store::{AttemptKind, AttemptRecord, Operation, Reconciled, Resolution, Store};
 use serde_json::Value;
 use tokio::task::JoinSet;
@@ -119,7 +119,8 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
     };
     let outcome = match &resolution {
         Resolution::Found { outcome, .. } => *outcome,
-        _ => Outcome::Failed,
+        Resolution::Confirm { .. } | Resolution::Later { .. } => Outcome::Unknown,
+        Resolution::Requeue { .. } | Resolution::DeadLetter { .. } => Outcome::Failed,
     };
     Reconciled {
         operation_id: op.id,
@@ -149,26 +150,40 @@ fn find_records(client: &ProviderClient, body: &Value) -> Option<Option<(Outcome
     Some(pick(&lookup.succeeded, Outcome::Succeeded).or_else(|| pick(&lookup.failed, Outcome::Failed)))
 }
 
-/// The provider has no record of the operation: deliver again if allowed.
+/// The provider has no record of the operation: deliver again if allowed
+/// ([`after_not_found`]).
 fn not_found(client: &ProviderClient, op: &Operation, now: i64) -> (Resolution, String) {
     let spec = client.spec();
-    let age = Duration::from_millis((now - op.created_at_ms).max(0) as u64);
-    if op.attempts >= spec.retry.max_attempts() || age >= spec.retry.deadline() {
-        let error = format!(
-            "not found at the provider after {} attempts; {}",
-            op.attempts,
-            op.last_error.as_deref().unwrap_or("")
-        );
-        return (Resolution::DeadLetter { error }, "not found at provider: dead letter".into());
+    let since = |at_ms: i64| Duration::from_millis((now - at_ms).max(0) as u64);
+    let seen = NotFound {
+        attempts: op.attempts,
+        age: since(op.created_at_ms),
+        key_age: since(op.key_first_sent_at_ms.unwrap_or(now)),
+        misses: op.lookup_misses,
+    };
+    let requeue = |key_group: u32| {
+        let provider_key = derive_key(&op.provider, &op.operation, &op.idempotency_key, key_group);
+        (
+            Resolution::Requeue { key_group, provider_key },
+            format!("not found at provider: deliver again (key group {key_group})"),
+        )
+    };
+    match after_not_found(&spec.retry, &spec.idempotency, seen) {
+        AfterNotFound::ResendSameKey => requeue(op.key_group),
+        AfterNotFound::ResendNewKey => requeue(op.key_group + 1),
+        AfterNotFound::Confirm => (
+            Resolution::Confirm { retry_at_ms: now + spec.reconcile_after.as_millis() as i64 },
+            "not found at provider yet: look again before delivering again".into(),
+        ),
+        AfterNotFound::DeadLetter => {
+            let error = format!(
+                "not found at the provider after {} attempts; {}",
+                op.attempts,
+                op.last_error.as_deref().unwrap_or("")
+            );
+            (Resolution::DeadLetter { error }, "not found at provider: dead letter".into())
+        }
     }
-    let key_age = Duration::from_millis((now - op.key_first_sent_at_ms.unwrap_or(now)).max(0) as u64);
-    let key_group =
-        if spec.idempotency.key_honoured(key_age, Duration::ZERO) { op.key_group } else { op.key_group + 1 };
-    let provider_key = derive_key(&op.provider, &op.operation, &op.idempotency_key, key_group);
-    (
-        Resolution::Requeue { key_group, provider_key },
-        format!("not found at provider: deliver again (key group {key_group})"),
-    )
 }
 
 fn lookup_record(

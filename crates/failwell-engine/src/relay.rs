@@ -130,21 +130,26 @@ async fn write_results<S: Store>(store: S, mut done: mpsc::Receiver<Completion>)
 /// Makes one attempt for a claimed message and says what follows.
 async fn attempt(providers: &Providers, message: Claimed) -> Completion {
     let op = &message.operation;
+    // The configuration lost the provider or operation. If a call may have
+    // acted, the operation stays visibly unknown; otherwise it is parked.
     let give_up = |error: String, decision: &str| {
-        completion(
-            &message,
-            unsent("config", None, Outcome::Failed, decision),
-            Transition::DeadLetter { error },
-        )
+        let now = now_ms();
+        if op.effect_possible || message.interrupted {
+            let record = unsent("config", None, Outcome::Unknown, &format!("unknown: {decision}"));
+            completion(&message, record, Transition::Unknown { error, reconcile_at_ms: now })
+        } else {
+            let record = unsent("config", None, Outcome::Failed, &format!("dead letter: {decision}"));
+            completion(&message, record, Transition::DeadLetter { error })
+        }
     };
     let Some(client) = providers.get(&op.provider) else {
-        return give_up(format!("unknown provider {:?}", op.provider), "dead letter: unknown provider");
+        return give_up(format!("unknown provider {:?}", op.provider), "unknown provider");
     };
     let spec = client.spec();
     let Some(operation) = spec.operations.get(&op.operation) else {
         return give_up(
             format!("provider {:?} has no operation {:?}", op.provider, op.operation),
-            "dead letter: unknown operation",
+            "unknown operation",
         );
     };
     let now = now_ms();
@@ -220,6 +225,7 @@ fn decide_after(client: &ProviderClient, message: &Claimed, result: &CallResult)
         age: Duration::from_millis((now - op.created_at_ms).max(0) as u64),
         key_age: Duration::from_millis((now - op.key_first_sent_at_ms.unwrap_or(now)).max(0) as u64),
         previous_delay: Duration::from_millis(message.previous_delay_ms),
+        effect_possible: op.effect_possible || message.interrupted,
     };
     let decision = decide(&spec.retry, &spec.idempotency, classification, attempted, &mut rand::rng());
     let outcome = match classification {

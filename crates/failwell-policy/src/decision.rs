@@ -82,6 +82,9 @@ pub struct Attempted {
     pub key_age: Duration,
     /// The delay chosen before the previous attempt (zero before the first).
     pub previous_delay: Duration,
+    /// An earlier attempt under the current key may have taken effect
+    /// (ambiguous or interrupted), whatever the latest one says.
+    pub effect_possible: bool,
 }
 
 /// What the relay does next with an operation whose attempt failed.
@@ -112,8 +115,8 @@ pub enum Decision {
 ///
 /// Rules, in order: permanent → [`Decision::Fail`]; out of attempts,
 /// past the deadline, or a `Retry-After` above the cap → give up
-/// ([`Decision::DeadLetter`] when the provider certainly did not act,
-/// [`Decision::Unknown`] when it may have); ambiguous with no idempotency
+/// ([`Decision::DeadLetter`] when no attempt can have acted,
+/// [`Decision::Unknown`] when this one or an earlier one may have); ambiguous with no idempotency
 /// key the provider will still honour at the retry's time →
 /// [`Decision::Unknown`]; otherwise [`Decision::Retry`] after
 /// `max(backoff, Retry-After)`.
@@ -129,9 +132,13 @@ pub fn decide(
         Classification::Retryable { retry_after } => retry_after,
         Classification::Ambiguous => None,
     };
-    let give_up = |reason| match classification {
-        Classification::Ambiguous => Decision::Unknown { reason },
-        _ => Decision::DeadLetter { reason },
+    // Giving up is `failed` only when no attempt can have acted.
+    let give_up = |reason| {
+        if classification == Classification::Ambiguous || attempted.effect_possible {
+            Decision::Unknown { reason }
+        } else {
+            Decision::DeadLetter { reason }
+        }
     };
     if attempted.attempts >= policy.max_attempts {
         return give_up("attempts exhausted");
@@ -227,6 +234,54 @@ pub fn admit(policy: &RetryPolicy, idempotency: &IdempotencyPolicy, due: Due) ->
         };
     }
     Admission::Send { budget }
+}
+
+/// A status lookup found no record of an operation whose outcome was unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotFound {
+    /// Provider calls made so far.
+    pub attempts: u32,
+    /// Time since the operation was created.
+    pub age: Duration,
+    /// Time since the current idempotency key was first sent.
+    pub key_age: Duration,
+    /// Earlier lookups in a row that found nothing.
+    pub misses: u32,
+}
+
+/// What follows a lookup that found nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterNotFound {
+    /// Deliver again under the same key: the provider still honours it, so
+    /// even a call still in flight there cannot take effect twice.
+    ResendSameKey,
+    /// Look once more later: without a live key, a call still in flight at
+    /// the provider could commit after this lookup.
+    Confirm,
+    /// Deliver again under the next key group (a second lookup confirmed).
+    ResendNewKey,
+    /// Out of attempts or time: give up for a human.
+    DeadLetter,
+}
+
+/// Decides what follows a lookup that found nothing (DESIGN promise 1: an
+/// ambiguous write is retried only under the same key while the provider
+/// honours it, or after a status query says it did not happen — here, two
+/// queries in a row when no live key protects the resend).
+pub fn after_not_found(
+    policy: &RetryPolicy,
+    idempotency: &IdempotencyPolicy,
+    seen: NotFound,
+) -> AfterNotFound {
+    if seen.attempts >= policy.max_attempts || seen.age >= policy.deadline {
+        AfterNotFound::DeadLetter
+    } else if idempotency.key_honoured(seen.key_age, Duration::ZERO) {
+        AfterNotFound::ResendSameKey
+    } else if seen.misses == 0 {
+        AfterNotFound::Confirm
+    } else {
+        AfterNotFound::ResendNewKey
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,10 @@ pub mod retry_after;
 
 pub use backoff::{Backoff, BackoffError, Jitter};
 pub use classify::{Class, Classification, Classifier, Observed, TransportFailure};
-pub use decision::{Admission, Attempted, Decision, Due, RetryPolicy, RetryPolicyError, admit, decide};
+pub use decision::{
+    Admission, AfterNotFound, Attempted, Decision, Due, NotFound, RetryPolicy, RetryPolicyError, admit,
+    after_not_found, decide,
+};
 pub use idempotency::{IdempotencyPolicy, derive_key};
 pub use outcome::Outcome;
 pub use retry_after::parse_retry_after;

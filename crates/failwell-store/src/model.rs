@@ -107,6 +107,12 @@ pub struct Operation {
     pub dead_letter: bool,
     /// Status lookups that failed so far (for the lookup backoff).
     pub reconcile_attempts: u32,
+    /// A call under the current key group may have taken effect (an
+    /// ambiguous or interrupted attempt): giving up then means `unknown`,
+    /// never `failed`.
+    pub effect_possible: bool,
+    /// Status lookups in a row that found nothing.
+    pub lookup_misses: u32,
     /// Creation time, ms since epoch.
     pub created_at_ms: i64,
     /// Last change, ms since epoch.
@@ -289,6 +295,12 @@ pub enum Resolution {
     DeadLetter {
         /// Why.
         error: String,
+    },
+    /// The provider has no record yet, but a call may still be in flight
+    /// there: stay unknown and look once more before delivering again.
+    Confirm {
+        /// Next lookup, ms since epoch.
+        retry_at_ms: i64,
     },
     /// The lookup itself failed: stay unknown and look again later.
     Later {

@@ -66,6 +66,8 @@ fn claimed(attempts: u32, key_age_ms: i64, interrupted: bool) -> Claimed {
             last_error: None,
             dead_letter: false,
             reconcile_attempts: 0,
+            effect_possible: false,
+            lookup_misses: 0,
             created_at_ms: now - key_age_ms,
             updated_at_ms: now,
         },
@@ -170,4 +172,22 @@ async fn unknown_provider_or_operation_is_a_dead_letter() {
     message.operation.operation = "refund".into();
     let c = attempt(&providers, message).await;
     assert!(matches!(c.transition, Transition::DeadLetter { ref error } if error.contains("no operation")));
+}
+
+#[test]
+fn giving_up_after_an_earlier_ambiguous_attempt_keeps_the_outcome_unknown() {
+    let mut message = claimed(3, 0, false);
+    message.operation.effect_possible = true;
+    let c = decide_after(&client(true), &message, &reply(503, json!({})));
+    assert!(matches!(c.transition, Transition::Unknown { .. }), "{:?}", c.transition);
+}
+
+#[tokio::test]
+async fn a_lost_provider_after_an_ambiguous_attempt_is_unknown_not_failed() {
+    let mut message = claimed(2, 0, false);
+    message.operation.effect_possible = true;
+    let c = attempt(&Providers::new(), message).await;
+    assert!(
+        matches!(c.transition, Transition::Unknown { ref error, .. } if error.contains("unknown provider"))
+    );
 }

@@ -19,7 +19,13 @@ fn keyed() -> IdempotencyPolicy {
 }
 
 fn first() -> Attempted {
-    Attempted { attempts: 1, age: ms(50), key_age: ms(50), previous_delay: Duration::ZERO }
+    Attempted {
+        attempts: 1,
+        age: ms(50),
+        key_age: ms(50),
+        previous_delay: Duration::ZERO,
+        effect_possible: false,
+    }
 }
 
 fn run(p: &RetryPolicy, i: &IdempotencyPolicy, c: Classification, a: Attempted) -> Decision {
@@ -133,4 +139,38 @@ fn admission_table() {
         admit(&p, &keyed(), due(1, false, 60_000, 0)),
         Admission::DeadLetter { kind: "deadline", .. }
     ));
+}
+
+#[test]
+fn giving_up_after_an_earlier_ambiguous_attempt_is_unknown_not_failed() {
+    let a = Attempted { attempts: 3, effect_possible: true, ..first() };
+    assert_eq!(run(&policy(3), &keyed(), RETRY, a), Decision::Unknown { reason: "attempts exhausted" });
+    let wait = Classification::Retryable { retry_after: Some(Duration::from_secs(11)) };
+    let a = Attempted { effect_possible: true, ..first() };
+    assert_eq!(
+        run(&policy(5), &keyed(), wait, a),
+        Decision::Unknown { reason: "Retry-After exceeds max_retry_after" }
+    );
+    // a permanent refusal is final: the provider answered for this very request
+    assert_eq!(run(&policy(5), &keyed(), Classification::Permanent, a), Decision::Fail);
+}
+
+#[test]
+fn after_not_found_table() {
+    let p = policy(5);
+    let short_key = IdempotencyPolicy { key_ttl: ms(1_000), ..keyed() };
+    let no_keys = IdempotencyPolicy { header: None, ..keyed() };
+    let seen = |attempts, age_ms, key_age_ms, misses| NotFound {
+        attempts,
+        age: ms(age_ms),
+        key_age: ms(key_age_ms),
+        misses,
+    };
+    assert_eq!(after_not_found(&p, &keyed(), seen(1, 10, 10, 0)), AfterNotFound::ResendSameKey);
+    assert_eq!(after_not_found(&p, &short_key, seen(1, 10, 5_000, 0)), AfterNotFound::Confirm);
+    assert_eq!(after_not_found(&p, &short_key, seen(1, 10, 5_000, 1)), AfterNotFound::ResendNewKey);
+    assert_eq!(after_not_found(&p, &no_keys, seen(1, 10, 10, 0)), AfterNotFound::Confirm);
+    assert_eq!(after_not_found(&p, &no_keys, seen(1, 10, 10, 1)), AfterNotFound::ResendNewKey);
+    assert_eq!(after_not_found(&p, &keyed(), seen(5, 10, 10, 0)), AfterNotFound::DeadLetter);
+    assert_eq!(after_not_found(&p, &keyed(), seen(1, 60_000, 10, 0)), AfterNotFound::DeadLetter);
 }

@@ -20,6 +20,12 @@ CREATE TABLE operations (
     provider_ref          TEXT,
     response              TEXT,
     last_error            TEXT,
+    -- 1 once a call of the current key group may have taken effect (an
+    -- ambiguous or interrupted attempt); only a lookup finding nothing clears it.
+    effect_possible       INTEGER NOT NULL DEFAULT 0,
+    -- Lookups in a row that found nothing (a resend without a live key
+    -- waits for a second one).
+    lookup_misses         INTEGER NOT NULL DEFAULT 0,
     reconcile_attempts    INTEGER NOT NULL DEFAULT 0,
     next_reconcile_at_ms  INTEGER,
     created_at_ms         INTEGER NOT NULL,

@@ -33,7 +33,7 @@ impl Outbox {
              provider_key, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8) \
              ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, idempotency_key, provider, operation, \
              reference, payload, status, key_group, provider_key, key_first_sent_at_ms, attempts, provider_ref, \
-             response, last_error, FALSE AS dead_letter, reconcile_attempts, created_at_ms, updated_at_ms",
+             response, last_error, FALSE AS dead_letter, reconcile_attempts, effect_possible, lookup_misses, created_at_ms, updated_at_ms",
         )
         .bind(&op.idempotency_key)
         .bind(&op.provider)

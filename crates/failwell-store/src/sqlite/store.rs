@@ -61,7 +61,7 @@ impl Store for SqliteStore {
         .await
         .context("recording interrupted attempts")?;
         sqlx::query(
-            "UPDATE operations SET attempts = attempts + 1 WHERE id IN \
+            "UPDATE operations SET attempts = attempts + 1, effect_possible = 1 WHERE id IN \
              (SELECT operation_id FROM outbox WHERE id IN (SELECT value FROM json_each(?1)) AND in_flight = 1)",
         )
         .bind(&ids_json)
@@ -172,7 +172,8 @@ impl Store for SqliteStore {
                 sqlx::query(
                     "UPDATE operations SET status = 'pending', provider_key = ?3, \
                      key_first_sent_at_ms = CASE WHEN key_group = ?2 THEN key_first_sent_at_ms END, \
-                     key_group = ?2, next_reconcile_at_ms = NULL, updated_at_ms = ?4 WHERE id = ?1",
+                     key_group = ?2, next_reconcile_at_ms = NULL, effect_possible = 0, lookup_misses = 0, \
+                     updated_at_ms = ?4 WHERE id = ?1",
                 )
                 .bind(r.operation_id)
                 .bind(i64::from(*key_group))
@@ -213,6 +214,18 @@ impl Store for SqliteStore {
                 .execute(&mut *tx)
                 .await
                 .context("dead-lettering an outbox message")?;
+            }
+            Resolution::Confirm { retry_at_ms } => {
+                sqlx::query(
+                    "UPDATE operations SET next_reconcile_at_ms = ?2, lookup_misses = lookup_misses + 1, \
+                     updated_at_ms = ?3 WHERE id = ?1",
+                )
+                .bind(r.operation_id)
+                .bind(retry_at_ms)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .context("scheduling a confirming lookup")?;
             }
             Resolution::Later { retry_at_ms, error } => {
                 sqlx::query(

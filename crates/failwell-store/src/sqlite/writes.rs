@@ -1,6 +1,7 @@
 //! The statements every attempt result goes through: the history row, the
 //! compare-and-set on the message's lease, the operation's new state.
 
+use failwell_policy::Outcome;
 use serde_json::Value;
 use sqlx::sqlite::SqliteConnection;
 
@@ -31,8 +32,11 @@ pub(super) async fn insert_attempt(
     .await
     .context("appending to the attempt history")?;
     if attempt.kind == AttemptKind::Call {
-        sqlx::query("UPDATE operations SET attempts = attempts + 1 WHERE id = ?1")
+        // A call that may have acted marks the key group until a lookup clears it.
+        let maybe_acted = attempt.classification == Some("ambiguous") || attempt.outcome == Outcome::Unknown;
+        sqlx::query("UPDATE operations SET attempts = attempts + 1, effect_possible = effect_possible OR ?2 WHERE id = ?1")
             .bind(operation_id)
+            .bind(maybe_acted)
             .execute(&mut *conn)
             .await
             .context("counting an attempt")?;

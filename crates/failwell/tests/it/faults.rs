@@ -151,9 +151,9 @@ async fn a_lookup_that_finds_nothing_delivers_again() {
     let op = run(&gw, "l1", 1000).await;
     assert_eq!(op["status"], "succeeded", "{op:#}");
     assert_eq!(calls(&op).len(), 2);
-    assert!(
-        lookups(&op)[0]["decision"].as_str().unwrap().starts_with("not found at provider: deliver again")
-    );
+    let lookups = lookups(&op);
+    assert_eq!(lookups[0]["decision"], "not found at provider yet: look again before delivering again");
+    assert!(lookups[1]["decision"].as_str().unwrap().starts_with("not found at provider: deliver again"));
     assert_eq!(sim.effects().by_reference["l1"].effects, 1);
 }
 
@@ -217,7 +217,8 @@ async fn a_retry_due_after_the_key_expired_is_looked_up_first_and_sent_under_a_n
     assert_eq!(op["status"], "succeeded", "{op:#}");
     let history = op["history"].as_array().unwrap();
     let kinds: Vec<&str> = history.iter().map(|h| h["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["call", "skipped", "lookup", "call"], "{op:#}");
+    // skipped, then asked twice (no live key protects the resend), then sent anew
+    assert_eq!(kinds, ["call", "skipped", "lookup", "lookup", "call"], "{op:#}");
     assert_eq!(history[1]["error_kind"], "key_expired");
     let calls = calls(&op);
     assert_ne!(calls[0]["provider_key"], calls[1]["provider_key"], "a forgotten key is not reused");
@@ -236,4 +237,17 @@ async fn a_retryable_failure_after_an_ambiguous_one_never_resends_under_an_expir
     assert_eq!(op["status"], "succeeded", "{op:#}");
     assert_eq!(sim.effects().by_reference["a1"].effects, 1, "{op:#}");
     assert!(lookups(&op).iter().any(|l| l["decision"] == "found at provider: succeeded"), "{op:#}");
+}
+
+#[tokio::test]
+async fn running_out_of_attempts_after_an_ambiguous_one_asks_the_provider_instead_of_failing() {
+    let sim = simulator(|_| {}).await;
+    let gw = Gateway::start(&sim.base_url(), "max_attempts = 2").await;
+    // the timeout charged; the 503 that follows must not make it "failed"
+    sim.script("m1", vec![Fault::TimeoutAfterCommit, Fault::Error503]);
+    let op = run(&gw, "m1", 1000).await;
+    assert_eq!(op["status"], "succeeded", "{op:#}");
+    assert_eq!(op["dead_letter"], false);
+    assert_eq!(lookups(&op).last().unwrap()["decision"], "found at provider: succeeded");
+    assert_eq!(sim.effects().by_reference["m1"].effects, 1);
 }
