@@ -77,8 +77,8 @@ impl FromStr for Profile {
 }
 
 /// What happens to one `POST /v1/charges`, serialized in snake_case
-/// (`"ok"`, `"timeout_after_commit"`, `"reset_after_commit"`, `"error_500"`,
-/// `"error_502"`, `"error_503"`, `"rate_limited"`).
+/// (`"ok"`, `"timeout_after_commit"`, `"reset_after_commit"`, `"late_commit"`,
+/// `"error_500"`, `"error_502"`, `"error_503"`, `"rate_limited"`).
 ///
 /// Pre-commit faults (the `Error*` ones and [`Fault::RateLimited`]) happen in front
 /// of the idempotency layer: nothing is stored and no charge is created.
@@ -92,6 +92,10 @@ pub enum Fault {
     TimeoutAfterCommit,
     /// Committed, then the TCP connection is reset (RST) without any response bytes.
     ResetAfterCommit,
+    /// The provider works on for [`SimConfig::hang`] and only then commits and
+    /// answers, even when the client has given up and disconnected meanwhile
+    /// (a slow backend behind a timeout). Scripts only; no profile draws it.
+    LateCommit,
     /// 500 `api_error`/`internal_error`, nothing committed.
     #[serde(rename = "error_500")]
     Error500,

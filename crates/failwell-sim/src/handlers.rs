@@ -23,7 +23,7 @@ use crate::api::Reply;
 use crate::config::Fault;
 use crate::params::{RawFields, decode_form};
 use crate::server::ConnReset;
-use crate::state::{Admission, SimState};
+use crate::state::{Admission, ChargeParams, SimState};
 
 /// Largest accepted request body, bytes.
 const BODY_LIMIT: usize = 64 * 1024;
@@ -52,7 +52,7 @@ fn unavailable() -> Reply {
 /// The answer of a pre-commit fault, if `fault` is one.
 fn pre_commit_reply(state: &SimState, fault: Fault) -> Option<Response> {
     let reply = match fault {
-        Fault::Ok | Fault::TimeoutAfterCommit | Fault::ResetAfterCommit => return None,
+        Fault::Ok | Fault::TimeoutAfterCommit | Fault::ResetAfterCommit | Fault::LateCommit => return None,
         Fault::Error500 => Reply::error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "api_error",
@@ -109,6 +109,26 @@ async fn create_charge(State(state): State<Arc<SimState>>, request: Request) -> 
         Ok(params) => params,
         Err(reply) => return reply.into_response(),
     };
+    if fault == Fault::LateCommit {
+        // The provider keeps working after the client gave up: the rest runs
+        // detached from this request, so a disconnect does not cancel it.
+        let late = tokio::spawn(async move {
+            tokio::time::sleep(state.config.hang).await;
+            commit_and_answer(state, key, params, Fault::Ok, parts).await
+        });
+        return late.await.unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+    }
+    commit_and_answer(state, key, params, fault, parts).await
+}
+
+/// Steps 4 and 5: the idempotency check and commit, then post-commit faults.
+async fn commit_and_answer(
+    state: Arc<SimState>,
+    key: Option<String>,
+    params: ChargeParams,
+    fault: Fault,
+    parts: axum::http::request::Parts,
+) -> Response {
     let hold = matches!(fault, Fault::TimeoutAfterCommit | Fault::ResetAfterCommit);
     let (reply, replayed, _guard) = match state.admit(key.as_deref(), &params, hold) {
         Admission::Fresh(reply, guard) => (reply, false, guard),

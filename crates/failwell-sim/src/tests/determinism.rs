@@ -96,7 +96,7 @@ async fn outcomes(sim: &Simulator) -> BTreeMap<(u64, u64), u16> {
 
 fn expected_status(fault: Fault) -> u16 {
     match fault {
-        Fault::Ok | Fault::TimeoutAfterCommit => 200,
+        Fault::Ok | Fault::TimeoutAfterCommit | Fault::LateCommit => 200,
         Fault::ResetAfterCommit => 0,
         Fault::Error500 => 500,
         Fault::Error502 => 502,
@@ -137,6 +137,7 @@ fn profile_and_fault_names() {
         Fault::Ok,
         Fault::TimeoutAfterCommit,
         Fault::ResetAfterCommit,
+        Fault::LateCommit,
         Fault::Error500,
         Fault::Error502,
         Fault::Error503,
@@ -145,7 +146,7 @@ fn profile_and_fault_names() {
     .unwrap();
     assert_eq!(
         names,
-        r#"["ok","timeout_after_commit","reset_after_commit","error_500","error_502","error_503","rate_limited"]"#
+        r#"["ok","timeout_after_commit","reset_after_commit","late_commit","error_500","error_502","error_503","rate_limited"]"#
     );
     let config = SimConfig::new(Profile::Calm, 5);
     assert_eq!(config.key_ttl, Duration::from_secs(86_400));

@@ -65,6 +65,20 @@ async fn timeout_after_commit_answers_after_hang() {
 }
 
 #[tokio::test]
+async fn late_commit_commits_after_the_client_gave_up() {
+    let mut config = SimConfig::new(Profile::Calm, 1);
+    config.hang = Duration::from_millis(300);
+    let sim = start(config).await;
+    sim.script("lc", vec![Fault::LateCommit]);
+    let client = reqwest::Client::builder().timeout(Duration::from_millis(100)).build().unwrap();
+    let err = post_charge(&client, &sim, None, 1000, "lc").await.unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+    assert_eq!(sim.effects().charges, 0, "not yet committed when the client gave up");
+    poll("the late commit", || async { (sim.effects().charges == 1).then_some(()) }).await;
+    assert_eq!(sim.effects().by_reference["lc"].effects, 1);
+}
+
+#[tokio::test]
 async fn reset_after_commit_resets_the_connection() {
     let sim = start_calm().await;
     sim.script("rst", vec![Fault::ResetAfterCommit, Fault::ResetAfterCommit]);

@@ -251,3 +251,19 @@ async fn running_out_of_attempts_after_an_ambiguous_one_asks_the_provider_instea
     assert_eq!(lookups(&op).last().unwrap()["decision"], "found at provider: succeeded");
     assert_eq!(sim.effects().by_reference["m1"].effects, 1);
 }
+
+#[tokio::test]
+async fn without_keys_a_miss_is_confirmed_before_resending_so_a_late_commit_is_found() {
+    // The provider commits 1.2 s after the request, long after failwell's
+    // 500 ms timeout and its first lookup (at ~1 s).
+    let sim = simulator(|c| c.hang = Duration::from_millis(1200)).await;
+    let gw = Gateway::start(&sim.base_url(), "idempotency_keys = false\nreconcile_after_ms = 500").await;
+    sim.script("late1", vec![Fault::LateCommit]);
+    let op = run(&gw, "late1", 1000).await;
+    assert_eq!(op["status"], "succeeded", "{op:#}");
+    assert_eq!(calls(&op).len(), 1, "no resend: {op:#}");
+    let lookups = lookups(&op);
+    assert_eq!(lookups[0]["decision"], "not found at provider yet: look again before delivering again");
+    assert_eq!(lookups.last().unwrap()["decision"], "found at provider: succeeded");
+    assert_eq!(sim.effects().by_reference["late1"].effects, 1);
+}
