@@ -3,7 +3,8 @@
 //!
 //! It models `POST /v1/charges` with Stripe's `Idempotency-Key` semantics,
 //! charge lookups, and faults before commit (500/502/503/429) and after commit
-//! (hanging answers, TCP resets), chosen per request by [`planned`] from the seed
+//! (hanging answers, TCP resets) or late (a commit after the client gave up,
+//! scripts only), chosen per request by [`planned`] from the seed
 //! and [`Profile`], or by a per-reference script. `/_sim/effects` counts what
 //! really happened so that clients can be compared ([`Effects::double_effects`]).
 //! It deliberately is not a payment processor: no persistence (state is in
