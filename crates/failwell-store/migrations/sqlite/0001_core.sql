@@ -21,7 +21,8 @@ CREATE TABLE operations (
     response              TEXT,
     last_error            TEXT,
     -- 1 once a call of the current key group may have taken effect (an
-    -- ambiguous or interrupted attempt); only a lookup finding nothing clears it.
+    -- ambiguous or interrupted attempt); cleared only by moving to a new key
+    -- group, which needs two lookups in a row that found nothing.
     effect_possible       INTEGER NOT NULL DEFAULT 0,
     -- Lookups in a row that found nothing (a resend without a live key
     -- waits for a second one).

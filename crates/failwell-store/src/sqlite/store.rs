@@ -172,7 +172,8 @@ impl Store for SqliteStore {
                 sqlx::query(
                     "UPDATE operations SET status = 'pending', provider_key = ?3, \
                      key_first_sent_at_ms = CASE WHEN key_group = ?2 THEN key_first_sent_at_ms END, \
-                     key_group = ?2, next_reconcile_at_ms = NULL, effect_possible = 0, lookup_misses = 0, \
+                     key_group = ?2, next_reconcile_at_ms = NULL, lookup_misses = 0, \
+                     effect_possible = CASE WHEN key_group = ?2 THEN effect_possible ELSE 0 END, \
                      updated_at_ms = ?4 WHERE id = ?1",
                 )
                 .bind(r.operation_id)

@@ -183,6 +183,7 @@ async fn unknown_is_reconciled_requeued_or_found() {
     assert_eq!(s.operation("a").await.unwrap().unwrap().status, OperationStatus::Succeeded);
     let b = s.operation("b").await.unwrap().unwrap();
     assert_eq!((b.status, b.key_group, b.provider_key.as_str()), (OperationStatus::Pending, 1, "fw_new"));
+    assert!(!b.effect_possible, "a new key group starts clean");
     assert_eq!(b.key_first_sent_at_ms, None, "a new key group has not been sent yet");
     let again = s.claim(150, 10, 1_000).await.unwrap();
     assert_eq!(again.len(), 1);
@@ -225,4 +226,35 @@ async fn a_reference_belongs_to_one_operation() {
     elsewhere.provider = "shipping".into();
     assert!(matches!(s.submit(elsewhere, 3).await.unwrap(), Submitted::Created(_)));
     assert_eq!(s.counts().await.unwrap().pending, 2);
+}
+
+#[tokio::test]
+async fn an_ambiguous_call_marks_the_key_group_until_it_changes() {
+    let (_d, s) = store().await;
+    s.submit(new_op("a", 100), 0).await.unwrap();
+    let c = s.claim(0, 1, 1_000).await.unwrap().remove(0);
+    let unknown = Completion {
+        outbox_id: c.outbox_id,
+        lease_token: c.lease_token,
+        operation_id: c.operation.id,
+        attempt: AttemptRecord { classification: Some("ambiguous"), ..record(Outcome::Unknown) },
+        transition: Transition::Unknown { error: "timeout".into(), reconcile_at_ms: 0 },
+    };
+    s.complete(vec![unknown], 1).await.unwrap();
+    let op = s.operation("a").await.unwrap().unwrap();
+    assert!(op.effect_possible);
+    let lookup = |resolution| Reconciled {
+        operation_id: op.id,
+        attempt: AttemptRecord { kind: AttemptKind::Lookup, ..record(Outcome::Unknown) },
+        resolution,
+    };
+    s.reconcile(lookup(Resolution::Confirm { retry_at_ms: 50 }), 2).await.unwrap();
+    let confirmed = s.operation("a").await.unwrap().unwrap();
+    assert_eq!((confirmed.lookup_misses, confirmed.status), (1, OperationStatus::Unknown));
+    // resent under the same (live) key: an old call may still land, the mark stays
+    let same = Resolution::Requeue { key_group: 0, provider_key: op.provider_key.clone() };
+    s.reconcile(lookup(same), 3).await.unwrap();
+    let requeued = s.operation("a").await.unwrap().unwrap();
+    assert!(requeued.effect_possible);
+    assert_eq!((requeued.lookup_misses, requeued.key_first_sent_at_ms), (0, Some(0)));
 }
