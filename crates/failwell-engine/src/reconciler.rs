@@ -160,6 +160,7 @@ fn not_found(client: &ProviderClient, op: &Operation, now: i64) -> (Resolution, 
         age: since(op.created_at_ms),
         key_age: since(op.key_first_sent_at_ms.unwrap_or(now)),
         misses: op.lookup_misses,
+        effect_possible: op.effect_possible,
     };
     let requeue = |key_group: u32| {
         let provider_key = derive_key(&op.provider, &op.operation, &op.idempotency_key, key_group);

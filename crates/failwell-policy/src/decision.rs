@@ -247,6 +247,9 @@ pub struct NotFound {
     pub key_age: Duration,
     /// Earlier lookups in a row that found nothing.
     pub misses: u32,
+    /// A call under the current key may have taken effect (and may still be
+    /// in flight at the provider).
+    pub effect_possible: bool,
 }
 
 /// What follows a lookup that found nothing.
@@ -260,7 +263,8 @@ pub enum AfterNotFound {
     Confirm,
     /// Deliver again under the next key group (a second lookup confirmed).
     ResendNewKey,
-    /// Out of attempts or time: give up for a human.
+    /// Out of attempts or time (and, if a call may have acted, confirmed by a
+    /// second lookup): give up for a human.
     DeadLetter,
 }
 
@@ -268,12 +272,21 @@ pub enum AfterNotFound {
 /// ambiguous write is retried only under the same key while the provider
 /// honours it, or after a status query says it did not happen — here, two
 /// queries in a row when no live key protects the resend).
+///
+/// A miss is confirmed by a second lookup before anything final happens to an
+/// operation whose call may have acted: before a resend without a live key,
+/// and before giving up (a call still in flight at the provider may commit
+/// late). The window is the provider's `reconcile_after`: set it to cover how
+/// long the provider may keep working on a request after the client gave up.
 pub fn after_not_found(
     policy: &RetryPolicy,
     idempotency: &IdempotencyPolicy,
     seen: NotFound,
 ) -> AfterNotFound {
-    if seen.attempts >= policy.max_attempts || seen.age >= policy.deadline {
+    let spent = seen.attempts >= policy.max_attempts || seen.age >= policy.deadline;
+    if spent && seen.effect_possible && seen.misses == 0 {
+        AfterNotFound::Confirm
+    } else if spent {
         AfterNotFound::DeadLetter
     } else if idempotency.key_honoured(seen.key_age, Duration::ZERO) {
         AfterNotFound::ResendSameKey

@@ -165,6 +165,7 @@ fn after_not_found_table() {
         age: ms(age_ms),
         key_age: ms(key_age_ms),
         misses,
+        effect_possible: false,
     };
     assert_eq!(after_not_found(&p, &keyed(), seen(1, 10, 10, 0)), AfterNotFound::ResendSameKey);
     assert_eq!(after_not_found(&p, &short_key, seen(1, 10, 5_000, 0)), AfterNotFound::Confirm);
@@ -173,4 +174,21 @@ fn after_not_found_table() {
     assert_eq!(after_not_found(&p, &no_keys, seen(1, 10, 10, 1)), AfterNotFound::ResendNewKey);
     assert_eq!(after_not_found(&p, &keyed(), seen(5, 10, 10, 0)), AfterNotFound::DeadLetter);
     assert_eq!(after_not_found(&p, &keyed(), seen(1, 60_000, 10, 0)), AfterNotFound::DeadLetter);
+}
+
+#[test]
+fn giving_up_after_a_call_that_may_have_acted_needs_a_second_miss() {
+    let p = policy(5);
+    let maybe = |attempts, age_ms, misses| NotFound {
+        attempts,
+        age: ms(age_ms),
+        key_age: ms(10),
+        misses,
+        effect_possible: true,
+    };
+    assert_eq!(after_not_found(&p, &keyed(), maybe(5, 10, 0)), AfterNotFound::Confirm);
+    assert_eq!(after_not_found(&p, &keyed(), maybe(1, 60_000, 0)), AfterNotFound::Confirm);
+    assert_eq!(after_not_found(&p, &keyed(), maybe(5, 10, 1)), AfterNotFound::DeadLetter);
+    // with attempts left and a live key the resend is safe at once
+    assert_eq!(after_not_found(&p, &keyed(), maybe(1, 10, 0)), AfterNotFound::ResendSameKey);
 }

@@ -267,3 +267,15 @@ async fn without_keys_a_miss_is_confirmed_before_resending_so_a_late_commit_is_f
     assert_eq!(lookups.last().unwrap()["decision"], "found at provider: succeeded");
     assert_eq!(sim.effects().by_reference["late1"].effects, 1);
 }
+
+#[tokio::test]
+async fn out_of_attempts_a_miss_is_confirmed_before_giving_up_so_a_late_commit_is_found() {
+    let sim = simulator(|c| c.hang = Duration::from_millis(1200)).await;
+    let gw = Gateway::start(&sim.base_url(), "max_attempts = 1\nreconcile_after_ms = 500").await;
+    sim.script("late2", vec![Fault::LateCommit]);
+    let op = run(&gw, "late2", 1000).await;
+    assert_eq!(op["status"], "succeeded", "charged, so never reported failed: {op:#}");
+    assert_eq!(op["dead_letter"], false);
+    assert_eq!(lookups(&op).last().unwrap()["decision"], "found at provider: succeeded");
+    assert_eq!(sim.effects().by_reference["late2"].effects, 1);
+}
