@@ -77,19 +77,30 @@ impl<S: Store> Reconciler<S> {
 
 async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
     let now = now_ms();
-    let later = |error: String, wait: Duration| Reconciled {
-        operation_id: op.id,
-        attempt: lookup_record(now, Duration::ZERO, None, Outcome::Unknown, format!("look again: {error}")),
-        resolution: Resolution::Later { retry_at_ms: now + wait.as_millis() as i64, error },
+    // Stay unknown and look again after `wait`; `attempt` is the lookup's
+    // own history row (none was made when nothing could be looked up).
+    let later = |error: String, wait: Duration, attempt: Option<(i64, Duration, Option<u16>)>| {
+        let (started_at_ms, duration, status) = attempt.unwrap_or((now, Duration::ZERO, None));
+        Reconciled {
+            operation_id: op.id,
+            attempt: lookup_record(
+                started_at_ms,
+                duration,
+                status,
+                Outcome::Unknown,
+                format!("look again: {error}"),
+            ),
+            resolution: Resolution::Later { retry_at_ms: now + wait.as_millis() as i64, error },
+        }
     };
     let Some(client) = providers.get(&op.provider) else {
-        return later(format!("unknown provider {:?}", op.provider), Duration::from_secs(60));
+        return later(format!("unknown provider {:?}", op.provider), Duration::from_secs(60), None);
     };
     let Some(reference) = op.reference.as_deref() else {
-        return later("no reference to look up; needs a human".into(), Duration::from_secs(3600));
+        return later("no reference to look up; needs a human".into(), Duration::from_secs(3600), None);
     };
     let Some(result) = client.lookup(reference).await else {
-        return later("provider has no status lookup; needs a human".into(), Duration::from_secs(3600));
+        return later("provider has no status lookup; needs a human".into(), Duration::from_secs(3600), None);
     };
     let spec = client.spec();
     let status = result.response.as_ref().ok().map(|r| r.status);
@@ -100,15 +111,8 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
     let Some(found) = records else {
         let wait = spec.retry.backoff().delay(op.reconcile_attempts, Duration::ZERO, &mut rand::rng());
         let error = format!("status lookup failed: {}", result.describe(&spec.error_code_pointer));
-        let mut reconciled = later(error, wait.max(Duration::from_millis(100)));
-        reconciled.attempt = lookup_record(
-            result.started_at_ms,
-            result.duration,
-            status,
-            Outcome::Unknown,
-            reconciled.attempt.decision,
-        );
-        return reconciled;
+        let wait = wait.max(Duration::from_millis(100));
+        return later(error, wait, Some((result.started_at_ms, result.duration, status)));
     };
     let (resolution, decision) = match found {
         Some((outcome, provider_ref, record)) => (

@@ -16,6 +16,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use failwell_engine::Providers;
 use failwell_store::{NewOperation, Operation, Store, StoreError, Submitted};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -152,13 +153,11 @@ fn view(operation: Operation) -> OperationView {
     OperationView { operation, status_url }
 }
 
+/// Percent-encodes a key for use as one URL path segment (RFC 3986
+/// unreserved characters stay as they are).
 fn encode_segment(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+    utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 async fn submit<S: Store>(
