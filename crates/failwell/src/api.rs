@@ -231,20 +231,28 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
             "The Idempotency-Key header is required: one key per intent, reused on every retry of it.",
         )
     };
-    let value = headers.get("idempotency-key").ok_or_else(missing)?;
+    let mut values = headers.get_all("idempotency-key").iter();
+    let value = values.next().ok_or_else(missing)?;
+    if values.next().is_some() {
+        return Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-idempotency-key",
+            "Send exactly one Idempotency-Key header.",
+        ));
+    }
     let key = value.to_str().map_err(|_| {
         Problem::new(
             StatusCode::BAD_REQUEST,
             "invalid-idempotency-key",
-            "Idempotency-Key must be visible ASCII.",
+            "Idempotency-Key must be visible ASCII (no spaces or control characters).",
         )
     })?;
     let key = key.trim();
-    if !key.chars().all(|c| c.is_ascii_graphic() || c == ' ') {
+    if !key.chars().all(|c| c.is_ascii_graphic()) {
         return Err(Problem::new(
             StatusCode::BAD_REQUEST,
             "invalid-idempotency-key",
-            "Idempotency-Key must be visible ASCII.",
+            "Idempotency-Key must be visible ASCII (no spaces or control characters).",
         ));
     }
     if key.is_empty() {

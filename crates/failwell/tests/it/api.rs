@@ -95,6 +95,18 @@ async fn bad_requests_are_refused_and_write_nothing() {
     problem(r, 422, "invalid-body").await;
     let r = gw.http.post(&url).header("Idempotency-Key", "a\tb").json(&body).send().await.unwrap();
     problem(r, 400, "invalid-idempotency-key").await;
+    let r = gw.http.post(&url).header("Idempotency-Key", "a b").json(&body).send().await.unwrap();
+    problem(r, 400, "invalid-idempotency-key").await;
+    let r = gw
+        .http
+        .post(&url)
+        .header("Idempotency-Key", "d1")
+        .header("Idempotency-Key", "d2")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    problem(r, 400, "invalid-idempotency-key").await;
 
     nothing_written(&gw).await;
     let r = gw.http.delete(format!("{}/v1/operations/k1", gw.base)).send().await.unwrap();
@@ -137,11 +149,11 @@ async fn same_key_replays_and_a_different_request_under_it_is_refused() {
 async fn keys_with_special_characters_round_trip() {
     let sim = simulator(|_| {}).await;
     let gw = Gateway::start(&sim.base_url(), "").await;
-    let key = "order/2026 #1 é";
+    let key = "order/2026#1é";
     let r = gw
         .http
         .post(format!("{}/v1/operations", gw.base))
-        .header("Idempotency-Key", "order/2026 #1")
+        .header("Idempotency-Key", "order/2026#1")
         .json(&json!({"provider": "payments", "operation": "charge",
                       "payload": {"amount": 100, "currency": "eur", "reference": "ref-1"}}))
         .send()
@@ -149,7 +161,7 @@ async fn keys_with_special_characters_round_trip() {
         .unwrap();
     assert_eq!(r.status(), 201);
     let body: Value = r.json().await.unwrap();
-    assert_eq!(body["status_url"], "/v1/operations/order%2F2026%20%231");
+    assert_eq!(body["status_url"], "/v1/operations/order%2F2026%231");
     let r = gw.http.get(format!("{}{}", gw.base, body["status_url"].as_str().unwrap())).send().await.unwrap();
     assert_eq!(r.status(), 200);
     // a non-ASCII header value is refused, not mangled
