@@ -37,7 +37,7 @@ const RETRY: Classification = Classification::Retryable { retry_after: None };
 #[test]
 fn validation() {
     let b = Backoff::try_new(ms(1), ms(1), Jitter::None).unwrap();
-    assert_eq!(RetryPolicy::try_new(0, b, ms(1), ms(1)), Err(RetryPolicyError::ZeroAttempts));
+    assert_eq!(RetryPolicy::try_new(0, b.clone(), ms(1), ms(1)), Err(RetryPolicyError::ZeroAttempts));
     assert_eq!(RetryPolicy::try_new(1, b, ms(0), ms(1)), Err(RetryPolicyError::ZeroDeadline));
 }
 
