@@ -3,8 +3,25 @@
 //! classify.
 //!
 //! It never retries and never decides anything: one call, one
-//! [`CallResult`]. The total timeout covers the response body, not just the
-//! headers.
+//! [`CallResult`].
+//!
+//! One timeout model for every call (operations and lookups), with the
+//! provider's limits from [`ProviderSpec`]:
+//!
+//! | limit | measured | on expiry: `kind`, failure |
+//! |---|---|---|
+//! | `connect_timeout` | establishing the connection | `connect`, not sent |
+//! | `headers_timeout` | from the start of the call to the response headers | `headers_timeout`, after send |
+//! | `body_idle_timeout` | the longest pause between two body chunks | `body_idle_timeout`, after send |
+//! | total (`timeout`, or less when the caller's deadline is nearer) | from the start of the call to the last body byte | `timeout`, after send |
+//!
+//! Every phase ends at the total's deadline at the latest; when a phase's own
+//! limit would end at or after that deadline, an expiry is reported as the
+//! total (`timeout`), so with the defaults (headers and body idle limits
+//! equal to `timeout`) a hanging provider reads `timeout`. A connect taking
+//! longer than `headers_timeout` is reported as `headers_timeout` (after
+//! send): failwell cannot tell that phase apart, and treating it as possibly
+//! sent is the safe side.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -31,7 +48,8 @@ pub struct Reply {
 pub struct TransportError {
     /// Whether the request can have reached the provider.
     pub failure: TransportFailure,
-    /// Short kind: `connect`, `timeout`, `body`, `reset`.
+    /// Short kind: `connect`, `request`, `headers_timeout`,
+    /// `body_idle_timeout`, `timeout` (the total), `body`, `reset`.
     pub kind: &'static str,
     /// The error with its causes.
     pub message: String,
@@ -97,7 +115,8 @@ pub struct ProviderClient {
 
 impl ProviderClient {
     /// Builds the client: connection pool with the provider's connect
-    /// timeout. Errors when the TLS backend cannot be initialised.
+    /// timeout (the other limits apply per call, see the module table).
+    /// Errors when the TLS backend cannot be initialised.
     pub fn new(spec: ProviderSpec) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder()
             .connect_timeout(spec.connect_timeout)
@@ -112,7 +131,9 @@ impl ProviderClient {
     }
 
     /// Sends `op` once, with its idempotency key (when the provider takes
-    /// one) and a total timeout of `timeout` (at most the provider's).
+    /// one) and a total timeout of `min(timeout, provider timeout)`: the
+    /// caller passes the time left before the operation's deadline. The
+    /// provider's connect, headers and body idle limits apply within it.
     pub async fn call(&self, spec: &OperationSpec, op: &Operation, timeout: Duration) -> CallResult {
         let url = self.spec.base_url.join(&spec.path);
         let mut request = match url {
@@ -126,40 +147,94 @@ impl ProviderClient {
             Encoding::Json => request.json(&op.payload),
             Encoding::Form => request.form(&form_fields(&op.payload)),
         };
-        self.execute(request.timeout(timeout.min(self.spec.timeout))).await
+        self.execute(request, timeout.min(self.spec.timeout)).await
     }
 
-    /// Looks our reference up at the provider (reconciliation). `None` when
-    /// the provider has no lookup configured.
+    /// Looks our reference up at the provider (reconciliation), under the
+    /// same limits as a call with the provider's whole `timeout` as total.
+    /// `None` when the provider has no lookup configured.
     pub async fn lookup(&self, reference: &str) -> Option<CallResult> {
         let lookup = self.spec.lookup.as_ref()?;
         let url = match self.spec.base_url.join(&lookup.path) {
             Ok(url) => url,
             Err(e) => return Some(failed_before_send(format!("invalid URL: {e}"))),
         };
-        let request =
-            self.http.get(url).query(&[(lookup.query_param.as_str(), reference)]).timeout(self.spec.timeout);
-        Some(self.execute(request).await)
+        let request = self.http.get(url).query(&[(lookup.query_param.as_str(), reference)]);
+        Some(self.execute(request, self.spec.timeout).await)
     }
 
-    async fn execute(&self, request: reqwest::RequestBuilder) -> CallResult {
+    /// Sends `request` and reads the whole answer within `total`, under the
+    /// provider's headers and body idle limits (see the module table).
+    async fn execute(&self, request: reqwest::RequestBuilder, total: Duration) -> CallResult {
         let started_at_ms = crate::now_ms();
         let start = Instant::now();
+        let deadline = tokio::time::Instant::from_std(start).checked_add(total).unwrap_or_else(far_future);
         let response = async {
-            let response = request.send().await?;
+            let headers = Phase::new(deadline, total, self.spec.headers_timeout, "headers_timeout");
+            let mut response = headers.run(request.send()).await?;
             let status = response.status().as_u16();
             let retry_after = response
                 .headers()
                 .get(RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| parse_retry_after(v, SystemTime::now()));
-            let bytes = response.bytes().await?;
-            Ok::<_, reqwest::Error>(Reply { status, body: serde_json::from_slice(&bytes).ok(), retry_after })
+            let mut body = Vec::new();
+            loop {
+                let idle = Phase::new(deadline, total, self.spec.body_idle_timeout, "body_idle_timeout");
+                match idle.run(response.chunk()).await? {
+                    Some(chunk) => body.extend_from_slice(&chunk),
+                    None => break,
+                }
+            }
+            Ok::<_, TransportError>(Reply { status, body: serde_json::from_slice(&body).ok(), retry_after })
         }
-        .await
-        .map_err(transport_error);
+        .await;
         CallResult { started_at_ms, duration: start.elapsed(), response }
     }
+}
+
+/// One wait of a call: for the headers, or for the next body chunk. It ends
+/// at its own limit or at the total's deadline, whichever comes first, and
+/// names the one that ended it.
+struct Phase {
+    until: tokio::time::Instant,
+    kind: &'static str,
+    message: String,
+}
+
+impl Phase {
+    /// A wait starting now, limited to `limit` (reported as `kind`) and to
+    /// `deadline`, the end of the attempt's `total` (reported as `timeout`).
+    fn new(deadline: tokio::time::Instant, total: Duration, limit: Duration, kind: &'static str) -> Self {
+        let own = tokio::time::Instant::now().checked_add(limit).unwrap_or(deadline);
+        if own < deadline {
+            let what = if kind == "headers_timeout" { "no response headers" } else { "no body data" };
+            Self { until: own, kind, message: format!("{what} within {} ms", limit.as_millis()) }
+        } else {
+            let message = format!("no complete response within {} ms", total.as_millis());
+            Self { until: deadline, kind: "timeout", message }
+        }
+    }
+
+    /// Runs `wait` until this phase ends; its expiry is a failure after send.
+    async fn run<T>(
+        self,
+        wait: impl Future<Output = Result<T, reqwest::Error>>,
+    ) -> Result<T, TransportError> {
+        match tokio::time::timeout_at(self.until, wait).await {
+            Ok(result) => result.map_err(transport_error),
+            Err(_) => Err(TransportError {
+                failure: TransportFailure::AfterSend,
+                kind: self.kind,
+                message: self.message,
+            }),
+        }
+    }
+}
+
+/// A deadline no call reaches (for a total too large to add to now).
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365 * 30)
 }
 
 /// Top-level payload fields as form pairs; nested values are sent as JSON text.
@@ -205,3 +280,6 @@ fn transport_error(e: reqwest::Error) -> TransportError {
     }
     TransportError { failure, kind, message }
 }
+
+#[cfg(test)]
+mod tests;

@@ -56,9 +56,18 @@ pub struct ProviderSpec {
     pub name: String,
     /// Base URL; operation and lookup paths are joined to it.
     pub base_url: Url,
-    /// Time allowed to establish a connection.
+    /// Time allowed to establish a connection; its expiry means the request
+    /// was not sent.
     pub connect_timeout: Duration,
-    /// Time allowed for one attempt, from sending to the last body byte.
+    /// Time allowed from sending a request to its response headers (at most
+    /// `timeout`).
+    pub headers_timeout: Duration,
+    /// Longest pause allowed between two chunks of a response body, while
+    /// reading it (at most `timeout`).
+    pub body_idle_timeout: Duration,
+    /// Time allowed for one attempt, from sending to the last body byte; the
+    /// caller may shorten it to the time left before the operation's
+    /// deadline.
     pub timeout: Duration,
     /// Attempts, backoff, deadline, `Retry-After` cap.
     pub retry: RetryPolicy,

@@ -25,6 +25,8 @@ fn client(keys: bool) -> ProviderClient {
         // nothing listens here: a test that reached the network would fail
         base_url: "http://127.0.0.1:9".parse().unwrap(),
         connect_timeout: Duration::from_millis(100),
+        headers_timeout: Duration::from_millis(100),
+        body_idle_timeout: Duration::from_millis(100),
         timeout: Duration::from_millis(100),
         retry: RetryPolicy::try_new(3, backoff, Duration::from_secs(60), Duration::from_secs(10)).unwrap(),
         idempotency: IdempotencyPolicy {

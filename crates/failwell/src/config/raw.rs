@@ -76,6 +76,10 @@ pub(super) struct RawProvider {
     pub(super) connect_timeout_ms: u64,
     #[serde(default = "d_timeout")]
     pub(super) timeout_ms: u64,
+    /// Defaults to `timeout_ms`.
+    pub(super) headers_timeout_ms: Option<u64>,
+    /// Defaults to `timeout_ms`.
+    pub(super) body_idle_timeout_ms: Option<u64>,
     #[serde(default = "d_attempts")]
     pub(super) max_attempts: u32,
     #[serde(default = "d_deadline")]

@@ -106,6 +106,22 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
     )
     .map_err(|e| c.invalid(key("max_attempts"), e.to_string()))?;
     let timeout = c.positive(&key("timeout_ms"), p.timeout_ms)?;
+    let within_timeout = |k: &str, value: Option<u64>| -> Result<std::time::Duration, ConfigError> {
+        let limit = c.positive(&key(k), value.unwrap_or(p.timeout_ms))?;
+        if limit > timeout {
+            return Err(c.invalid(
+                key(k),
+                format!(
+                    "must not exceed timeout_ms ({} ms > {} ms): the total per attempt already bounds it",
+                    limit.as_millis(),
+                    timeout.as_millis()
+                ),
+            ));
+        }
+        Ok(limit)
+    };
+    let headers_timeout = within_timeout("headers_timeout_ms", p.headers_timeout_ms)?;
+    let body_idle_timeout = within_timeout("body_idle_timeout_ms", p.body_idle_timeout_ms)?;
     if p.idempotency_keys && reqwest::header::HeaderName::from_bytes(p.idempotency_header.as_bytes()).is_err()
     {
         return Err(c.invalid(
@@ -160,6 +176,8 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
         name: name.to_string(),
         base_url,
         connect_timeout: c.positive(&key("connect_timeout_ms"), p.connect_timeout_ms)?,
+        headers_timeout,
+        body_idle_timeout,
         timeout,
         retry,
         idempotency,

@@ -88,6 +88,52 @@ fn zero_timeout() {
 }
 
 #[test]
+fn headers_and_body_idle_timeouts_are_checked_against_the_total() {
+    refused(
+        |t| t.replace("timeout_ms = 500", "timeout_ms = 500\nheaders_timeout_ms = 600"),
+        &[],
+        &[
+            "{file}: key `providers.payments.headers_timeout_ms`: must not exceed timeout_ms (600 ms > 500 ms)",
+        ],
+    );
+    refused(
+        |t| t.replace("timeout_ms = 500", "timeout_ms = 500\nbody_idle_timeout_ms = 501"),
+        &[],
+        &[
+            "{file}: key `providers.payments.body_idle_timeout_ms`: must not exceed timeout_ms (501 ms > 500 ms)",
+        ],
+    );
+    refused(
+        |t| t.replace("timeout_ms = 500", "timeout_ms = 500\nheaders_timeout_ms = 0"),
+        &[],
+        &["{file}: key `providers.payments.headers_timeout_ms`: must be greater than 0"],
+    );
+    refused(
+        |t| t.replace("timeout_ms = 500", "timeout_ms = 500\nbody_idle_timeout_ms = \"slow\""),
+        &[],
+        &["providers.payments.body_idle_timeout_ms", "{file}"],
+    );
+    refused(
+        |t| t,
+        &[("FAILWELL_PROVIDERS__PAYMENTS__HEADERS_TIMEOUT_MS", "900")],
+        &[
+            "environment variable FAILWELL_PROVIDERS__PAYMENTS__HEADERS_TIMEOUT_MS: key `providers.payments.headers_timeout_ms`: must not exceed timeout_ms",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn headers_and_body_idle_timeouts_within_the_total_are_accepted() {
+    let sim = simulator(|_| {}).await;
+    let mut gw =
+        Gateway::start(&sim.base_url(), "headers_timeout_ms = 400\nbody_idle_timeout_ms = 500").await;
+    assert_eq!(gw.charge("ok-1", 1000).await.status(), 201);
+    let op = gw.settled("ok-1", std::time::Duration::from_secs(10)).await;
+    assert_eq!(op["status"], "succeeded", "{op:#}");
+    gw.kill().await;
+}
+
+#[test]
 fn cap_below_base() {
     refused(
         |t| t.replace("cap_ms = 200", "cap_ms = 10"),

@@ -1,0 +1,286 @@
+//! The timeout model against real loopback servers speaking raw HTTP/1.1.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use failwell_policy::{Backoff, Classifier, IdempotencyPolicy, Jitter, RetryPolicy, TransportFailure};
+use failwell_store::{Operation, OperationStatus};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::*;
+use crate::provider::{Encoding, LookupSpec, OperationSpec, ProviderSpec};
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+/// How the test server answers every request.
+#[derive(Clone, Copy, Debug)]
+enum Behavior {
+    /// Reads the request and never answers.
+    NoHeaders,
+    /// Sends the headers and one body byte of ten, then nothing.
+    StallBody,
+    /// Sends the headers, then one body byte every 50 ms, for ever.
+    Trickle,
+    /// Answers 200 with a JSON body.
+    Ok,
+}
+
+/// A loopback HTTP/1.1 server; the raw requests it read are kept.
+struct Server {
+    base_url: String,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+async fn serve(behavior: Behavior) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let seen = requests.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            tokio::spawn(answer(stream, behavior, seen.clone()));
+        }
+    });
+    Server { base_url, requests }
+}
+
+async fn answer(mut stream: TcpStream, behavior: Behavior, seen: Arc<Mutex<Vec<String>>>) {
+    stream.set_nodelay(true).unwrap();
+    let request = read_request(&mut stream).await;
+    seen.lock().unwrap().push(request);
+    let never = || tokio::time::sleep(Duration::from_secs(3_600));
+    match behavior {
+        Behavior::NoHeaders => never().await,
+        Behavior::StallBody => {
+            stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n{").await.unwrap();
+            never().await;
+        }
+        Behavior::Trickle => {
+            stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n").await.unwrap();
+            loop {
+                if stream.write_all(b" ").await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(ms(50)).await;
+            }
+        }
+        Behavior::Ok => {
+            let body = r#"{"id":"ch_1"}"#;
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(head.as_bytes()).await.unwrap();
+            stream.write_all(body.as_bytes()).await.unwrap();
+            never().await;
+        }
+    }
+}
+
+/// Reads one request: the head, then `content-length` bytes of body.
+async fn read_request(stream: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the client closed before sending a whole head");
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+    let length: usize =
+        head.lines().find_map(|l| l.strip_prefix("content-length:")).map_or(0, |v| v.trim().parse().unwrap());
+    while buf.len() < head_end + length {
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the client closed before sending the whole body");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+fn provider_client(
+    base_url: &str,
+    headers: Duration,
+    body_idle: Duration,
+    total: Duration,
+) -> ProviderClient {
+    let backoff = Backoff::try_new(ms(100), ms(1_000), Jitter::None).unwrap();
+    let operations = BTreeMap::from([(
+        "charge".to_string(),
+        OperationSpec {
+            method: reqwest::Method::POST,
+            path: "/v1/charges".into(),
+            encoding: Encoding::Json,
+            reference_field: "reference".into(),
+        },
+    )]);
+    ProviderClient::new(ProviderSpec {
+        name: "payments".into(),
+        base_url: base_url.parse().unwrap(),
+        connect_timeout: ms(100),
+        headers_timeout: headers,
+        body_idle_timeout: body_idle,
+        timeout: total,
+        retry: RetryPolicy::try_new(3, backoff, Duration::from_secs(60), Duration::from_secs(10)).unwrap(),
+        idempotency: IdempotencyPolicy {
+            header: Some("Idempotency-Key".to_string()),
+            key_ttl: Duration::from_secs(100),
+        },
+        classifier: Classifier::default(),
+        error_code_pointer: "/error/code".into(),
+        id_pointer: "/id".into(),
+        reconcile_after: ms(500),
+        lookup: Some(LookupSpec {
+            path: "/v1/charges".into(),
+            query_param: "reference".into(),
+            list_pointer: "/data".into(),
+            status_pointer: "/status".into(),
+            succeeded: vec!["succeeded".into()],
+            failed: vec!["failed".into()],
+        }),
+        operations,
+    })
+    .unwrap()
+}
+
+fn operation() -> Operation {
+    Operation {
+        id: 1,
+        idempotency_key: "order-1".into(),
+        provider: "payments".into(),
+        operation: "charge".into(),
+        reference: Some("order-1".into()),
+        payload: json!({"amount": 100, "reference": "order-1"}),
+        status: OperationStatus::Pending,
+        key_group: 0,
+        provider_key: "fw_key".into(),
+        key_first_sent_at_ms: None,
+        attempts: 0,
+        provider_ref: None,
+        response: None,
+        last_error: None,
+        dead_letter: false,
+        reconcile_attempts: 0,
+        effect_possible: false,
+        lookup_misses: 0,
+        created_at_ms: 0,
+        updated_at_ms: 0,
+    }
+}
+
+/// Calls the `charge` operation with `timeout` as the caller's bound.
+async fn charge(client: &ProviderClient, timeout: Duration) -> (CallResult, Duration) {
+    let spec = client.spec().operations["charge"].clone();
+    let start = Instant::now();
+    let result = client.call(&spec, &operation(), timeout).await;
+    (result, start.elapsed())
+}
+
+fn transport(result: &CallResult) -> &TransportError {
+    result.response.as_ref().expect_err("the call must fail")
+}
+
+#[tokio::test]
+async fn stalled_body_ends_with_body_idle_timeout() {
+    let server = serve(Behavior::StallBody).await;
+    let client = provider_client(&server.base_url, ms(500), ms(150), ms(3_000));
+    let (result, elapsed) = charge(&client, ms(3_000)).await;
+    let error = transport(&result);
+    assert_eq!((error.kind, error.failure), ("body_idle_timeout", TransportFailure::AfterSend), "{error:?}");
+    assert!(elapsed >= ms(150) && elapsed < ms(1_500), "{elapsed:?}");
+    assert_eq!(server.requests.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn missing_headers_end_with_headers_timeout() {
+    let server = serve(Behavior::NoHeaders).await;
+    let client = provider_client(&server.base_url, ms(150), ms(500), ms(3_000));
+    let (result, elapsed) = charge(&client, ms(3_000)).await;
+    let error = transport(&result);
+    assert_eq!((error.kind, error.failure), ("headers_timeout", TransportFailure::AfterSend), "{error:?}");
+    assert!(elapsed >= ms(150) && elapsed < ms(1_500), "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn trickling_body_ends_with_the_total_timeout() {
+    let server = serve(Behavior::Trickle).await;
+    // every gap (50 ms) is well below the idle limit; the whole body never ends
+    let client = provider_client(&server.base_url, ms(300), ms(300), ms(400));
+    let (result, elapsed) = charge(&client, ms(5_000)).await;
+    let error = transport(&result);
+    assert_eq!((error.kind, error.failure), ("timeout", TransportFailure::AfterSend), "{error:?}");
+    assert!(elapsed >= ms(400) && elapsed < ms(800), "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn the_callers_shorter_bound_is_the_total() {
+    let server = serve(Behavior::NoHeaders).await;
+    // the headers limit is longer than what is left before the deadline
+    let client = provider_client(&server.base_url, ms(2_000), ms(2_000), ms(3_000));
+    let (result, elapsed) = charge(&client, ms(150)).await;
+    let error = transport(&result);
+    assert_eq!((error.kind, error.failure), ("timeout", TransportFailure::AfterSend), "{error:?}");
+    assert!(elapsed >= ms(150) && elapsed < ms(1_500), "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn limits_equal_to_the_total_report_the_total() {
+    let server = serve(Behavior::NoHeaders).await;
+    let client = provider_client(&server.base_url, ms(200), ms(200), ms(200));
+    let (result, _) = charge(&client, ms(200)).await;
+    assert_eq!(transport(&result).kind, "timeout");
+    let server = serve(Behavior::StallBody).await;
+    let client = provider_client(&server.base_url, ms(200), ms(200), ms(200));
+    let (result, _) = charge(&client, ms(200)).await;
+    assert_eq!(transport(&result).kind, "timeout");
+}
+
+#[tokio::test]
+async fn a_normal_answer_is_read_whole() {
+    let server = serve(Behavior::Ok).await;
+    let client = provider_client(&server.base_url, ms(300), ms(300), ms(500));
+    let (result, _) = charge(&client, ms(500)).await;
+    let reply = result.response.as_ref().unwrap();
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.body, Some(json!({"id": "ch_1"})));
+    assert!(result.is_success());
+    let requests = server.requests.lock().unwrap();
+    assert!(requests[0].starts_with("POST /v1/charges HTTP/1.1"), "{}", requests[0]);
+    assert!(requests[0].to_lowercase().contains("idempotency-key: fw_key"), "{}", requests[0]);
+}
+
+#[tokio::test]
+async fn lookup_uses_the_same_limits() {
+    let server = serve(Behavior::StallBody).await;
+    let client = provider_client(&server.base_url, ms(500), ms(150), ms(3_000));
+    let result = client.lookup("order-1").await.unwrap();
+    let error = transport(&result);
+    assert_eq!((error.kind, error.failure), ("body_idle_timeout", TransportFailure::AfterSend), "{error:?}");
+    let server = serve(Behavior::NoHeaders).await;
+    let client = provider_client(&server.base_url, ms(150), ms(500), ms(3_000));
+    let result = client.lookup("order-1").await.unwrap();
+    assert_eq!(transport(&result).kind, "headers_timeout");
+    let server = serve(Behavior::Ok).await;
+    let client = provider_client(&server.base_url, ms(300), ms(300), ms(500));
+    let result = client.lookup("order-1").await.unwrap();
+    assert_eq!(result.response.as_ref().unwrap().status, 200);
+    let requests = server.requests.lock().unwrap();
+    assert!(requests[0].starts_with("GET /v1/charges?reference=order-1 HTTP/1.1"), "{}", requests[0]);
+}
+
+#[tokio::test]
+async fn connect_refused_is_not_sent() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let client = provider_client(&format!("http://127.0.0.1:{port}"), ms(300), ms(300), ms(500));
+    let (result, _) = charge(&client, ms(500)).await;
+    let error = transport(&result);
+    assert_eq!((error.kind, error.failure), ("connect", TransportFailure::NotSent), "{error:?}");
+}
