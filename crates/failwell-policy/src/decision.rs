@@ -143,11 +143,16 @@ pub fn decide(
     if attempted.attempts >= policy.max_attempts {
         return give_up("attempts exhausted");
     }
-    if retry_after.is_some_and(|wait| wait > policy.max_retry_after) {
+    let Some(delay) = retry_delay(
+        &policy.backoff,
+        attempted.attempts,
+        attempted.previous_delay,
+        retry_after,
+        policy.max_retry_after,
+        rng,
+    ) else {
         return give_up("Retry-After exceeds max_retry_after");
-    }
-    let backoff = policy.backoff.delay(attempted.attempts - 1, attempted.previous_delay, rng);
-    let delay = retry_after.map_or(backoff, |wait| wait.max(backoff));
+    };
     if attempted.age.saturating_add(delay) >= policy.deadline {
         return give_up("deadline exceeded");
     }
@@ -161,6 +166,26 @@ pub fn decide(
         };
     }
     Decision::Retry { delay }
+}
+
+/// The wait before the retry that follows failed attempt number `attempts`
+/// (1-based): the backoff for retry `attempts - 1`, or the provider's
+/// `Retry-After` if that is longer (never retry earlier than the provider
+/// asked). `None` when the `Retry-After` exceeds `max_retry_after`: then
+/// there is no retry at all, rather than one that comes too early.
+pub(crate) fn retry_delay(
+    backoff: &Backoff,
+    attempts: u32,
+    previous_delay: Duration,
+    retry_after: Option<Duration>,
+    max_retry_after: Duration,
+    rng: &mut impl Rng,
+) -> Option<Duration> {
+    if retry_after.is_some_and(|wait| wait > max_retry_after) {
+        return None;
+    }
+    let backoff = backoff.delay(attempts.saturating_sub(1), previous_delay, rng);
+    Some(retry_after.map_or(backoff, |wait| wait.max(backoff)))
 }
 
 /// An operation whose attempt is due, at the moment it was claimed.

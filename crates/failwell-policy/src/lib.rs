@@ -1,26 +1,51 @@
-//! failwell's policy core: the pure decisions behind every provider call.
+//! failwell's policy core: the decisions behind every provider call, and
+//! the resilience policies that carry them out.
 //!
-//! Everything here is a function of (configuration, what was observed, now):
+//! The decisions are functions of (configuration, what was observed, now):
 //! how a failed attempt is classified ([`classify`]), how long to wait before
 //! the next one ([`backoff`], [`retry_after`]), which idempotency key an
-//! intent carries ([`idempotency`]) and what to do after an attempt
-//! ([`decision`]). This crate deliberately does no I/O: no sockets, no
-//! database, no clock reads, no async runtime. Callers pass `now` and
-//! randomness in, so every rule is tested as a plain table.
+//! intent carries ([`idempotency`]) and what to do after an attempt of
+//! queued work ([`decision`]). They do no I/O and read no clock: callers pass
+//! `now` and randomness in, so every rule is tested as a plain table.
+//!
+//! The stateful policies keep what a decision needs across calls: the
+//! [`breaker`] (closed / open / half-open), the [`bulkhead`] (concurrency
+//! limit), the retry [`budget`] and the [`deadline`] of a call. They read
+//! tokio's clock ([`clock`]), so tests pause and advance time, and they do
+//! no other I/O. [`layer`] makes each of them a `tower::Layer`, composes them
+//! as a [`Policy`], and offers the same policy as `reqwest-middleware`
+//! middleware. failwell's relay and HTTP API use exactly these.
 
 pub mod backoff;
+pub mod breaker;
+pub mod budget;
+pub mod bulkhead;
 pub mod classify;
+pub mod clock;
+pub mod deadline;
 pub mod decision;
 pub mod idempotency;
+pub mod layer;
 pub mod outcome;
 pub mod retry_after;
 
 pub use backoff::{Backoff, BackoffError, Jitter};
-pub use classify::{Class, Classification, Classifier, Observed, TransportFailure};
+pub use breaker::{
+    BreakerConfig, BreakerConfigError, BreakerOpen, BreakerState, BreakerStore, CallOutcome, CircuitBreaker,
+    InProcess, Permit, SlidingWindow, StateChange, Ticket,
+};
+pub use budget::{RetryBudget, RetryBudgetConfig, RetryBudgetConfigError};
+pub use bulkhead::{Bulkhead, BulkheadConfig, BulkheadConfigError, BulkheadFull, BulkheadPermit};
+pub use classify::{Class, Classification, Classifier, Observed, TransportFailure, is_repeatable};
+pub use deadline::{Deadline, DeadlineExceeded, Timeouts, TimeoutsError};
 pub use decision::{
     Admission, AfterNotFound, Attempted, Decision, Due, NotFound, RetryPolicy, RetryPolicyError, admit,
     after_not_found, decide,
 };
 pub use idempotency::{IdempotencyPolicy, derive_key};
+pub use layer::{
+    Classify, ErrorsAreRetryable, HttpClassifier, Policy, PolicyError, PolicyMiddleware, PolicyService,
+    Rejected, Retry, Step,
+};
 pub use outcome::Outcome;
 pub use retry_after::parse_retry_after;

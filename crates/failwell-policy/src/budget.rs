@@ -1,0 +1,227 @@
+//! Retry budget: retries may add at most a fixed share of the recent
+//! requests, so a failing provider is never hit by a retry storm.
+//!
+//! The scheme is Finagle's `RetryBudget` (and Envoy's retry budgets): every
+//! original request deposits `ratio` of a token, every retry withdraws one
+//! whole token, and a reserve of `min_per_second × ttl` tokens lets a quiet
+//! client retry at all. Deposits and withdrawals count for `ttl` (default
+//! 10 s) and then expire. A retry is withdrawn when it is *scheduled*, so
+//! retries waiting in backoff already count against the budget. With the
+//! defaults (20 %, 10 per second, 10 s) a 100 %-failure storm of N requests
+//! within 10 s adds at most `0.2 × N + 100` retries.
+//!
+//! # Cost
+//! A deposit is one relaxed atomic addition on a counter striped per thread
+//! (no clock read, no contention between threads); a withdrawal — only made
+//! when a retry is wanted — reads the clock and takes a lock. Deposits
+//! are folded into the time window at the next withdrawal, spread evenly over
+//! the time since the previous one; only the part that falls within the last
+//! `ttl` counts.
+
+use std::cell::Cell;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::clock::{Clock, nanos};
+
+/// A retry budget's parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryBudgetConfig {
+    /// Retries allowed per original request, in [0, 10]. Default 0.2.
+    pub ratio: f64,
+    /// Retries allowed per second whatever the traffic (the reserve).
+    /// Default 10.
+    pub min_per_second: u32,
+    /// How long deposits and withdrawals count, 1 s – 1 h. Default 10 s.
+    pub ttl: Duration,
+}
+
+impl Default for RetryBudgetConfig {
+    fn default() -> Self {
+        Self { ratio: 0.2, min_per_second: 10, ttl: Duration::from_secs(10) }
+    }
+}
+
+/// Invalid retry budget parameters.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum RetryBudgetConfigError {
+    /// `ratio` outside [0, 10].
+    #[error("ratio must be between 0 and 10, got {0}")]
+    Ratio(f64),
+    /// `ttl` outside 1 s – 1 h.
+    #[error("ttl must be between 1 s and 1 h, got {0} ms")]
+    Ttl(u128),
+}
+
+const STRIPES: usize = 8;
+const SLOTS: usize = 10;
+
+#[repr(align(128))]
+#[derive(Default)]
+struct Stripe(AtomicU64);
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    index: u64,
+    deposits: f64,
+    withdrawals: u32,
+}
+
+#[derive(Debug)]
+struct Ledger {
+    /// When deposits were last folded into the slots (clock ns).
+    folded_at: u64,
+    slots: [Slot; SLOTS],
+}
+
+/// A retry budget; cheap to clone (clones share the budget).
+#[derive(Clone)]
+pub struct RetryBudget {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: Arc<str>,
+    config: RetryBudgetConfig,
+    clock: Clock,
+    slot_width: u64,
+    stripes: [Stripe; STRIPES],
+    ledger: Mutex<Ledger>,
+    exhausted: metrics::Counter,
+}
+
+impl fmt::Debug for RetryBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryBudget")
+            .field("name", &self.inner.name)
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+thread_local! {
+    static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+fn stripe_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    STRIPE.with(|s| {
+        if s.get() == usize::MAX {
+            s.set(NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES);
+        }
+        s.get()
+    })
+}
+
+impl RetryBudget {
+    /// A budget named `name` (for logs and metrics). Errors when the
+    /// parameters are out of range.
+    pub fn new(name: &str, config: RetryBudgetConfig) -> Result<Self, RetryBudgetConfigError> {
+        if !(0.0..=10.0).contains(&config.ratio) {
+            return Err(RetryBudgetConfigError::Ratio(config.ratio));
+        }
+        if config.ttl < Duration::from_secs(1) || config.ttl > Duration::from_secs(3600) {
+            return Err(RetryBudgetConfigError::Ttl(config.ttl.as_millis()));
+        }
+        let clock = Clock::new();
+        let name: Arc<str> = Arc::from(name);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                exhausted: metrics::counter!("failwell_retry_budget_exhausted_total", "budget" => name.to_string()),
+                name,
+                config,
+                slot_width: nanos(config.ttl) / SLOTS as u64,
+                stripes: Default::default(),
+                ledger: Mutex::new(Ledger { folded_at: clock.now(), slots: [Slot::default(); SLOTS] }),
+                clock,
+            }),
+        })
+    }
+
+    /// The parameters.
+    pub fn config(&self) -> RetryBudgetConfig {
+        self.inner.config
+    }
+
+    /// Counts one original request (not a retry).
+    #[inline]
+    pub fn deposit(&self) {
+        self.inner.stripes[stripe_index()].0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes one retry from the budget; `false` when it is spent (then the
+    /// caller returns the original error instead of retrying).
+    pub fn try_withdraw(&self) -> bool {
+        let inner = &self.inner;
+        let now = inner.clock.now();
+        let mut ledger = inner.ledger.lock().unwrap_or_else(|e| e.into_inner());
+        inner.fold(&mut ledger, now);
+        let current = now / inner.slot_width;
+        if inner.balance(&ledger, current) >= 1.0 {
+            inner.slot(&mut ledger, current).withdrawals += 1;
+            true
+        } else {
+            drop(ledger);
+            inner.exhausted.increment(1);
+            tracing::debug!(budget = %inner.name, "retry budget exhausted: returning the original error");
+            false
+        }
+    }
+
+    /// Retries that may be scheduled now (rounded down).
+    pub fn available(&self) -> u64 {
+        let inner = &self.inner;
+        let now = inner.clock.now();
+        let mut ledger = inner.ledger.lock().unwrap_or_else(|e| e.into_inner());
+        inner.fold(&mut ledger, now);
+        inner.balance(&ledger, now / inner.slot_width).max(0.0) as u64
+    }
+}
+
+impl Inner {
+    fn slot<'a>(&self, ledger: &'a mut Ledger, index: u64) -> &'a mut Slot {
+        let slot = &mut ledger.slots[(index % SLOTS as u64) as usize];
+        if slot.index != index {
+            *slot = Slot { index, deposits: 0.0, withdrawals: 0 };
+        }
+        slot
+    }
+
+    /// Moves the striped deposits into the slots, spread evenly over the
+    /// time since the last fold; deposits older than the window are dropped.
+    fn fold(&self, ledger: &mut Ledger, now: u64) {
+        let pending: u64 = self.stripes.iter().map(|s| s.0.swap(0, Ordering::Relaxed)).sum();
+        let since = ledger.folded_at.min(now);
+        ledger.folded_at = now;
+        if pending == 0 {
+            return;
+        }
+        let current = now / self.slot_width;
+        let span = now - since;
+        if span == 0 {
+            self.slot(ledger, current).deposits += pending as f64;
+            return;
+        }
+        let first = current.saturating_sub(SLOTS as u64 - 1);
+        for index in first..=current {
+            let start = (index * self.slot_width).max(since);
+            let end = ((index + 1) * self.slot_width).min(now);
+            if end > start {
+                self.slot(ledger, index).deposits += pending as f64 * (end - start) as f64 / span as f64;
+            }
+        }
+    }
+
+    fn balance(&self, ledger: &Ledger, current: u64) -> f64 {
+        let live = ledger.slots.iter().filter(|s| s.index + SLOTS as u64 > current && s.index <= current);
+        let (deposits, withdrawals) =
+            live.fold((0.0, 0u64), |(d, w), s| (d + s.deposits, w + u64::from(s.withdrawals)));
+        let reserve = f64::from(self.config.min_per_second) * self.config.ttl.as_secs_f64();
+        self.config.ratio * deposits + reserve - withdrawals as f64
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,76 @@
+use std::time::Duration;
+
+use super::*;
+
+fn budget(ratio: f64, min_per_second: u32) -> RetryBudget {
+    RetryBudget::new("p", RetryBudgetConfig { ratio, min_per_second, ttl: Duration::from_secs(10) }).unwrap()
+}
+
+fn drain(b: &RetryBudget) -> u32 {
+    let mut n = 0;
+    while b.try_withdraw() {
+        n += 1;
+        assert!(n < 1_000_000, "the budget never ran out");
+    }
+    n
+}
+
+#[test]
+fn invalid_parameters_are_refused() {
+    let bad =
+        |ratio, ttl| RetryBudget::new("p", RetryBudgetConfig { ratio, min_per_second: 0, ttl }).unwrap_err();
+    assert_eq!(bad(-0.1, Duration::from_secs(10)), RetryBudgetConfigError::Ratio(-0.1));
+    assert_eq!(bad(f64::NAN, Duration::from_secs(10)).to_string(), "ratio must be between 0 and 10, got NaN");
+    assert_eq!(bad(0.2, Duration::from_millis(10)), RetryBudgetConfigError::Ttl(10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_are_a_ratio_of_requests_plus_the_reserve() {
+    let b = budget(0.2, 1);
+    for _ in 0..1_000 {
+        b.deposit();
+    }
+    assert_eq!(b.available(), 210);
+    assert_eq!(drain(&b), 210, "20 % of 1000 requests plus 1/s over 10 s");
+    b.deposit();
+    b.deposit();
+    b.deposit();
+    b.deposit();
+    b.deposit();
+    assert_eq!(drain(&b), 1, "five more requests earn one more retry");
+}
+
+#[tokio::test(start_paused = true)]
+async fn deposits_and_withdrawals_expire_after_the_ttl() {
+    let b = budget(0.5, 0);
+    (0..100).for_each(|_| b.deposit());
+    assert_eq!(drain(&b), 50);
+    tokio::time::advance(Duration::from_secs(11)).await;
+    assert_eq!(b.available(), 0, "the deposits expired with the withdrawals");
+    (0..10).for_each(|_| b.deposit());
+    assert_eq!(drain(&b), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn deposits_made_long_ago_count_only_for_their_share_of_the_window() {
+    let b = budget(1.0, 0);
+    // 100 requests spread over 100 s with no withdrawal in between: about
+    // the last 10 s worth (10 requests) still count.
+    for _ in 0..100 {
+        b.deposit();
+        tokio::time::advance(Duration::from_secs(1)).await;
+    }
+    let left = drain(&b);
+    assert!((9..=11).contains(&left), "{left}");
+}
+
+#[test]
+fn deposits_from_many_threads_all_count() {
+    let b = budget(1.0, 0);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| (0..10_000).for_each(|_| b.deposit()));
+        }
+    });
+    assert_eq!(b.available(), 40_000);
+}

@@ -1,0 +1,264 @@
+//! HTTP: the classifier for `reqwest` calls, and the policy as a
+//! `reqwest-middleware` middleware.
+
+use std::time::{Duration, SystemTime};
+
+use http::Extensions;
+use reqwest::header::{HeaderName, RETRY_AFTER};
+use reqwest::{Request, Response, ResponseBuilderExt};
+use reqwest_middleware::{Middleware, Next};
+
+use super::{Policy, Rejected};
+use crate::{
+    BreakerStore, CallOutcome, Classification, Classifier, Deadline, InProcess, Observed, TransportFailure,
+    is_repeatable, parse_retry_after,
+};
+
+/// Classifies HTTP calls with a provider's [`Classifier`]: status and
+/// `Retry-After` of a response, or whether a failed request can have been
+/// sent. A request is repeatable when its method is idempotent or it carries
+/// the idempotency header; only then are timeouts, resets and 5xx answers
+/// retryable (see [`Classifier::classify_request`]). With an error-code
+/// pointer, the provider's error code is read from a JSON error body, so
+/// code overrides (e.g. `card_declined` → permanent) apply.
+#[derive(Clone, Debug, Default)]
+pub struct HttpClassifier {
+    classifier: Classifier,
+    idempotency_header: Option<HeaderName>,
+    error_code_pointer: Option<String>,
+}
+
+impl HttpClassifier {
+    /// A classifier with the provider's rules.
+    pub fn new(classifier: Classifier) -> Self {
+        Self { classifier, idempotency_header: None, error_code_pointer: None }
+    }
+
+    /// Where the provider's error code sits in a JSON error body, as a JSON
+    /// pointer (RFC 6901), e.g. `/error/code`.
+    pub fn error_code_pointer(mut self, pointer: &str) -> Self {
+        self.error_code_pointer = Some(pointer.to_owned());
+        self
+    }
+
+    /// Requests carrying this header (e.g. `Idempotency-Key`) are
+    /// repeatable whatever their method. Errors when `name` is not a valid
+    /// header name.
+    pub fn idempotency_header(mut self, name: &str) -> Result<Self, reqwest::header::InvalidHeaderName> {
+        self.idempotency_header = Some(HeaderName::from_bytes(name.as_bytes())?);
+        Ok(self)
+    }
+
+    /// Whether `request` may be sent again without risking a second effect.
+    pub fn repeatable(&self, request: &Request) -> bool {
+        let keyed = self.idempotency_header.as_ref().is_some_and(|h| request.headers().contains_key(h));
+        is_repeatable(request.method().as_str(), keyed)
+    }
+
+    /// `None` for a 1xx–3xx answer, else the classification of its status,
+    /// its `Retry-After` and the error code in its `body`.
+    pub fn classify_response(
+        &self,
+        response: &Response,
+        body: &[u8],
+        repeatable: bool,
+    ) -> Option<Classification> {
+        let status = response.status().as_u16();
+        if status < 400 {
+            return None;
+        }
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        let json = self
+            .error_code_pointer
+            .as_ref()
+            .and_then(|_| serde_json::from_slice::<serde_json::Value>(body).ok());
+        let error_code = json
+            .as_ref()
+            .zip(self.error_code_pointer.as_deref())
+            .and_then(|(json, pointer)| json.pointer(pointer))
+            .and_then(serde_json::Value::as_str);
+        Some(
+            self.classifier
+                .classify_request(Observed::Response { status, error_code, retry_after }, repeatable),
+        )
+    }
+
+    /// The classification of a call that got no answer.
+    pub fn classify_failure(&self, failure: TransportFailure, repeatable: bool) -> Classification {
+        self.classifier.classify_request(Observed::Transport(failure), repeatable)
+    }
+
+    /// Whether an answer with this status counts against the provider's
+    /// health ([`Classifier::counts_as_outage`]).
+    pub fn is_outage(&self, status: u16) -> bool {
+        status >= 400
+            && self.classifier.counts_as_outage(Observed::Response {
+                status,
+                error_code: None,
+                retry_after: None,
+            })
+    }
+}
+
+/// The same policy as a [`Policy`] layer, for a
+/// `reqwest_middleware::ClientWithMiddleware`: deadline, bulkhead, breaker,
+/// retries with budget and per-attempt timeout, in that order, classified by
+/// an [`HttpClassifier`]. Each attempt's timeout covers the whole response,
+/// body included: the body is read within the attempt and handed back
+/// buffered. A request whose body cannot be cloned (a stream) is sent once.
+/// Rejections come back as `reqwest_middleware::Error::Middleware` holding
+/// a [`Rejected`].
+#[derive(Clone, Debug)]
+pub struct PolicyMiddleware<B: BreakerStore = InProcess> {
+    policy: Policy<B, HttpClassifier>,
+}
+
+impl<B: BreakerStore> PolicyMiddleware<B> {
+    /// The middleware for `policy`.
+    pub fn new(policy: Policy<B, HttpClassifier>) -> Self {
+        Self { policy }
+    }
+
+    /// The attempts of one call; the result of the last one, and whether it
+    /// counts against the provider's health.
+    async fn attempts(
+        &self,
+        mut request: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> (reqwest_middleware::Result<Response>, bool) {
+        let policy = &self.policy;
+        if let Some(retry) = &policy.retry {
+            retry.start();
+        }
+        let repeatable = policy.classify.repeatable(&request);
+        let mut attempt = 1;
+        let mut previous_delay = Duration::ZERO;
+        loop {
+            let deadline = Deadline::current();
+            let timeout = match deadline.map(|d| d.check_attempt()) {
+                Some(Err(e)) => return (Err(rejected(e.into())), false),
+                Some(Ok(left)) => Some(policy.attempt_timeout.map_or(left, |t| t.min(left))),
+                None => policy.attempt_timeout,
+            };
+            let copy = request.try_clone();
+            let call = buffered(next.clone(), request, extensions);
+            let result = match timeout {
+                Some(t) => tokio::time::timeout(t, call)
+                    .await
+                    .unwrap_or_else(|_| Err(rejected(Rejected::TimedOut(t)))),
+                None => call.await,
+            };
+            let (classification, outage) = match &result {
+                Ok((response, body)) => (
+                    policy.classify.classify_response(response, body, repeatable),
+                    policy.classify.is_outage(response.status().as_u16()),
+                ),
+                Err(e) => {
+                    let failure = match e {
+                        reqwest_middleware::Error::Reqwest(e) if e.is_connect() || e.is_builder() => {
+                            TransportFailure::NotSent
+                        }
+                        _ => TransportFailure::AfterSend,
+                    };
+                    (Some(policy.classify.classify_failure(failure, repeatable)), true)
+                }
+            };
+            let result = result.map(|(response, _)| response);
+            let (Some(classification), Some(retry), Some(copy)) = (classification, &policy.retry, copy)
+            else {
+                return (result, outage);
+            };
+            let step =
+                retry.after_failure(attempt, previous_delay, classification, deadline, &mut rand::rng());
+            match step {
+                super::Step::Return => return (result, outage),
+                super::Step::DeadlineExceeded(e) => return (Err(rejected(e.into())), outage),
+                super::Step::Retry(delay) => {
+                    drop(result);
+                    tokio::time::sleep(delay).await;
+                    previous_delay = delay;
+                    attempt += 1;
+                    request = copy;
+                }
+            }
+        }
+    }
+}
+
+/// Sends `request` and reads the whole body, so that a timeout around this
+/// covers the body too; the response is rebuilt around the buffered body.
+async fn buffered(
+    next: Next<'_>,
+    request: Request,
+    extensions: &mut Extensions,
+) -> reqwest_middleware::Result<(Response, bytes::Bytes)> {
+    let mut response = next.run(request, extensions).await?;
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = response.chunk().await? {
+        body.extend_from_slice(&chunk);
+    }
+    let body = body.freeze();
+    let mut rebuilt = http::Response::builder()
+        .status(response.status())
+        .version(response.version())
+        .url(response.url().clone());
+    if let Some(headers) = rebuilt.headers_mut() {
+        *headers = response.headers().clone();
+    }
+    let rebuilt = rebuilt.body(body.clone()).map_err(reqwest_middleware::Error::middleware)?;
+    Ok((Response::from(rebuilt), body))
+}
+
+fn rejected(r: Rejected) -> reqwest_middleware::Error {
+    reqwest_middleware::Error::middleware(r)
+}
+
+#[async_trait::async_trait]
+impl<B: BreakerStore> Middleware for PolicyMiddleware<B> {
+    async fn handle(
+        &self,
+        request: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let policy = &self.policy;
+        let deadline = match policy.deadline {
+            Some(budget) => Some(Deadline::after(budget).within_current()),
+            None => Deadline::current(),
+        };
+        let run = async {
+            let _held = match &policy.bulkhead {
+                Some(bulkhead) => Some(bulkhead.acquire().await.map_err(|e| rejected(e.into()))?),
+                None => None,
+            };
+            let Some(breaker) = &policy.breaker else {
+                return self.attempts(request, extensions, next).await.0;
+            };
+            let permit = breaker.try_acquire().map_err(|e| rejected(e.into()))?;
+            let (result, outage) = if permit.is_probe() {
+                let timeout = breaker.store().probe_timeout();
+                tokio::time::timeout(timeout, self.attempts(request, extensions, next))
+                    .await
+                    .unwrap_or_else(|_| (Err(rejected(Rejected::TimedOut(timeout))), true))
+            } else {
+                self.attempts(request, extensions, next).await
+            };
+            permit.record(if outage { CallOutcome::Failure } else { CallOutcome::Success });
+            result
+        };
+        match deadline {
+            Some(d) => {
+                if let Err(e) = d.check_attempt() {
+                    return Err(rejected(e.into()));
+                }
+                d.scope(run).await
+            }
+            None => run.await,
+        }
+    }
+}
