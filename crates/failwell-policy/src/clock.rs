@@ -30,15 +30,15 @@ impl Clock {
         Self { origin: Instant::now() }
     }
 
-    /// Nanoseconds since the origin, never 0 (0 marks "not timed" in
-    /// packed timestamps).
+    /// Nanoseconds since the origin, plus one: never 0 (0 marks "not
+    /// timed" in packed timestamps).
     pub fn now(&self) -> u64 {
-        nanos(self.origin.elapsed()).max(1)
+        nanos(self.origin.elapsed()).saturating_add(1)
     }
 
-    /// The instant `at` nanoseconds after the origin.
+    /// The instant of a reading of [`now`](Self::now).
     pub fn instant(&self, at: u64) -> Instant {
-        self.origin + Duration::from_nanos(at)
+        self.origin + Duration::from_nanos(at.saturating_sub(1))
     }
 }
 

@@ -112,9 +112,15 @@ impl HttpClassifier {
 /// buffered. A request whose body cannot be cloned (a stream) is sent once.
 /// Rejections come back as `reqwest_middleware::Error::Middleware` holding
 /// a [`Rejected`].
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct PolicyMiddleware<B: BreakerStore = InProcess> {
     policy: Policy<B, HttpClassifier>,
+}
+
+impl<B: BreakerStore> Clone for PolicyMiddleware<B> {
+    fn clone(&self) -> Self {
+        Self { policy: self.policy.clone() }
+    }
 }
 
 impl<B: BreakerStore> PolicyMiddleware<B> {

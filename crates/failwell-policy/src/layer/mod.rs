@@ -231,7 +231,7 @@ pub type PolicyService<S, B, C> = DeadlineService<
 ///     .attempt_timeout(Duration::from_secs(1));
 /// # let _ = policy;
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Policy<B: BreakerStore = InProcess, C = ErrorsAreRetryable> {
     deadline: Option<Duration>,
     bulkhead: Option<Bulkhead>,
@@ -239,6 +239,19 @@ pub struct Policy<B: BreakerStore = InProcess, C = ErrorsAreRetryable> {
     retry: Option<Retry>,
     attempt_timeout: Option<Duration>,
     classify: Arc<C>,
+}
+
+impl<B: BreakerStore, C> Clone for Policy<B, C> {
+    fn clone(&self) -> Self {
+        Self {
+            deadline: self.deadline,
+            bulkhead: self.bulkhead.clone(),
+            breaker: self.breaker.clone(),
+            retry: self.retry.clone(),
+            attempt_timeout: self.attempt_timeout,
+            classify: self.classify.clone(),
+        }
+    }
 }
 
 impl Default for Policy {
