@@ -10,10 +10,10 @@
 //!
 //! | limit | measured | on expiry: `kind`, failure |
 //! |---|---|---|
-//! | `connect_timeout` | establishing the connection | `connect`, not sent |
-//! | `headers_timeout` | from the start of the call to the response headers | `headers_timeout`, after send |
-//! | `body_idle_timeout` | the longest pause between two body chunks | `body_idle_timeout`, after send |
-//! | total (`timeout`, or less when the caller's deadline is nearer) | from the start of the call to the last body byte | `timeout`, after send |
+//! | `connect` | establishing the connection | `connect`, not sent |
+//! | `headers` | from the start of the call to the response headers | `headers_timeout`, after send |
+//! | `body_idle` | the longest pause between two body chunks | `body_idle_timeout`, after send |
+//! | `total` (or less when the caller's deadline is nearer) | from the start of the call to the last body byte | `timeout`, after send |
 //!
 //! Every phase ends at the total's deadline at the latest; when a phase's own
 //! limit would end at or after that deadline, an expiry is reported as the
@@ -23,12 +23,24 @@
 //! send): failwell cannot tell that phase apart, and treating it as possibly
 //! sent is the safe side.
 
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
-use failwell_policy::{Observed, TransportFailure, parse_retry_after};
+use failwell_policy::{
+    BreakerConfig, BreakerConfigError, Bulkhead, BulkheadConfigError, CallOutcome, CircuitBreaker,
+    Classification, Classifier, Classify, InProcess, Observed, Policy, PolicyError, PolicyService, Rejected,
+    RetryBudget, RetryBudgetConfigError, TransportFailure, parse_retry_after,
+};
 use failwell_store::Operation;
 use reqwest::header::RETRY_AFTER;
 use serde_json::Value;
+use tower::Service;
+use tower::{Layer, ServiceExt};
 
 use crate::provider::{Encoding, OperationSpec, ProviderSpec};
 
@@ -106,35 +118,201 @@ impl CallResult {
     }
 }
 
-/// The client for one provider.
-#[derive(Clone, Debug)]
+/// The client for one provider: the HTTP sender behind the provider's
+/// resilience policy (bulkhead, then circuit breaker, as
+/// `failwell_policy` layers), and the provider's retry budget.
+#[derive(Clone)]
 pub struct ProviderClient {
-    spec: ProviderSpec,
-    http: reqwest::Client,
+    sender: Sender,
+    guards: Guards,
+    service: PolicyService<Sender, InProcess, CallClassifier>,
+}
+
+impl fmt::Debug for ProviderClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderClient")
+            .field("spec", &self.sender.spec)
+            .field("guards", &self.guards)
+            .finish()
+    }
+}
+
+/// A provider's stateful policies, shared by every clone of its client.
+#[derive(Clone, Debug)]
+pub struct Guards {
+    /// Stops calls while the provider is failing (`None`: no breaker).
+    pub breaker: Option<CircuitBreaker>,
+    /// Bounds the calls in flight to the provider.
+    pub bulkhead: Bulkhead,
+    /// Bounds the retries to the provider.
+    pub budget: RetryBudget,
+}
+
+/// Why a client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The TLS backend could not be initialised.
+    #[error("cannot build the HTTP client: {0}")]
+    Http(#[from] reqwest::Error),
+    /// Invalid breaker rules.
+    #[error(transparent)]
+    Breaker(#[from] BreakerConfigError),
+    /// Invalid bulkhead limits.
+    #[error(transparent)]
+    Bulkhead(#[from] BulkheadConfigError),
+    /// Invalid retry budget.
+    #[error(transparent)]
+    Budget(#[from] RetryBudgetConfigError),
+}
+
+/// One call to make through the policy.
+#[derive(Clone, Debug)]
+pub struct CallRequest {
+    /// What to call.
+    pub operation: OperationSpec,
+    /// The operation to send.
+    pub op: Operation,
+    /// The most the attempt may take (the time left before its deadline).
+    pub timeout: Duration,
 }
 
 impl ProviderClient {
     /// Builds the client: connection pool with the provider's connect
-    /// timeout (the other limits apply per call, see the module table).
-    /// Errors when the TLS backend cannot be initialised.
-    pub fn new(spec: ProviderSpec) -> Result<Self, reqwest::Error> {
+    /// timeout (the other limits apply per call, see the module table), and
+    /// the provider's breaker, bulkhead and retry budget. A breaker probe is
+    /// bounded by the attempt's own total timeout (plus a second of slack),
+    /// so a probe never ends as anything but a recorded call. Errors when the
+    /// TLS backend cannot be initialised or a policy is invalid.
+    pub fn new(spec: ProviderSpec) -> Result<Self, ClientError> {
         let http = reqwest::Client::builder()
-            .connect_timeout(spec.connect_timeout)
+            .connect_timeout(spec.timeouts.connect)
             .pool_idle_timeout(Duration::from_secs(30))
             .build()?;
-        Ok(Self { spec, http })
+        let breaker = spec
+            .breaker
+            .clone()
+            .map(|config| {
+                let config =
+                    BreakerConfig { probe_timeout: spec.timeouts.total + Duration::from_secs(1), ..config };
+                CircuitBreaker::new(&spec.name, config)
+            })
+            .transpose()?;
+        let guards = Guards {
+            breaker,
+            bulkhead: Bulkhead::new(&spec.name, spec.bulkhead)?,
+            budget: RetryBudget::new(&spec.name, spec.retry_budget)?,
+        };
+        let classify = CallClassifier {
+            classifier: spec.classifier.clone(),
+            error_code_pointer: spec.error_code_pointer.clone(),
+        };
+        let sender = Sender { spec: Arc::new(spec), http };
+        let mut policy = Policy::new().bulkhead(guards.bulkhead.clone()).classify(classify);
+        if let Some(breaker) = &guards.breaker {
+            policy = policy.breaker(breaker.clone());
+        }
+        let service = policy.layer(sender.clone());
+        Ok(Self { sender, guards, service })
     }
 
     /// The provider's description.
     pub fn spec(&self) -> &ProviderSpec {
-        &self.spec
+        &self.sender.spec
     }
 
-    /// Sends `op` once, with its idempotency key (when the provider takes
-    /// one) and a total timeout of `min(timeout, provider timeout)`: the
-    /// caller passes the time left before the operation's deadline. The
-    /// provider's connect, headers and body idle limits apply within it.
-    pub async fn call(&self, spec: &OperationSpec, op: &Operation, timeout: Duration) -> CallResult {
+    /// The provider's breaker, bulkhead and retry budget.
+    pub fn guards(&self) -> &Guards {
+        &self.guards
+    }
+
+    /// Sends `op` once through the provider's bulkhead and circuit breaker,
+    /// with its idempotency key (when the provider takes one) and a total
+    /// timeout of `min(timeout, provider timeout)`: the caller passes the
+    /// time left before the operation's deadline. Errors with the policy's
+    /// [`Rejected`] when the call was not made (breaker open, bulkhead full).
+    pub async fn call(
+        &self,
+        operation: &OperationSpec,
+        op: &Operation,
+        timeout: Duration,
+    ) -> Result<CallResult, Rejected> {
+        let request = CallRequest { operation: operation.clone(), op: op.clone(), timeout };
+        match self.service.clone().oneshot(request).await {
+            Ok(result) => Ok(result),
+            Err(PolicyError::Rejected(rejected)) => Err(rejected),
+            Err(PolicyError::Inner(never)) => match never {},
+        }
+    }
+
+    /// Looks our reference up at the provider (reconciliation), under the
+    /// same limits as a call with the provider's whole `timeout` as total.
+    /// `None` when the provider has no lookup configured.
+    pub async fn lookup(&self, reference: &str) -> Option<CallResult> {
+        self.sender.lookup(reference).await
+    }
+}
+
+/// Judges a provider's answers for the breaker: only failures that count as
+/// an outage ([`Classifier::counts_as_outage`]) are failures; a declined card
+/// is the provider working. The relay owns retries, so nothing is retried
+/// here.
+#[derive(Clone, Debug)]
+struct CallClassifier {
+    classifier: Classifier,
+    error_code_pointer: String,
+}
+
+impl Classify<CallRequest, CallResult, PolicyError<Infallible>> for CallClassifier {
+    fn classify(
+        &self,
+        _: &CallRequest,
+        result: &Result<CallResult, PolicyError<Infallible>>,
+    ) -> Option<Classification> {
+        match result {
+            Ok(call) if !call.is_success() => {
+                Some(self.classifier.classify(call.observed(&self.error_code_pointer)))
+            }
+            _ => None,
+        }
+    }
+
+    fn breaker_outcome(&self, result: &Result<CallResult, PolicyError<Infallible>>) -> CallOutcome {
+        match result {
+            Ok(call) if call.is_success() => CallOutcome::Success,
+            Ok(call) if self.classifier.counts_as_outage(call.observed(&self.error_code_pointer)) => {
+                CallOutcome::Failure
+            }
+            Ok(_) => CallOutcome::Success,
+            Err(_) => CallOutcome::Ignored,
+        }
+    }
+}
+
+/// The HTTP side of a client: one call, one [`CallResult`].
+#[derive(Clone, Debug)]
+struct Sender {
+    spec: Arc<ProviderSpec>,
+    http: reqwest::Client,
+}
+
+impl Service<CallRequest> for Sender {
+    type Response = CallResult;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<CallResult, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: CallRequest) -> Self::Future {
+        let sender = self.clone();
+        Box::pin(async move { Ok(sender.send(&req.operation, &req.op, req.timeout).await) })
+    }
+}
+
+impl Sender {
+    /// Sends `op` once within `min(timeout, provider timeout)`.
+    async fn send(&self, spec: &OperationSpec, op: &Operation, timeout: Duration) -> CallResult {
         let url = self.spec.base_url.join(&spec.path);
         let mut request = match url {
             Ok(url) => self.http.request(spec.method.clone(), url),
@@ -147,20 +325,17 @@ impl ProviderClient {
             Encoding::Json => request.json(&op.payload),
             Encoding::Form => request.form(&form_fields(&op.payload)),
         };
-        self.execute(request, timeout.min(self.spec.timeout)).await
+        self.execute(request, timeout.min(self.spec.timeouts.total)).await
     }
 
-    /// Looks our reference up at the provider (reconciliation), under the
-    /// same limits as a call with the provider's whole `timeout` as total.
-    /// `None` when the provider has no lookup configured.
-    pub async fn lookup(&self, reference: &str) -> Option<CallResult> {
+    async fn lookup(&self, reference: &str) -> Option<CallResult> {
         let lookup = self.spec.lookup.as_ref()?;
         let url = match self.spec.base_url.join(&lookup.path) {
             Ok(url) => url,
             Err(e) => return Some(failed_before_send(format!("invalid URL: {e}"))),
         };
         let request = self.http.get(url).query(&[(lookup.query_param.as_str(), reference)]);
-        Some(self.execute(request, self.spec.timeout).await)
+        Some(self.execute(request, self.spec.timeouts.total).await)
     }
 
     /// Sends `request` and reads the whole answer within `total`, under the
@@ -170,7 +345,7 @@ impl ProviderClient {
         let start = Instant::now();
         let deadline = tokio::time::Instant::from_std(start).checked_add(total).unwrap_or_else(far_future);
         let response = async {
-            let headers = Phase::new(deadline, total, self.spec.headers_timeout, "headers_timeout");
+            let headers = Phase::new(deadline, total, self.spec.timeouts.headers, "headers_timeout");
             let mut response = headers.run(request.send()).await?;
             let status = response.status().as_u16();
             let retry_after = response
@@ -180,7 +355,7 @@ impl ProviderClient {
                 .and_then(|v| parse_retry_after(v, SystemTime::now()));
             let mut body = Vec::new();
             loop {
-                let idle = Phase::new(deadline, total, self.spec.body_idle_timeout, "body_idle_timeout");
+                let idle = Phase::new(deadline, total, self.spec.timeouts.body_idle, "body_idle_timeout");
                 match idle.run(response.chunk()).await? {
                     Some(chunk) => body.extend_from_slice(&chunk),
                     None => break,

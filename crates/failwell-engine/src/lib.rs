@@ -15,7 +15,7 @@ pub mod relay;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use client::{CallResult, ProviderClient};
+pub use client::{CallRequest, CallResult, ClientError, Guards, ProviderClient};
 pub use provider::{Encoding, LookupSpec, OperationSpec, ProviderSpec, Providers};
 pub use reconciler::{Reconciler, ReconcilerConfig};
 pub use relay::{Relay, RelayConfig};

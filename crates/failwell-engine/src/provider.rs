@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use failwell_policy::{Classifier, IdempotencyPolicy, RetryPolicy};
+use failwell_policy::{
+    BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, RetryBudgetConfig, RetryPolicy, Timeouts,
+};
 use reqwest::{Method, Url};
 
 /// How an operation's JSON payload goes on the wire.
@@ -56,19 +58,17 @@ pub struct ProviderSpec {
     pub name: String,
     /// Base URL; operation and lookup paths are joined to it.
     pub base_url: Url,
-    /// Time allowed to establish a connection; its expiry means the request
-    /// was not sent.
-    pub connect_timeout: Duration,
-    /// Time allowed from sending a request to its response headers (at most
-    /// `timeout`).
-    pub headers_timeout: Duration,
-    /// Longest pause allowed between two chunks of a response body, while
-    /// reading it (at most `timeout`).
-    pub body_idle_timeout: Duration,
-    /// Time allowed for one attempt, from sending to the last body byte; the
-    /// caller may shorten it to the time left before the operation's
-    /// deadline.
-    pub timeout: Duration,
+    /// The limits of one attempt: connect (its expiry means the request was
+    /// not sent), response headers, body idle, and the total from sending to
+    /// the last body byte, which the caller may shorten to the time left
+    /// before the operation's deadline.
+    pub timeouts: Timeouts,
+    /// When to stop calling the provider (`None`: never).
+    pub breaker: Option<BreakerConfig>,
+    /// The provider's share of concurrency.
+    pub bulkhead: BulkheadConfig,
+    /// How many retries may follow the provider's recent calls.
+    pub retry_budget: RetryBudgetConfig,
     /// Attempts, backoff, deadline, `Retry-After` cap.
     pub retry: RetryPolicy,
     /// Idempotency header and key lifetime.

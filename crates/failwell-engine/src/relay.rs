@@ -11,12 +11,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use failwell_policy::{Admission, Attempted, Classification, Decision, Due, Outcome, admit, decide};
+use failwell_policy::{
+    Admission, Attempted, Classification, Decision, Due, Outcome, Rejected, TransportFailure, admit, decide,
+};
 use failwell_store::{AttemptKind, AttemptRecord, Claimed, Completion, Store, Transition};
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::client::CallResult;
+use crate::client::{CallResult, TransportError};
 use crate::provider::Providers;
 use crate::{ProviderClient, now_ms};
 
@@ -180,8 +182,60 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
             return completion(&message, record, Transition::DeadLetter { error: reason.into() });
         }
     };
-    let result = client.call(operation, op, budget).await;
+    let result = match client.call(operation, op, budget).await {
+        Ok(result) => result,
+        Err(rejected) => match deferral(client, &message, &rejected) {
+            Some(deferred) => return deferred,
+            None => cut_short(&rejected),
+        },
+    };
+    if message.attempts == 1 {
+        client.guards().budget.deposit();
+    }
     decide_after(client, &message, &result)
+}
+
+/// When the breaker gives no time for its next probe (forced open, or every
+/// probe slot taken), a deferred message is looked at again after this.
+const DEFER_WITHOUT_HINT: Duration = Duration::from_secs(1);
+/// The shortest deferral for a full bulkhead.
+const MIN_BULKHEAD_DEFER: Duration = Duration::from_millis(50);
+
+/// A call the provider's policy did not let out (open breaker, full
+/// bulkhead) is deferred without spending its attempt (DESIGN: an open
+/// breaker defers queued messages). `None` for a rejection that cut a call
+/// short after it may have been sent.
+fn deferral(client: &ProviderClient, message: &Claimed, rejected: &Rejected) -> Option<Completion> {
+    let wait = match rejected {
+        Rejected::BreakerOpen(open) => open.retry_in.unwrap_or(DEFER_WITHOUT_HINT),
+        Rejected::BulkheadFull(_) => client.spec().bulkhead.max_wait.max(MIN_BULKHEAD_DEFER),
+        Rejected::DeadlineExceeded(_) | Rejected::TimedOut(_) => return None,
+    };
+    tracing::debug!(outbox_id = message.outbox_id, wait_ms = wait.as_millis() as u64, %rejected, "deferred");
+    Some(Completion {
+        outbox_id: message.outbox_id,
+        lease_token: message.lease_token,
+        operation_id: message.operation.id,
+        attempt: None,
+        transition: Transition::Defer {
+            available_at_ms: now_ms() + wait.as_millis() as i64,
+            reason: format!("deferred: {rejected}"),
+        },
+    })
+}
+
+/// A call the policy cut short after it may have been sent reads as a
+/// timeout after sending.
+fn cut_short(rejected: &Rejected) -> CallResult {
+    CallResult {
+        started_at_ms: now_ms(),
+        duration: Duration::ZERO,
+        response: Err(TransportError {
+            failure: TransportFailure::AfterSend,
+            kind: "timeout",
+            message: rejected.to_string(),
+        }),
+    }
 }
 
 /// Turns a finished call into its history row and transition.
@@ -233,14 +287,23 @@ fn decide_after(client: &ProviderClient, message: &Claimed, result: &CallResult)
         _ => Outcome::Failed,
     };
     let (text, transition) = match decision {
-        Decision::Retry { delay } => (
-            format!("retry in {} ms", delay.as_millis()),
-            Transition::Retry {
-                available_at_ms: now + delay.as_millis() as i64,
-                delay_ms: delay.as_millis() as u64,
-                error,
-            },
-        ),
+        Decision::Retry { delay } => {
+            // A spent retry budget postpones the retry until the budget's
+            // window has turned over, rather than dropping queued work.
+            let (delay, note) = if client.guards().budget.try_withdraw() {
+                (delay, "")
+            } else {
+                (delay.max(client.spec().retry_budget.ttl), " (retry budget spent)")
+            };
+            (
+                format!("retry in {} ms{note}", delay.as_millis()),
+                Transition::Retry {
+                    available_at_ms: now + delay.as_millis() as i64,
+                    delay_ms: delay.as_millis() as u64,
+                    error,
+                },
+            )
+        }
         Decision::Fail => ("failed: permanent".into(), Transition::Failed { error, response: body }),
         Decision::Unknown { reason } => (
             format!("unknown: {reason}"),
@@ -281,7 +344,7 @@ fn completion(message: &Claimed, attempt: AttemptRecord, transition: Transition)
         outbox_id: message.outbox_id,
         lease_token: message.lease_token,
         operation_id: message.operation.id,
-        attempt,
+        attempt: Some(attempt),
         transition,
     }
 }

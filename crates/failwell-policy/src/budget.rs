@@ -55,6 +55,19 @@ pub enum RetryBudgetConfigError {
     Ttl(u128),
 }
 
+impl RetryBudgetConfig {
+    /// Checks the ranges; see [`RetryBudgetConfigError`].
+    pub fn validate(&self) -> Result<(), RetryBudgetConfigError> {
+        if !(0.0..=10.0).contains(&self.ratio) {
+            return Err(RetryBudgetConfigError::Ratio(self.ratio));
+        }
+        if self.ttl < Duration::from_secs(1) || self.ttl > Duration::from_secs(3600) {
+            return Err(RetryBudgetConfigError::Ttl(self.ttl.as_millis()));
+        }
+        Ok(())
+    }
+}
+
 const STRIPES: usize = 8;
 const SLOTS: usize = 10;
 
@@ -119,12 +132,7 @@ impl RetryBudget {
     /// A budget named `name` (for logs and metrics). Errors when the
     /// parameters are out of range.
     pub fn new(name: &str, config: RetryBudgetConfig) -> Result<Self, RetryBudgetConfigError> {
-        if !(0.0..=10.0).contains(&config.ratio) {
-            return Err(RetryBudgetConfigError::Ratio(config.ratio));
-        }
-        if config.ttl < Duration::from_secs(1) || config.ttl > Duration::from_secs(3600) {
-            return Err(RetryBudgetConfigError::Ttl(config.ttl.as_millis()));
-        }
+        config.validate()?;
         let clock = Clock::new();
         let name: Arc<str> = Arc::from(name);
         Ok(Self {

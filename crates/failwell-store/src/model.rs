@@ -254,6 +254,16 @@ pub enum Transition {
         /// Why, with the last error.
         error: String,
     },
+    /// Not sent, and the attempt not spent: an open circuit breaker or a
+    /// full bulkhead. The message is pending again from `available_at_ms`
+    /// with the attempt count it had before the claim; the operation stays
+    /// pending with `reason` as its last error.
+    Defer {
+        /// When to try again, ms since epoch.
+        available_at_ms: i64,
+        /// Why, e.g. `circuit breaker "payments" is open, next probe in 800 ms`.
+        reason: String,
+    },
 }
 
 /// The result of one finished attempt, for [`crate::Store::complete`].
@@ -265,8 +275,8 @@ pub struct Completion {
     pub lease_token: i64,
     /// The message's operation.
     pub operation_id: i64,
-    /// The history row to append.
-    pub attempt: AttemptRecord,
+    /// The history row to append (`None` for a deferral: nothing was tried).
+    pub attempt: Option<AttemptRecord>,
     /// What follows.
     pub transition: Transition,
 }

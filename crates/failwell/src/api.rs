@@ -6,8 +6,11 @@
 //! sent. Malformed JSON, a missing or reused key and an oversized body are
 //! rejected before anything is written.
 
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -15,11 +18,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use failwell_engine::Providers;
+use failwell_policy::layer::{BulkheadLayer, DeadlineLayer, TimeoutLayer};
+use failwell_policy::{Bulkhead, PolicyError, Rejected};
 use failwell_store::{NewOperation, Operation, Store, StoreError, Submitted};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
+use tower::ServiceBuilder;
 
 /// The longest idempotency key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 255;
@@ -36,11 +42,30 @@ pub struct AppState<S> {
 }
 
 /// The API router: `POST /v1/operations`, `GET /v1/operations/{key}`,
-/// `GET /healthz`, with a request body limit of `max_body_bytes`.
-pub fn router<S: Store>(state: Arc<AppState<S>>, max_body_bytes: usize) -> Router {
+/// `GET /v1/providers`, `GET /healthz`, with a request body limit of
+/// `max_body_bytes`.
+///
+/// Every request runs under failwell's own policy layers: a deadline of
+/// `limits.request_timeout` (enforced by a timeout layer), inside a
+/// bulkhead of `limits.bulkhead`. A request turned away or cut short gets a
+/// 503 problem with `Retry-After`; a submission cut short may have been
+/// recorded, and resubmitting it with the same key returns it.
+pub fn router<S: Store>(
+    state: Arc<AppState<S>>,
+    max_body_bytes: usize,
+    bulkhead: Bulkhead,
+    request_timeout: Duration,
+) -> Router {
+    let policy = ServiceBuilder::new()
+        .layer(HandleErrorLayer::new(overloaded))
+        .layer(DeadlineLayer::new(Some(request_timeout)))
+        .layer(BulkheadLayer::new(Some(bulkhead)))
+        .layer(TimeoutLayer::new(None))
+        .map_err(PolicyError::<Infallible>::Inner);
     Router::new()
         .route("/v1/operations", post(submit::<S>))
         .route("/v1/operations/{key}", get(show::<S>))
+        .route("/v1/providers", get(providers::<S>))
         .route("/healthz", get(health::<S>))
         .fallback(|| async { Problem::new(StatusCode::NOT_FOUND, "not-found", "No such route.") })
         .method_not_allowed_fallback(|| async {
@@ -52,6 +77,24 @@ pub fn router<S: Store>(state: Arc<AppState<S>>, max_body_bytes: usize) -> Route
         })
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
+        .layer(policy)
+}
+
+/// The answer to a request the API's policy refused or cut short.
+async fn overloaded(error: PolicyError<Infallible>) -> Response {
+    let (slug, detail) = match error {
+        PolicyError::Rejected(Rejected::BulkheadFull(e)) => {
+            ("overloaded", format!("failwell is at its limit of {} requests; try again.", e.max_concurrent))
+        }
+        PolicyError::Rejected(other) => (
+            "request-timeout",
+            format!("The request took too long ({other}); try again with the same Idempotency-Key."),
+        ),
+        PolicyError::Inner(never) => match never {},
+    };
+    let mut response = Problem::new(StatusCode::SERVICE_UNAVAILABLE, slug, detail).into_response();
+    response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    response
 }
 
 /// An RFC 9457 problem response.
@@ -284,6 +327,27 @@ async fn show<S: Store>(
     let mut body = serde_json::to_value(view(op)).unwrap_or(Value::Null);
     body["history"] = serde_json::to_value(history).unwrap_or(Value::Null);
     Ok(Json(body).into_response())
+}
+
+/// `GET /v1/providers`: each provider's breaker, bulkhead and retry budget.
+async fn providers<S: Store>(State(state): State<Arc<AppState<S>>>) -> Response {
+    let providers: Vec<Value> = state
+        .providers
+        .iter()
+        .map(|(name, client)| {
+            let guards = client.guards();
+            json!({
+                "name": name,
+                "breaker": guards.breaker.as_ref().map(|b| json!({"state": b.state().as_str()})),
+                "bulkhead": {
+                    "in_flight": guards.bulkhead.in_flight(),
+                    "max_concurrent": guards.bulkhead.config().max_concurrent,
+                },
+                "retry_budget": {"available": guards.budget.available()},
+            })
+        })
+        .collect();
+    Json(json!({"providers": providers})).into_response()
 }
 
 async fn health<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {

@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use failwell_engine::Engine;
+use failwell_policy::Bulkhead;
 use failwell_store::{SqliteStore, StoreError};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -30,6 +31,9 @@ pub enum StartError {
     /// The listener has no local address.
     #[error("cannot read the listener's address")]
     Listener(#[source] std::io::Error),
+    /// The API's limits are invalid.
+    #[error("invalid API limits")]
+    Limits(#[source] failwell_policy::BulkheadConfigError),
 }
 
 /// A running failwell: store, relay, reconciler and HTTP API.
@@ -55,7 +59,8 @@ impl Server {
             providers: config.providers,
             wake: engine.waker(),
         });
-        let app = api::router(state, config.max_body_bytes);
+        let bulkhead = Bulkhead::new("api", config.api.bulkhead).map_err(StartError::Limits)?;
+        let app = api::router(state, config.max_body_bytes, bulkhead, config.api.request_timeout);
         let stop_http = CancellationToken::new();
         let stop = stop_http.clone();
         let http = tokio::spawn(async move {

@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use failwell_policy::{Backoff, Classifier, IdempotencyPolicy, Jitter, RetryPolicy, TransportFailure};
+use failwell_policy::{
+    Backoff, BulkheadConfig, Classifier, IdempotencyPolicy, Jitter, RetryBudgetConfig, RetryPolicy, Timeouts,
+    TransportFailure,
+};
 use failwell_store::{Operation, OperationStatus};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -125,10 +128,10 @@ fn provider_client(
     ProviderClient::new(ProviderSpec {
         name: "payments".into(),
         base_url: base_url.parse().unwrap(),
-        connect_timeout: ms(100),
-        headers_timeout: headers,
-        body_idle_timeout: body_idle,
-        timeout: total,
+        timeouts: Timeouts { connect: ms(100), headers, body_idle, total },
+        breaker: None,
+        bulkhead: BulkheadConfig::default(),
+        retry_budget: RetryBudgetConfig::default(),
         retry: RetryPolicy::try_new(3, backoff, Duration::from_secs(60), Duration::from_secs(10)).unwrap(),
         idempotency: IdempotencyPolicy {
             header: Some("Idempotency-Key".to_string()),
@@ -180,7 +183,7 @@ fn operation() -> Operation {
 async fn charge(client: &ProviderClient, timeout: Duration) -> (CallResult, Duration) {
     let spec = client.spec().operations["charge"].clone();
     let start = Instant::now();
-    let result = client.call(&spec, &operation(), timeout).await;
+    let result = client.call(&spec, &operation(), timeout).await.unwrap();
     (result, start.elapsed())
 }
 

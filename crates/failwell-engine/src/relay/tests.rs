@@ -1,7 +1,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use failwell_policy::{Backoff, Classifier, IdempotencyPolicy, Jitter, RetryPolicy, TransportFailure};
+use failwell_policy::{
+    Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, Jitter, RetryBudgetConfig,
+    RetryPolicy, Timeouts, TransportFailure,
+};
 use failwell_store::{Operation, OperationStatus};
 use serde_json::json;
 
@@ -10,6 +13,10 @@ use crate::client::{Reply, TransportError};
 use crate::provider::{Encoding, OperationSpec, ProviderSpec};
 
 fn client(keys: bool) -> ProviderClient {
+    client_with(keys, RetryBudgetConfig::default())
+}
+
+fn client_with(keys: bool, retry_budget: RetryBudgetConfig) -> ProviderClient {
     let backoff = Backoff::try_new(Duration::from_millis(100), Duration::from_secs(1), Jitter::None).unwrap();
     let operations = BTreeMap::from([(
         "charge".to_string(),
@@ -24,10 +31,15 @@ fn client(keys: bool) -> ProviderClient {
         name: "payments".into(),
         // nothing listens here: a test that reached the network would fail
         base_url: "http://127.0.0.1:9".parse().unwrap(),
-        connect_timeout: Duration::from_millis(100),
-        headers_timeout: Duration::from_millis(100),
-        body_idle_timeout: Duration::from_millis(100),
-        timeout: Duration::from_millis(100),
+        timeouts: Timeouts {
+            connect: Duration::from_millis(100),
+            headers: Duration::from_millis(100),
+            body_idle: Duration::from_millis(100),
+            total: Duration::from_millis(100),
+        },
+        breaker: Some(BreakerConfig::default()),
+        bulkhead: BulkheadConfig::default(),
+        retry_budget,
         retry: RetryPolicy::try_new(3, backoff, Duration::from_secs(60), Duration::from_secs(10)).unwrap(),
         idempotency: IdempotencyPolicy {
             header: keys.then(|| "Idempotency-Key".to_string()),
@@ -95,8 +107,8 @@ fn transport(failure: TransportFailure, kind: &'static str) -> CallResult {
 #[test]
 fn success_records_the_provider_reference() {
     let c = decide_after(&client(true), &claimed(1, 0, false), &reply(200, json!({"id": "ch_1"})));
-    assert_eq!(c.attempt.outcome, Outcome::Succeeded);
-    assert_eq!(c.attempt.kind, AttemptKind::Call);
+    assert_eq!(c.attempt.as_ref().unwrap().outcome, Outcome::Succeeded);
+    assert_eq!(c.attempt.as_ref().unwrap().kind, AttemptKind::Call);
     assert!(matches!(c.transition, Transition::Succeeded { provider_ref: Some(ref r), .. } if r == "ch_1"));
 }
 
@@ -104,8 +116,8 @@ fn success_records_the_provider_reference() {
 fn decline_fails_with_the_provider_code() {
     let body = json!({"error": {"code": "card_declined"}});
     let c = decide_after(&client(true), &claimed(1, 0, false), &reply(402, body));
-    assert_eq!(c.attempt.error_kind.as_deref(), Some("card_declined"));
-    assert_eq!(c.attempt.classification, Some("permanent"));
+    assert_eq!(c.attempt.as_ref().unwrap().error_kind.as_deref(), Some("card_declined"));
+    assert_eq!(c.attempt.as_ref().unwrap().classification, Some("permanent"));
     assert!(matches!(c.transition, Transition::Failed { ref error, .. } if error.contains("card_declined")));
 }
 
@@ -116,7 +128,7 @@ fn timeout_after_send_is_retried_under_a_live_key() {
         &claimed(1, 0, false),
         &transport(TransportFailure::AfterSend, "timeout"),
     );
-    assert_eq!(c.attempt.outcome, Outcome::Unknown);
+    assert_eq!(c.attempt.as_ref().unwrap().outcome, Outcome::Unknown);
     assert!(matches!(c.transition, Transition::Retry { delay_ms: 100, .. }), "{:?}", c.transition);
 }
 
@@ -149,8 +161,8 @@ fn exhausted_retryable_is_a_dead_letter_but_exhausted_ambiguous_is_unknown() {
 async fn a_retry_under_an_expired_key_is_skipped_not_sent() {
     let providers = Providers::from([("payments".to_string(), client(true))]);
     let c = attempt(&providers, claimed(2, 95_000, false)).await;
-    assert_eq!(c.attempt.kind, AttemptKind::Skipped);
-    assert_eq!(c.attempt.error_kind.as_deref(), Some("key_expired"));
+    assert_eq!(c.attempt.as_ref().unwrap().kind, AttemptKind::Skipped);
+    assert_eq!(c.attempt.as_ref().unwrap().error_kind.as_deref(), Some("key_expired"));
     assert!(matches!(c.transition, Transition::Unknown { .. }));
 }
 
@@ -158,8 +170,8 @@ async fn a_retry_under_an_expired_key_is_skipped_not_sent() {
 async fn an_interrupted_attempt_without_keys_is_not_resent() {
     let providers = Providers::from([("payments".to_string(), client(false))]);
     let c = attempt(&providers, claimed(2, 10, true)).await;
-    assert_eq!(c.attempt.kind, AttemptKind::Skipped);
-    assert_eq!(c.attempt.error_kind.as_deref(), Some("interrupted"));
+    assert_eq!(c.attempt.as_ref().unwrap().kind, AttemptKind::Skipped);
+    assert_eq!(c.attempt.as_ref().unwrap().error_kind.as_deref(), Some("interrupted"));
     assert!(matches!(c.transition, Transition::Unknown { .. }));
 }
 
@@ -192,4 +204,42 @@ async fn a_lost_provider_after_an_ambiguous_attempt_is_unknown_not_failed() {
     assert!(
         matches!(c.transition, Transition::Unknown { ref error, .. } if error.contains("unknown provider"))
     );
+}
+
+#[tokio::test]
+async fn an_open_breaker_defers_without_spending_the_attempt() {
+    let client = client(true);
+    client.guards().breaker.as_ref().unwrap().force_open();
+    let providers: Providers = BTreeMap::from([("payments".to_string(), client)]);
+    let before = now_ms();
+    let c = attempt(&providers, claimed(2, 0, false)).await;
+    assert_eq!(c.attempt, None, "nothing was tried: no history row");
+    let Transition::Defer { available_at_ms, ref reason } = c.transition else {
+        panic!("{:?}", c.transition)
+    };
+    assert!(available_at_ms >= before + 1_000, "deferred by the wait for a forced-open breaker");
+    assert_eq!(reason, "deferred: circuit breaker \"payments\" is forced_open");
+}
+
+#[tokio::test]
+async fn a_full_bulkhead_defers_too() {
+    let client = client(true);
+    let bulkhead = client.guards().bulkhead.clone();
+    let held: Vec<_> = std::iter::from_fn(|| bulkhead.try_acquire()).collect();
+    assert_eq!(held.len(), BulkheadConfig::default().max_concurrent);
+    let providers: Providers = BTreeMap::from([("payments".to_string(), client)]);
+    let c = attempt(&providers, claimed(1, 0, false)).await;
+    assert!(
+        matches!(c.transition, Transition::Defer { ref reason, .. } if reason.contains("bulkhead \"payments\" is full")),
+        "{:?}",
+        c.transition
+    );
+}
+
+#[test]
+fn a_spent_retry_budget_postpones_the_retry() {
+    let spent = RetryBudgetConfig { ratio: 0.0, min_per_second: 0, ttl: Duration::from_secs(10) };
+    let c = decide_after(&client_with(true, spent), &claimed(1, 0, false), &reply(503, json!({})));
+    assert!(matches!(c.transition, Transition::Retry { delay_ms: 10_000, .. }), "{:?}", c.transition);
+    assert_eq!(c.attempt.unwrap().decision, "retry in 10000 ms (retry budget spent)");
 }

@@ -123,7 +123,9 @@ impl Store for SqliteStore {
         let mut tx = self.begin().await?;
         let mut applied = Vec::with_capacity(completions.len());
         for c in &completions {
-            insert_attempt(&mut tx, c.operation_id, &c.attempt).await?;
+            if let Some(attempt) = &c.attempt {
+                insert_attempt(&mut tx, c.operation_id, attempt).await?;
+            }
             applied.push(apply(&mut tx, c, now_ms).await?);
         }
         tx.commit().await.context("committing attempt results")?;

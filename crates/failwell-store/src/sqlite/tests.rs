@@ -94,12 +94,12 @@ async fn claim_leases_and_a_lost_lease_cannot_overwrite() {
         outbox_id: first[0].outbox_id,
         lease_token: first[0].lease_token,
         operation_id: first[0].operation.id,
-        attempt: record(Outcome::Failed),
+        attempt: Some(record(Outcome::Failed)),
         transition: Transition::DeadLetter { error: "late".into() },
     };
     let fresh = Completion {
         lease_token: rescued[0].lease_token,
-        attempt: record(Outcome::Succeeded),
+        attempt: Some(record(Outcome::Succeeded)),
         transition: Transition::Succeeded {
             provider_ref: Some("ch_1".into()),
             response: Some(json!({"id": "ch_1"})),
@@ -119,6 +119,34 @@ async fn claim_leases_and_a_lost_lease_cannot_overwrite() {
 }
 
 #[tokio::test]
+async fn a_deferral_gives_the_attempt_back_and_writes_no_history() {
+    let (_d, s) = store().await;
+    s.submit(new_op("k1", 100), 0).await.unwrap();
+    let c = s.claim(0, 1, 1_000).await.unwrap().remove(0);
+    assert_eq!(c.attempts, 1);
+    let defer = Completion {
+        outbox_id: c.outbox_id,
+        lease_token: c.lease_token,
+        operation_id: c.operation.id,
+        attempt: None,
+        transition: Transition::Defer { available_at_ms: 800, reason: "circuit breaker open".into() },
+    };
+    assert_eq!(s.complete(vec![defer.clone()], 5).await.unwrap(), vec![true]);
+    assert_eq!(
+        s.complete(vec![defer], 6).await.unwrap(),
+        vec![false],
+        "the lease is gone: no second deferral"
+    );
+    assert!(s.claim(799, 1, 1_000).await.unwrap().is_empty(), "deferred until 800");
+    let c = s.claim(800, 1, 1_000).await.unwrap().remove(0);
+    assert_eq!((c.attempts, c.interrupted), (1, false), "the deferred attempt was not spent");
+    let op = s.operation("k1").await.unwrap().unwrap();
+    assert_eq!((op.status, op.attempts), (OperationStatus::Pending, 0));
+    assert_eq!(op.last_error.as_deref(), Some("circuit breaker open"));
+    assert!(s.attempts(op.id).await.unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn retry_reschedules_and_dead_letter_parks() {
     let (_d, s) = store().await;
     s.submit(new_op("k1", 100), 0).await.unwrap();
@@ -127,7 +155,7 @@ async fn retry_reschedules_and_dead_letter_parks() {
         outbox_id: c.outbox_id,
         lease_token: c.lease_token,
         operation_id: c.operation.id,
-        attempt: record(Outcome::Failed),
+        attempt: Some(record(Outcome::Failed)),
         transition: Transition::Retry { available_at_ms: 300, delay_ms: 300, error: "503".into() },
     };
     assert_eq!(s.complete(vec![retry], 5).await.unwrap(), vec![true]);
@@ -138,7 +166,7 @@ async fn retry_reschedules_and_dead_letter_parks() {
         outbox_id: c.outbox_id,
         lease_token: c.lease_token,
         operation_id: c.operation.id,
-        attempt: record(Outcome::Failed),
+        attempt: Some(record(Outcome::Failed)),
         transition: Transition::DeadLetter { error: "attempts exhausted: 503".into() },
     };
     s.complete(vec![dead], 310).await.unwrap();
@@ -160,7 +188,7 @@ async fn unknown_is_reconciled_requeued_or_found() {
             outbox_id: c.outbox_id,
             lease_token: c.lease_token,
             operation_id: c.operation.id,
-            attempt: record(Outcome::Unknown),
+            attempt: Some(record(Outcome::Unknown)),
             transition: Transition::Unknown { error: "timeout".into(), reconcile_at_ms: 100 },
         })
         .collect();
@@ -200,7 +228,7 @@ async fn history_is_append_only() {
         outbox_id: c.outbox_id,
         lease_token: c.lease_token,
         operation_id: c.operation.id,
-        attempt: record(Outcome::Succeeded),
+        attempt: Some(record(Outcome::Succeeded)),
         transition: Transition::Succeeded { provider_ref: None, response: None },
     };
     s.complete(vec![done], 1).await.unwrap();
@@ -237,7 +265,7 @@ async fn an_ambiguous_call_marks_the_key_group_until_it_changes() {
         outbox_id: c.outbox_id,
         lease_token: c.lease_token,
         operation_id: c.operation.id,
-        attempt: AttemptRecord { classification: Some("ambiguous"), ..record(Outcome::Unknown) },
+        attempt: Some(AttemptRecord { classification: Some("ambiguous"), ..record(Outcome::Unknown) }),
         transition: Transition::Unknown { error: "timeout".into(), reconcile_at_ms: 0 },
     };
     s.complete(vec![unknown], 1).await.unwrap();

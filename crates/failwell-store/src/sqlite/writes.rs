@@ -51,20 +51,24 @@ pub(super) async fn apply(
     c: &Completion,
     now_ms: i64,
 ) -> Result<bool, StoreError> {
-    let (state, available_at, delay, error, dead_at) = match &c.transition {
-        Transition::Succeeded { .. } => ("done", None, None, None, None),
+    let (state, available_at, delay, error, dead_at, given_back) = match &c.transition {
+        Transition::Succeeded { .. } => ("done", None, None, None, None, 0),
         Transition::Failed { error, .. } | Transition::Unknown { error, .. } => {
-            ("done", None, None, Some(error), None)
+            ("done", None, None, Some(error), None, 0)
         }
         Transition::Retry { available_at_ms, delay_ms, error } => {
-            ("pending", Some(*available_at_ms), Some(*delay_ms as i64), Some(error), None)
+            ("pending", Some(*available_at_ms), Some(*delay_ms as i64), Some(error), None, 0)
         }
-        Transition::DeadLetter { error } => ("dead", None, None, Some(error), Some(now_ms)),
+        Transition::DeadLetter { error } => ("dead", None, None, Some(error), Some(now_ms), 0),
+        Transition::Defer { available_at_ms, reason } => {
+            ("pending", Some(*available_at_ms), None, Some(reason), None, 1)
+        }
     };
     let moved = sqlx::query(
         "UPDATE outbox SET state = ?3, available_at_ms = COALESCE(?4, available_at_ms), \
          previous_delay_ms = COALESCE(?5, previous_delay_ms), last_error = ?6, dead_at_ms = ?7, \
-         in_flight = 0, locked_until_ms = NULL, lease_token = NULL, updated_at_ms = ?8 \
+         in_flight = 0, locked_until_ms = NULL, lease_token = NULL, updated_at_ms = ?8, \
+         attempts = attempts - ?9 \
          WHERE id = ?1 AND lease_token = ?2 AND state = 'pending'",
     )
     .bind(c.outbox_id)
@@ -75,6 +79,7 @@ pub(super) async fn apply(
     .bind(error)
     .bind(dead_at)
     .bind(now_ms)
+    .bind(given_back)
     .execute(&mut *conn)
     .await
     .context("completing an outbox message")?;
@@ -88,7 +93,9 @@ pub(super) async fn apply(
         Transition::Failed { error, response } => {
             (OperationStatus::Failed, None, response.as_ref(), Some(error), None)
         }
-        Transition::Retry { error, .. } => (OperationStatus::Pending, None, None, Some(error), None),
+        Transition::Retry { error, .. } | Transition::Defer { reason: error, .. } => {
+            (OperationStatus::Pending, None, None, Some(error), None)
+        }
         Transition::Unknown { error, reconcile_at_ms } => {
             (OperationStatus::Unknown, None, None, Some(error), Some(*reconcile_at_ms))
         }

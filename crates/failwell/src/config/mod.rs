@@ -66,6 +66,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
+    /// The API's own limits.
+    pub api: ApiLimits,
     /// Relay settings.
     pub relay: RelayConfig,
     /// Reconciler settings.
@@ -76,8 +78,25 @@ pub struct Config {
 
 /// The top-level keys: only `FAILWELL_*` variables naming one of these are
 /// configuration (so `FAILWELL_LOG` and the like are left alone).
-const TOP_LEVEL_KEYS: [&str; 7] =
-    ["database_url", "sqlite_synchronous", "listen", "max_body_bytes", "relay", "reconciler", "providers"];
+const TOP_LEVEL_KEYS: [&str; 8] = [
+    "database_url",
+    "sqlite_synchronous",
+    "listen",
+    "max_body_bytes",
+    "api",
+    "relay",
+    "reconciler",
+    "providers",
+];
+
+/// The HTTP API's bulkhead and request deadline (`[api]`).
+#[derive(Clone, Copy, Debug)]
+pub struct ApiLimits {
+    /// Requests handled at once, and how long and how many more may wait.
+    pub bulkhead: failwell_policy::BulkheadConfig,
+    /// The most one request may take.
+    pub request_timeout: Duration,
+}
 
 /// The longest duration any `_ms` key accepts: one year.
 const MAX_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;

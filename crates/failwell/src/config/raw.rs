@@ -15,10 +15,20 @@ pub(super) struct RawConfig {
     pub(super) sqlite_synchronous: String,
     pub(super) listen: String,
     pub(super) max_body_bytes: usize,
+    pub(super) api: RawApi,
     pub(super) relay: RawRelay,
     pub(super) reconciler: RawReconciler,
     #[serde(default)]
     pub(super) providers: BTreeMap<String, RawProvider>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawApi {
+    pub(super) max_concurrent_requests: usize,
+    pub(super) max_wait_ms: u64,
+    pub(super) max_waiting: usize,
+    pub(super) request_timeout_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -101,6 +111,12 @@ pub(super) struct RawProvider {
     pub(super) backoff: RawBackoff,
     #[serde(default)]
     pub(super) classify: RawClassify,
+    #[serde(default)]
+    pub(super) breaker: RawBreaker,
+    #[serde(default)]
+    pub(super) bulkhead: RawBulkhead,
+    #[serde(default)]
+    pub(super) retry_budget: RawRetryBudget,
     pub(super) lookup: Option<RawLookup>,
     #[serde(default)]
     pub(super) operations: BTreeMap<String, RawOperation>,
@@ -117,6 +133,75 @@ pub(super) struct RawBackoff {
 impl Default for RawBackoff {
     fn default() -> Self {
         Self { base_ms: 200, cap_ms: 30_000, jitter: Jitter::Full }
+    }
+}
+
+/// `[providers.NAME.breaker]`; a zero turns a rule off.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawBreaker {
+    pub(super) enabled: bool,
+    pub(super) consecutive_failures: u32,
+    pub(super) failure_rate: f64,
+    pub(super) slow_call_ms: u64,
+    pub(super) slow_call_rate: f64,
+    pub(super) window: String,
+    pub(super) window_calls: u32,
+    pub(super) window_ms: u64,
+    pub(super) minimum_calls: u32,
+    pub(super) open_ms: u64,
+    pub(super) open_multiplier: f64,
+    pub(super) max_open_ms: u64,
+    pub(super) half_open_probes: u32,
+}
+
+impl Default for RawBreaker {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            consecutive_failures: 5,
+            failure_rate: 0.5,
+            slow_call_ms: 0,
+            slow_call_rate: 0.0,
+            window: "count".into(),
+            window_calls: 20,
+            window_ms: 60_000,
+            minimum_calls: 10,
+            open_ms: 10_000,
+            open_multiplier: 2.0,
+            max_open_ms: 300_000,
+            half_open_probes: 1,
+        }
+    }
+}
+
+/// `[providers.NAME.bulkhead]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawBulkhead {
+    pub(super) max_concurrent: usize,
+    pub(super) max_wait_ms: u64,
+    pub(super) max_waiting: usize,
+}
+
+impl Default for RawBulkhead {
+    fn default() -> Self {
+        Self { max_concurrent: 64, max_wait_ms: 100, max_waiting: 64 }
+    }
+}
+
+/// `[providers.NAME.retry_budget]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawRetryBudget {
+    pub(super) ratio: f64,
+    pub(super) min_per_second: u32,
+    pub(super) ttl_ms: u64,
+}
+
+impl Default for RawRetryBudget {
+    fn default() -> Self {
+        Self { ratio: 0.2, min_per_second: 10, ttl_ms: 10_000 }
     }
 }
 

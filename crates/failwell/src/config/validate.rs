@@ -8,11 +8,14 @@ use failwell_engine::{
     Encoding, LookupSpec, OperationSpec, ProviderClient, ProviderSpec, Providers, ReconcilerConfig,
     RelayConfig,
 };
-use failwell_policy::{Backoff, Classifier, IdempotencyPolicy, RetryPolicy};
+use failwell_policy::{
+    Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, RetryBudgetConfig, RetryPolicy,
+    SlidingWindow, Timeouts,
+};
 use failwell_store::Synchronous;
 
-use super::raw::{RawConfig, RawProvider};
-use super::{Checker, Config, ConfigError, MAX_CONCURRENCY};
+use super::raw::{RawBreaker, RawBulkhead, RawConfig, RawProvider, RawRetryBudget};
+use super::{ApiLimits, Checker, Config, ConfigError, MAX_CONCURRENCY};
 
 pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, ConfigError> {
     if !raw.database_url.starts_with("sqlite:") {
@@ -35,6 +38,18 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
     if raw.max_body_bytes == 0 {
         return Err(c.invalid("max_body_bytes", "must be greater than 0"));
     }
+    let api = ApiLimits {
+        bulkhead: bulkhead(
+            c,
+            "api",
+            &RawBulkhead {
+                max_concurrent: raw.api.max_concurrent_requests,
+                max_wait_ms: raw.api.max_wait_ms,
+                max_waiting: raw.api.max_waiting,
+            },
+        )?,
+        request_timeout: c.positive("api.request_timeout_ms", raw.api.request_timeout_ms)?,
+    };
     if raw.relay.concurrency == 0 || raw.relay.concurrency > MAX_CONCURRENCY {
         return Err(c.invalid("relay.concurrency", format!("must be between 1 and {MAX_CONCURRENCY}")));
     }
@@ -57,19 +72,18 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
     let mut providers = Providers::new();
     for (name, p) in raw.providers {
         let spec = provider(c, &name, p)?;
-        if spec.timeout * 2 > relay.lease {
+        if spec.timeouts.total * 2 > relay.lease {
             return Err(c.invalid(
                 format!("providers.{name}.timeout_ms"),
                 format!(
                     "{} ms is more than half of relay.lease_ms ({} ms): a slow attempt would outlive its lease",
-                    spec.timeout.as_millis(),
+                    spec.timeouts.total.as_millis(),
                     relay.lease.as_millis()
                 ),
             ));
         }
-        let client = ProviderClient::new(spec).map_err(|e| {
-            c.invalid(format!("providers.{name}"), format!("cannot build the HTTP client: {e}"))
-        })?;
+        let client =
+            ProviderClient::new(spec).map_err(|e| c.invalid(format!("providers.{name}"), e.to_string()))?;
         providers.insert(name, client);
     }
     Ok(Config {
@@ -77,6 +91,7 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
         synchronous,
         listen,
         max_body_bytes: raw.max_body_bytes,
+        api,
         relay,
         reconciler,
         providers: Arc::new(providers),
@@ -175,10 +190,15 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
     Ok(ProviderSpec {
         name: name.to_string(),
         base_url,
-        connect_timeout: c.positive(&key("connect_timeout_ms"), p.connect_timeout_ms)?,
-        headers_timeout,
-        body_idle_timeout,
-        timeout,
+        timeouts: Timeouts {
+            connect: c.positive(&key("connect_timeout_ms"), p.connect_timeout_ms)?,
+            headers: headers_timeout,
+            body_idle: body_idle_timeout,
+            total: timeout,
+        },
+        breaker: breaker(c, name, &p.breaker)?,
+        bulkhead: bulkhead(c, &format!("providers.{name}.bulkhead"), &p.bulkhead)?,
+        retry_budget: retry_budget(c, name, &p.retry_budget)?,
         retry,
         idempotency,
         classifier: Classifier::new(statuses, p.classify.codes),
@@ -189,4 +209,103 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
         lookup,
         operations,
     })
+}
+
+/// A rate in (0, 1], or 0 for "off".
+fn rate(c: &Checker<'_>, key: &str, value: f64) -> Result<Option<f64>, ConfigError> {
+    if value == 0.0 {
+        return Ok(None);
+    }
+    if !(value > 0.0 && value <= 1.0) {
+        return Err(c.invalid(key, format!("{value} is not a ratio in (0, 1] (0 turns the rule off)")));
+    }
+    Ok(Some(value))
+}
+
+fn breaker(c: &Checker<'_>, name: &str, b: &RawBreaker) -> Result<Option<BreakerConfig>, ConfigError> {
+    let key = |k: &str| format!("providers.{name}.breaker.{k}");
+    if !b.enabled {
+        return Ok(None);
+    }
+    let window = match b.window.as_str() {
+        "count" => {
+            if b.window_calls == 0 || b.window_calls > 100_000 {
+                return Err(c.invalid(key("window_calls"), "must be between 1 and 100000"));
+            }
+            SlidingWindow::Count(b.window_calls)
+        }
+        "time" => {
+            let span = c.positive(&key("window_ms"), b.window_ms)?;
+            if span < std::time::Duration::from_millis(10) {
+                return Err(c.invalid(key("window_ms"), "must be at least 10 ms"));
+            }
+            SlidingWindow::Time(span)
+        }
+        other => return Err(c.invalid(key("window"), format!("{other:?}: expected \"count\" or \"time\""))),
+    };
+    let slow_call_rate = rate(c, &key("slow_call_rate"), b.slow_call_rate)?;
+    let config = BreakerConfig {
+        consecutive_failures: (b.consecutive_failures > 0).then_some(b.consecutive_failures),
+        failure_rate: rate(c, &key("failure_rate"), b.failure_rate)?,
+        slow_call_duration: (b.slow_call_ms > 0)
+            .then(|| c.duration(&key("slow_call_ms"), b.slow_call_ms))
+            .transpose()?,
+        slow_call_rate,
+        window,
+        minimum_calls: b.minimum_calls,
+        open_for: c.positive(&key("open_ms"), b.open_ms)?,
+        open_multiplier: b.open_multiplier,
+        max_open_for: c.duration(&key("max_open_ms"), b.max_open_ms)?,
+        half_open_probes: b.half_open_probes,
+        ..BreakerConfig::default()
+    };
+    config.validate().map_err(|e| {
+        use failwell_policy::BreakerConfigError as E;
+        let field = match &e {
+            E::NoRule => "consecutive_failures",
+            E::SlowRateWithoutDuration => "slow_call_ms",
+            E::Zero { field } | E::Ratio { field, .. } | E::Range { field, .. } => match *field {
+                "open_for" => "open_ms",
+                "max_open_for" => "max_open_ms",
+                "window" => "window_calls",
+                other => other,
+            },
+        };
+        c.invalid(key(field), e.to_string())
+    })?;
+    Ok(Some(config))
+}
+
+/// A bulkhead's limits under `prefix` (`api` or `providers.NAME.bulkhead`).
+fn bulkhead(c: &Checker<'_>, prefix: &str, b: &RawBulkhead) -> Result<BulkheadConfig, ConfigError> {
+    let key = |k: &str| {
+        let k = if prefix == "api" && k == "max_concurrent" { "max_concurrent_requests" } else { k };
+        format!("{prefix}.{k}")
+    };
+    if b.max_concurrent == 0 || b.max_concurrent > MAX_CONCURRENCY {
+        return Err(c.invalid(key("max_concurrent"), format!("must be between 1 and {MAX_CONCURRENCY}")));
+    }
+    if b.max_waiting > MAX_CONCURRENCY {
+        return Err(c.invalid(key("max_waiting"), format!("must be at most {MAX_CONCURRENCY}")));
+    }
+    Ok(BulkheadConfig {
+        max_concurrent: b.max_concurrent,
+        max_wait: c.duration(&key("max_wait_ms"), b.max_wait_ms)?,
+        max_waiting: b.max_waiting,
+    })
+}
+
+fn retry_budget(c: &Checker<'_>, name: &str, b: &RawRetryBudget) -> Result<RetryBudgetConfig, ConfigError> {
+    let key = |k: &str| format!("providers.{name}.retry_budget.{k}");
+    let config = RetryBudgetConfig {
+        ratio: b.ratio,
+        min_per_second: b.min_per_second,
+        ttl: c.positive(&key("ttl_ms"), b.ttl_ms)?,
+    };
+    config.validate().map_err(|e| {
+        let field =
+            if matches!(e, failwell_policy::RetryBudgetConfigError::Ratio(_)) { "ratio" } else { "ttl_ms" };
+        c.invalid(key(field), e.to_string())
+    })?;
+    Ok(config)
 }

@@ -63,7 +63,9 @@ fn demo_config(base_url: &str, database_url: &str, concurrency: usize) -> String
     let settings = format!(
         "connect_timeout_ms = 500\ntimeout_ms = {TIMEOUT_MS}\nmax_attempts = 10\ndeadline_ms = 300000\n\
          max_retry_after_ms = 30000\nreconcile_after_ms = 500\n\
-         backoff = {{ base_ms = 100, cap_ms = 3000, jitter = \"full\" }}"
+         backoff = {{ base_ms = 100, cap_ms = 3000, jitter = \"full\" }}\n\
+         breaker = {{ open_ms = 1000, max_open_ms = 5000 }}\n\
+         bulkhead = {{ max_concurrent = {concurrency} }}"
     );
     format!(
         r#"
