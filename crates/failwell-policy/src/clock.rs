@@ -30,15 +30,16 @@ impl Clock {
         Self { origin: Instant::now() }
     }
 
-    /// Nanoseconds since the origin, never 0 (0 marks "not timed" in
-    /// packed timestamps).
+    /// Nanoseconds since the origin, plus one: never 0 (0 marks "not
+    /// timed" in packed timestamps), and the difference of two readings is
+    /// exactly the time between them, even from the origin itself.
     pub fn now(&self) -> u64 {
-        nanos(self.origin.elapsed()).max(1)
+        nanos(self.origin.elapsed()).saturating_add(1)
     }
 
-    /// The instant `at` nanoseconds after the origin.
+    /// The instant of the reading `at` (as returned by [`now`](Self::now)).
     pub fn instant(&self, at: u64) -> Instant {
-        self.origin + Duration::from_nanos(at)
+        self.origin + Duration::from_nanos(at.saturating_sub(1))
     }
 }
 
