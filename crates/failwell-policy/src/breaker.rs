@@ -905,4 +905,6 @@ impl BreakerStore for InProcess {
 }
 
 #[cfg(test)]
+mod model_tests;
+#[cfg(test)]
 mod tests;
