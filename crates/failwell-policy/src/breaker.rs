@@ -30,8 +30,8 @@
 //! (the common case): no clock read, no lock, no shared write, so threads do
 //! not contend. The clock is read per call only for a slow-call rule (the
 //! call's duration) or a time window (the bucket), and in the open and
-//! half-open states. Failures, and successes while the window still holds
-//! failures, take a short lock.
+//! half-open states. Failures, successes while the window still holds
+//! failures, and the start and end of half-open probes take a short lock.
 //!
 //! # Where the state lives
 //! Behind the [`BreakerStore`] trait; [`InProcess`] keeps it in this
@@ -529,7 +529,8 @@ pub struct InProcess {
     clean: AtomicBool,
     /// End of the open period (clock ns).
     open_until: AtomicU64,
-    /// When taken probes count as hung (clock ns).
+    /// When the oldest probe in flight counts as hung (clock ns; `u64::MAX`
+    /// when no probe is in flight).
     probe_deadline: AtomicU64,
     slow_path: Mutex<SlowPath>,
     events: broadcast::Sender<StateChange>,
@@ -539,6 +540,8 @@ pub struct InProcess {
 struct SlowPath {
     window: Window,
     trips: u32,
+    /// Starts (clock ns) of the probes of this half-open period in flight.
+    probes: Vec<u64>,
 }
 
 impl fmt::Debug for InProcess {
@@ -567,8 +570,8 @@ impl InProcess {
             consecutive: AtomicU32::new(0),
             clean: AtomicBool::new(false),
             open_until: AtomicU64::new(0),
-            probe_deadline: AtomicU64::new(0),
-            slow_path: Mutex::new(SlowPath { window, trips: 0 }),
+            probe_deadline: AtomicU64::new(u64::MAX),
+            slow_path: Mutex::new(SlowPath { window, trips: 0, probes: Vec::new() }),
             events: broadcast::channel(64).0,
         })
     }
@@ -637,6 +640,7 @@ impl InProcess {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
+                    self.track_probe(generation_of(word), now, true);
                     return Ok(Ticket {
                         generation: generation_of(word),
                         kind: TicketKind::Probe,
@@ -652,6 +656,9 @@ impl InProcess {
         let slow = ticket.started != 0
             && self.config.slow_call_rate.is_some()
             && self.config.slow_call_duration.is_some_and(|d| self.clock.now() - ticket.started >= nanos(d));
+        if outcome == CallOutcome::Ignored || (outcome == CallOutcome::Success && !slow) {
+            self.track_probe(ticket.generation, ticket.started, false);
+        }
         let mut word = self.word.load(Ordering::Acquire);
         loop {
             if generation_of(word) != ticket.generation || state_of(word) != BreakerState::HalfOpen {
@@ -690,7 +697,11 @@ impl InProcess {
         let flags = match outcome {
             CallOutcome::Ignored => return,
             CallOutcome::Success if !slow => {
-                if self.consecutive.load(Ordering::Relaxed) != 0 {
+                // A success from before the latest state change is ignored:
+                // it must not end the current run of failures.
+                if self.consecutive.load(Ordering::Relaxed) != 0
+                    && generation_of(self.word.load(Ordering::Acquire)) == ticket.generation
+                {
                     self.consecutive.store(0, Ordering::Relaxed);
                 }
                 if self.clean.load(Ordering::Relaxed) || self.lock_free_window() {
@@ -752,6 +763,25 @@ impl InProcess {
         }
     }
 
+    /// Adds a probe of `generation` started at `started` to the probes in
+    /// flight, or removes it when it ends without failing, unless the state
+    /// has changed since; the probe deadline follows the oldest one left.
+    fn track_probe(&self, generation: u32, started: u64, in_flight: bool) {
+        let mut slow_path = self.lock();
+        if generation_of(self.word.load(Ordering::Acquire)) != generation {
+            return;
+        }
+        let probes = &mut slow_path.probes;
+        if in_flight {
+            probes.push(started);
+        } else if let Some(i) = probes.iter().position(|&s| s == started) {
+            probes.swap_remove(i);
+        }
+        let timeout = nanos(self.config.probe_timeout);
+        let deadline = probes.iter().min().map_or(u64::MAX, |&s| s.saturating_add(timeout));
+        self.probe_deadline.store(deadline, Ordering::Release);
+    }
+
     /// No window to record successes in (consecutive failures only).
     fn lock_free_window(&self) -> bool {
         self.config.failure_rate.is_none() && self.config.slow_call_rate.is_none()
@@ -771,15 +801,14 @@ impl InProcess {
                 let period = self.config.open_period(slow_path.trips);
                 self.open_until.store(now.saturating_add(nanos(period)), Ordering::Release);
             }
-            BreakerState::HalfOpen => {
-                self.probe_deadline
-                    .store(now.saturating_add(nanos(self.config.probe_timeout)), Ordering::Release);
-            }
+            BreakerState::HalfOpen => {}
             BreakerState::Closed | BreakerState::ForcedOpen | BreakerState::ForcedClosed => {
                 slow_path.trips = 0
             }
         }
         slow_path.window.reset();
+        slow_path.probes.clear();
+        self.probe_deadline.store(u64::MAX, Ordering::Release);
         self.consecutive.store(0, Ordering::Relaxed);
         self.clean.store(false, Ordering::Relaxed);
         self.word.store(pack(generation_of(expected).wrapping_add(1), to), Ordering::Release);
@@ -875,5 +904,7 @@ impl BreakerStore for InProcess {
     }
 }
 
+#[cfg(test)]
+mod model_tests;
 #[cfg(test)]
 mod tests;

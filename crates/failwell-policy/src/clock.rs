@@ -31,12 +31,13 @@ impl Clock {
     }
 
     /// Nanoseconds since the origin, plus one: never 0 (0 marks "not
-    /// timed" in packed timestamps).
+    /// timed" in packed timestamps), and the difference of two readings is
+    /// exactly the time between them, even from the origin itself.
     pub fn now(&self) -> u64 {
         nanos(self.origin.elapsed()).saturating_add(1)
     }
 
-    /// The instant of a reading of [`now`](Self::now).
+    /// The instant of the reading `at` (as returned by [`now`](Self::now)).
     pub fn instant(&self, at: u64) -> Instant {
         self.origin + Duration::from_nanos(at.saturating_sub(1))
     }

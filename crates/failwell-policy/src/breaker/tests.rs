@@ -261,3 +261,34 @@ async fn results_from_before_a_state_change_are_ignored() {
     probe.record(CallOutcome::Success);
     assert_eq!(b.state(), BreakerState::Closed);
 }
+
+#[tokio::test(start_paused = true)]
+async fn probe_timeout_runs_from_each_probe_start() {
+    let b = CircuitBreaker::new("p", BreakerConfig { probe_timeout: Duration::from_secs(10), ..config() })
+        .unwrap();
+    (0..3).for_each(|_| fail(&b));
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let first = b.try_acquire().unwrap();
+    tokio::time::advance(Duration::from_secs(9)).await;
+    drop(first);
+    let late = b.try_acquire().unwrap();
+    assert!(late.is_probe());
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let err = b.try_acquire().unwrap_err();
+    assert_eq!(err.state, BreakerState::HalfOpen, "the probe in flight started 1 s ago, not 10 s");
+    tokio::time::advance(Duration::from_secs(9)).await;
+    assert_eq!(b.try_acquire().unwrap_err().state, BreakerState::Open, "now it has had its 10 s");
+    late.record(CallOutcome::Success);
+    assert_eq!(b.state(), BreakerState::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_success_does_not_end_a_run_of_failures() {
+    let b = CircuitBreaker::new("p", BreakerConfig { consecutive_failures: Some(2), ..config() }).unwrap();
+    let early = b.try_acquire().unwrap();
+    b.reset();
+    fail(&b);
+    early.record(CallOutcome::Success);
+    fail(&b);
+    assert_eq!(b.state(), BreakerState::Open, "the success was admitted before the reset");
+}
