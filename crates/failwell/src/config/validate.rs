@@ -261,17 +261,20 @@ fn breaker(c: &Checker<'_>, name: &str, b: &RawBreaker) -> Result<Option<Breaker
     };
     config.validate().map_err(|e| {
         use failwell_policy::BreakerConfigError as E;
-        let field = match &e {
-            E::NoRule => "consecutive_failures",
-            E::SlowRateWithoutDuration => "slow_call_ms",
-            E::Zero { field } | E::Ratio { field, .. } | E::Range { field, .. } => match *field {
-                "open_for" => "open_ms",
-                "max_open_for" => "max_open_ms",
-                "window" => "window_calls",
-                other => other,
-            },
+        let (field, message) = match &e {
+            E::NoRule => ("consecutive_failures", e.to_string()),
+            E::SlowRateWithoutDuration => ("slow_call_ms", e.to_string()),
+            E::Zero { field } => (*field, "must be at least 1".to_string()),
+            E::Ratio { field, value } => (*field, format!("{value} is not a ratio in (0, 1]")),
+            E::Range { field, problem } => (*field, problem.clone()),
         };
-        c.invalid(key(field), e.to_string())
+        let field = match field {
+            "open_for" => "open_ms",
+            "max_open_for" => "max_open_ms",
+            "window" => "window_calls",
+            other => other,
+        };
+        c.invalid(key(field), message)
     })?;
     Ok(Some(config))
 }

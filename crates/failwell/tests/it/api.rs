@@ -198,3 +198,74 @@ async fn a_reference_is_one_intent() {
     let counts = gw.counts().await;
     assert_eq!(counts["pending"].as_u64().unwrap() + counts["succeeded"].as_u64().unwrap(), 2, "{counts}");
 }
+
+/// The API in-process, with its bulkhead and request deadline at hand.
+async fn api_with(
+    bulkhead: failwell_policy::Bulkhead,
+    timeout: std::time::Duration,
+) -> (tempfile::TempDir, axum::Router) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("api.db").display());
+    let store = failwell_store::SqliteStore::open(&url, failwell_store::Synchronous::Normal).await.unwrap();
+    let state = std::sync::Arc::new(failwell::api::AppState {
+        store,
+        providers: std::sync::Arc::new(failwell_engine::Providers::new()),
+        wake: std::sync::Arc::default(),
+    });
+    (dir, failwell::api::router(state, 65_536, bulkhead, timeout))
+}
+
+fn get(path: &str) -> axum::http::Request<axum::body::Body> {
+    axum::http::Request::get(path).body(axum::body::Body::empty()).unwrap()
+}
+
+async fn api_problem(r: axum::response::Response, type_suffix: &str) {
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let body = axum::body::to_bytes(r.into_body(), 65_536).await.unwrap();
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["type"], format!("urn:failwell:problem:{type_suffix}"), "{body:#}");
+}
+
+#[tokio::test]
+async fn a_full_api_bulkhead_answers_503_with_retry_after() {
+    use tower::ServiceExt;
+    let config = failwell_policy::BulkheadConfig {
+        max_concurrent: 1,
+        max_wait: std::time::Duration::ZERO,
+        max_waiting: 0,
+    };
+    let bulkhead = failwell_policy::Bulkhead::new("api", config).unwrap();
+    let (_dir, app) = api_with(bulkhead.clone(), std::time::Duration::from_secs(5)).await;
+    let held = bulkhead.try_acquire().unwrap();
+    api_problem(app.clone().oneshot(get("/healthz")).await.unwrap(), "overloaded").await;
+    drop(held);
+    assert_eq!(app.oneshot(get("/healthz")).await.unwrap().status(), 200);
+    assert_eq!(bulkhead.in_flight(), 0, "the request returned its permit");
+}
+
+#[tokio::test]
+async fn a_request_past_its_deadline_answers_503() {
+    use tower::ServiceExt;
+    let bulkhead = failwell_policy::Bulkhead::new("api", failwell_policy::BulkheadConfig::default()).unwrap();
+    let (_dir, app) = api_with(bulkhead, std::time::Duration::from_nanos(1)).await;
+    api_problem(app.oneshot(get("/healthz")).await.unwrap(), "request-timeout").await;
+}
+
+#[tokio::test]
+async fn providers_show_their_breaker_bulkhead_and_budget() {
+    let sim = simulator(|_| {}).await;
+    let gw = Gateway::start(&sim.base_url(), "bulkhead = { max_concurrent = 7 }").await;
+    let body: Value =
+        gw.http.get(format!("{}/v1/providers", gw.base)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        body,
+        json!({"providers": [{
+            "name": "payments",
+            "breaker": {"state": "closed"},
+            "bulkhead": {"in_flight": 0, "max_concurrent": 7},
+            "retry_budget": {"available": 100},
+        }]})
+    );
+}

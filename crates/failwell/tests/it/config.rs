@@ -225,3 +225,57 @@ async fn environment_overrides_the_file() {
     }
     drop(out);
 }
+
+#[test]
+fn breaker_bulkhead_budget_and_api_limits_are_checked() {
+    let with = |line: &'static str| {
+        move |t: String| t.replace("timeout_ms = 500", &format!("timeout_ms = 500\n{line}"))
+    };
+    refused(
+        with("breaker = { failure_rate = 1.5 }"),
+        &[],
+        &["{file}: key `providers.payments.breaker.failure_rate`: 1.5 is not a ratio in (0, 1]"],
+    );
+    refused(
+        with("breaker = { window = \"sliding\" }"),
+        &[],
+        &["{file}: key `providers.payments.breaker.window`: \"sliding\": expected \"count\" or \"time\""],
+    );
+    refused(
+        with("breaker = { consecutive_failures = 0, failure_rate = 0 }"),
+        &[],
+        &["{file}: key `providers.payments.breaker.consecutive_failures`: no trip rule"],
+    );
+    refused(
+        with("breaker = { minimum_calls = 50 }"),
+        &[],
+        &["{file}: key `providers.payments.breaker.minimum_calls`: 50 exceeds the window of 20 calls"],
+    );
+    refused(
+        with("breaker = { open_ms = 0 }"),
+        &[],
+        &["{file}: key `providers.payments.breaker.open_ms`: must be greater than 0"],
+    );
+    refused(
+        with("bulkhead = { max_concurrent = 0 }"),
+        &[],
+        &["{file}: key `providers.payments.bulkhead.max_concurrent`: must be between 1 and 10000"],
+    );
+    refused(
+        with("retry_budget = { ratio = 11.0 }"),
+        &[],
+        &["{file}: key `providers.payments.retry_budget.ratio`: ratio must be between 0 and 10, got 11"],
+    );
+    refused(
+        with("retry_budget = { ttl_ms = 10 }"),
+        &[],
+        &["{file}: key `providers.payments.retry_budget.ttl_ms`: ttl must be between 1 s and 1 h"],
+    );
+    refused(
+        |t| t,
+        &[("FAILWELL_API__MAX_CONCURRENT_REQUESTS", "0")],
+        &[
+            "environment variable FAILWELL_API__MAX_CONCURRENT_REQUESTS: key `api.max_concurrent_requests`: must be between 1 and 10000",
+        ],
+    );
+}

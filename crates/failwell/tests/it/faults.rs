@@ -279,3 +279,44 @@ async fn out_of_attempts_a_miss_is_confirmed_before_giving_up_so_a_late_commit_i
     assert_eq!(lookups(&op).last().unwrap()["decision"], "found at provider: succeeded");
     assert_eq!(sim.effects().by_reference["late2"].effects, 1);
 }
+
+#[tokio::test]
+async fn a_dead_provider_opens_the_breaker_and_messages_wait_without_spending_attempts() {
+    let sim = simulator(|_| {}).await;
+    sim.set_down(true);
+    let breaker =
+        "breaker = { consecutive_failures = 3, failure_rate = 0, open_ms = 400, max_open_ms = 800 }";
+    let gw = Gateway::start(&sim.base_url(), breaker).await;
+    let keys: Vec<String> = (0..20).map(|i| format!("b{i}")).collect();
+    for key in &keys {
+        assert_eq!(gw.charge(key, 1000).await.status(), 201);
+    }
+    // Down for 3 s: without the breaker, 5 attempts 20-200 ms apart would
+    // have dead-lettered every one of them within about a second.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let providers: serde_json::Value =
+        gw.http.get(format!("{}/v1/providers", gw.base)).send().await.unwrap().json().await.unwrap();
+    let state = providers["providers"][0]["breaker"]["state"].as_str().unwrap().to_owned();
+    assert!(state == "open" || state == "half_open", "{providers:#}");
+    let requests = sim.effects().requests;
+    // The first wave went out before any failure came back; after that only
+    // probes, one per open period (400, 800, 800, ... ms).
+    assert!(requests <= 20 + 8, "{requests} calls reached a dead provider");
+    for key in &keys {
+        let op = gw.operation(key).await;
+        assert_eq!(op["status"], "pending", "{op:#}");
+        assert!(calls(&op).len() <= 3, "attempts spent while the breaker was open: {op:#}");
+    }
+    let waiting = gw.operation(&keys[19]).await;
+    assert!(
+        waiting["last_error"].as_str().is_some_and(|e| e.starts_with("deferred: circuit breaker")),
+        "{waiting:#}"
+    );
+    sim.set_down(false);
+    for key in &keys {
+        let op = gw.settled(key, SETTLE).await;
+        assert_eq!(op["status"], "succeeded", "{op:#}");
+        assert_eq!(sim.effects().by_reference[key.as_str()].effects, 1);
+    }
+    assert_eq!(gw.counts().await["dead_letters"], 0);
+}
