@@ -378,3 +378,61 @@ fn local_handles_are_separate_per_clone() {
     other.fetch_add(1, Ordering::Relaxed);
     assert_eq!(local.load(Ordering::Relaxed), 2, "and both reach the same state");
 }
+
+#[test]
+fn every_decision_is_counted_in_metrics() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+        rt.block_on(async {
+            // Ten retries from the reserve (1/s over 10 s), then the budget is spent.
+            let budget = RetryBudget::new(
+                "m",
+                RetryBudgetConfig { ratio: 0.0, min_per_second: 1, ttl: Duration::from_secs(10) },
+            )
+            .unwrap();
+            let mut svc = policy().retry(retry(3, fixed(10)).budget(budget)).layer(Scripted::new(&["503"]));
+            for _ in 0..6 {
+                call(&mut svc).await.unwrap_err();
+            }
+            // Two failures open the breaker; the next call is rejected.
+            let config = BreakerConfig {
+                consecutive_failures: Some(2),
+                failure_rate: None,
+                ..BreakerConfig::default()
+            };
+            let breaker = CircuitBreaker::new("m", config).unwrap();
+            let mut svc = policy().breaker(breaker).layer(Scripted::new(&["503"]));
+            for _ in 0..3 {
+                call(&mut svc).await.unwrap_err();
+            }
+            let config = BulkheadConfig { max_concurrent: 1, max_wait: Duration::ZERO, max_waiting: 0 };
+            let bulkhead = Bulkhead::new("m", config).unwrap();
+            let _held = bulkhead.try_acquire().unwrap();
+            let mut svc = policy().bulkhead(bulkhead.clone()).layer(Scripted::new(&["ok"]));
+            call(&mut svc).await.unwrap_err();
+        });
+    });
+    let counters: Vec<(String, u64)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| match value {
+            DebugValue::Counter(n) => {
+                let labels: Vec<String> =
+                    key.key().labels().map(|l| format!("{}={}", l.key(), l.value())).collect();
+                Some((format!("{}{{{}}}", key.key().name(), labels.join(",")), n))
+            }
+            _ => None,
+        })
+        .collect();
+    let count = |name: &str| counters.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
+    assert_eq!(count("failwell_retries_total{policy=test}"), 10, "{counters:?}");
+    assert_eq!(count("failwell_retry_budget_exhausted_total{budget=m}"), 1, "{counters:?}");
+    assert_eq!(count("failwell_breaker_transitions_total{breaker=m,to=open}"), 1, "{counters:?}");
+    assert_eq!(count("failwell_breaker_rejected_total{breaker=m}"), 1, "{counters:?}");
+    assert_eq!(count("failwell_bulkhead_rejected_total{bulkhead=m}"), 1, "{counters:?}");
+}

@@ -124,15 +124,18 @@ pub(super) struct RawProvider {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(default)]
 pub(super) struct RawBackoff {
     pub(super) base_ms: u64,
     pub(super) cap_ms: u64,
     pub(super) jitter: Jitter,
+    /// A fixed schedule instead of the exponential backoff.
+    pub(super) schedule_ms: Option<Vec<u64>>,
 }
 
 impl Default for RawBackoff {
     fn default() -> Self {
-        Self { base_ms: 200, cap_ms: 30_000, jitter: Jitter::Full }
+        Self { base_ms: 200, cap_ms: 30_000, jitter: Jitter::Full, schedule_ms: None }
     }
 }
 

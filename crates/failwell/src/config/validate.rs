@@ -107,12 +107,21 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
     if !matches!(base_url.scheme(), "http" | "https") {
         return Err(c.invalid(key("base_url"), format!("{:?}: the scheme must be http or https", p.base_url)));
     }
-    let backoff = Backoff::try_new(
-        c.duration(&key("backoff.base_ms"), p.backoff.base_ms)?,
-        c.duration(&key("backoff.cap_ms"), p.backoff.cap_ms)?,
-        p.backoff.jitter,
-    )
-    .map_err(|e| c.invalid(key("backoff"), e.to_string()))?;
+    let backoff = match &p.backoff.schedule_ms {
+        Some(schedule) => {
+            let delays = schedule
+                .iter()
+                .map(|ms| c.duration(&key("backoff.schedule_ms"), *ms))
+                .collect::<Result<Vec<_>, _>>()?;
+            Backoff::schedule(delays).map_err(|e| c.invalid(key("backoff.schedule_ms"), e.to_string()))?
+        }
+        None => Backoff::try_new(
+            c.duration(&key("backoff.base_ms"), p.backoff.base_ms)?,
+            c.duration(&key("backoff.cap_ms"), p.backoff.cap_ms)?,
+            p.backoff.jitter,
+        )
+        .map_err(|e| c.invalid(key("backoff"), e.to_string()))?,
+    };
     let retry = RetryPolicy::try_new(
         p.max_attempts,
         backoff,

@@ -272,6 +272,16 @@ fn breaker_bulkhead_budget_and_api_limits_are_checked() {
         &["{file}: key `providers.payments.retry_budget.ttl_ms`: ttl must be between 1 s and 1 h"],
     );
     refused(
+        |t| {
+            t.replace(
+                "backoff = { base_ms = 20, cap_ms = 200, jitter = \"full\" }",
+                "backoff = { schedule_ms = [100, 0] }",
+            )
+        },
+        &[],
+        &["{file}: key `providers.payments.backoff.schedule_ms`: "],
+    );
+    refused(
         |t| t,
         &[("FAILWELL_API__MAX_CONCURRENT_REQUESTS", "0")],
         &[

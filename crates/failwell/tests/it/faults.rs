@@ -320,3 +320,17 @@ async fn a_dead_provider_opens_the_breaker_and_messages_wait_without_spending_at
     }
     assert_eq!(gw.counts().await["dead_letters"], 0);
 }
+
+#[tokio::test]
+async fn a_fixed_schedule_spaces_the_retries() {
+    let sim = simulator(|_| {}).await;
+    let gw = Gateway::start(&sim.base_url(), "backoff = { schedule_ms = [150, 400] }").await;
+    sim.script("s1", vec![Fault::Error500, Fault::Error500, Fault::Ok]);
+    let op = run(&gw, "s1", 1000).await;
+    assert_eq!(op["status"], "succeeded", "{op:#}");
+    let started: Vec<i64> = calls(&op).iter().map(|c| c["started_at_ms"].as_i64().unwrap()).collect();
+    assert_eq!(started.len(), 3, "{op:#}");
+    assert!(started[1] - started[0] >= 150, "{started:?}");
+    assert!(started[2] - started[1] >= 400, "{started:?}");
+    assert_eq!(sim.effects().by_reference["s1"].effects, 1);
+}
