@@ -165,15 +165,23 @@ pub enum ClientError {
     Budget(#[from] RetryBudgetConfigError),
 }
 
-/// One call to make through the policy.
+/// One call to make through the provider's policy.
 #[derive(Clone, Debug)]
-pub struct CallRequest {
-    /// What to call.
-    pub operation: OperationSpec,
-    /// The operation to send.
-    pub op: Operation,
-    /// The most the attempt may take (the time left before its deadline).
-    pub timeout: Duration,
+pub enum CallRequest {
+    /// Send an operation.
+    Send {
+        /// What to call.
+        operation: OperationSpec,
+        /// The operation to send.
+        op: Operation,
+        /// The most the attempt may take (the time left before its deadline).
+        timeout: Duration,
+    },
+    /// Look an operation up by our reference (reconciliation).
+    Lookup {
+        /// Our reference.
+        reference: String,
+    },
 }
 
 impl ProviderClient {
@@ -236,19 +244,26 @@ impl ProviderClient {
         op: &Operation,
         timeout: Duration,
     ) -> Result<CallResult, Rejected> {
-        let request = CallRequest { operation: operation.clone(), op: op.clone(), timeout };
+        self.through_policy(CallRequest::Send { operation: operation.clone(), op: op.clone(), timeout }).await
+    }
+
+    /// Looks our reference up at the provider (reconciliation), through the
+    /// same bulkhead and breaker as the calls (a provider whose breaker is
+    /// open gets no lookups either, but a lookup may be the half-open probe),
+    /// under the same limits as a call with the provider's whole `timeout` as
+    /// total. `None` when the provider has no lookup configured; errors like
+    /// [`call`](Self::call).
+    pub async fn lookup(&self, reference: &str) -> Option<Result<CallResult, Rejected>> {
+        self.sender.spec.lookup.as_ref()?;
+        Some(self.through_policy(CallRequest::Lookup { reference: reference.to_owned() }).await)
+    }
+
+    async fn through_policy(&self, request: CallRequest) -> Result<CallResult, Rejected> {
         match self.service.clone().oneshot(request).await {
             Ok(result) => Ok(result),
             Err(PolicyError::Rejected(rejected)) => Err(rejected),
             Err(PolicyError::Inner(never)) => match never {},
         }
-    }
-
-    /// Looks our reference up at the provider (reconciliation), under the
-    /// same limits as a call with the provider's whole `timeout` as total.
-    /// `None` when the provider has no lookup configured.
-    pub async fn lookup(&self, reference: &str) -> Option<CallResult> {
-        self.sender.lookup(reference).await
     }
 }
 
@@ -306,7 +321,15 @@ impl Service<CallRequest> for Sender {
 
     fn call(&mut self, req: CallRequest) -> Self::Future {
         let sender = self.clone();
-        Box::pin(async move { Ok(sender.send(&req.operation, &req.op, req.timeout).await) })
+        Box::pin(async move {
+            Ok(match req {
+                CallRequest::Send { operation, op, timeout } => sender.send(&operation, &op, timeout).await,
+                CallRequest::Lookup { reference } => match sender.lookup(&reference).await {
+                    Some(result) => result,
+                    None => failed_before_send("the provider has no status lookup".into()),
+                },
+            })
+        })
     }
 }
 

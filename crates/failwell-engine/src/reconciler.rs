@@ -99,8 +99,26 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
     let Some(reference) = op.reference.as_deref() else {
         return later("no reference to look up; needs a human".into(), Duration::from_secs(3600), None);
     };
-    let Some(result) = client.lookup(reference).await else {
-        return later("provider has no status lookup; needs a human".into(), Duration::from_secs(3600), None);
+    let result = match client.lookup(reference).await {
+        None => {
+            return later(
+                "provider has no status lookup; needs a human".into(),
+                Duration::from_secs(3600),
+                None,
+            );
+        }
+        // Not looked up (open breaker, full bulkhead): nothing reached the
+        // provider; look again when the breaker lets a probe out.
+        Some(Err(rejected)) => {
+            let wait = match &rejected {
+                failwell_policy::Rejected::BreakerOpen(open) => {
+                    open.retry_in.unwrap_or(Duration::from_secs(1))
+                }
+                _ => Duration::from_millis(100),
+            };
+            return later(format!("not looked up: {rejected}"), wait, None);
+        }
+        Some(Ok(result)) => result,
     };
     let spec = client.spec();
     let status = result.response.as_ref().ok().map(|r| r.status);

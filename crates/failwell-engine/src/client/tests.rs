@@ -264,16 +264,16 @@ async fn a_normal_answer_is_read_whole() {
 async fn lookup_uses_the_same_limits() {
     let server = serve(Behavior::StallBody).await;
     let client = provider_client(&server.base_url, ms(500), ms(150), ms(3_000));
-    let result = client.lookup("order-1").await.unwrap();
+    let result = client.lookup("order-1").await.unwrap().unwrap();
     let error = transport(&result);
     assert_eq!((error.kind, error.failure), ("body_idle_timeout", TransportFailure::AfterSend), "{error:?}");
     let server = serve(Behavior::NoHeaders).await;
     let client = provider_client(&server.base_url, ms(150), ms(500), ms(3_000));
-    let result = client.lookup("order-1").await.unwrap();
+    let result = client.lookup("order-1").await.unwrap().unwrap();
     assert_eq!(transport(&result).kind, "headers_timeout");
     let server = serve(Behavior::Ok).await;
     let client = provider_client(&server.base_url, ms(300), ms(300), ms(500));
-    let result = client.lookup("order-1").await.unwrap();
+    let result = client.lookup("order-1").await.unwrap().unwrap();
     assert_eq!(result.response.as_ref().unwrap().status, 200);
     let requests = server.requests.lock().unwrap();
     assert!(requests[0].starts_with("GET /v1/charges?reference=order-1 HTTP/1.1"), "{}", requests[0]);
