@@ -228,8 +228,12 @@ async fn environment_overrides_the_file() {
 
 #[test]
 fn breaker_bulkhead_budget_and_api_limits_are_checked() {
+    // The test config already has a `breaker` line: replace it, or add the line.
     let with = |line: &'static str| {
-        move |t: String| t.replace("timeout_ms = 500", &format!("timeout_ms = 500\n{line}"))
+        move |t: String| match line.strip_prefix("breaker = ") {
+            Some(_) => t.replace("breaker = { open_ms = 300, max_open_ms = 1000 }", line),
+            None => t.replace("timeout_ms = 500", &format!("timeout_ms = 500\n{line}")),
+        }
     };
     refused(
         with("breaker = { failure_rate = 1.5 }"),

@@ -38,6 +38,7 @@ pub fn config_text(sim_url: &str, db: &std::path::Path, port: u16, extra: &str) 
         ("max_attempts", "5"),
         ("reconcile_after_ms", "100"),
         ("backoff", "{ base_ms = 20, cap_ms = 200, jitter = \"full\" }"),
+        ("breaker", "{ open_ms = 300, max_open_ms = 1000 }"),
     ];
     let mut settings = extra.to_string();
     for (key, value) in defaults {
