@@ -173,7 +173,7 @@ pub enum CallRequest {
         /// What to call.
         operation: OperationSpec,
         /// The operation to send.
-        op: Operation,
+        op: Box<Operation>,
         /// The most the attempt may take (the time left before its deadline).
         timeout: Duration,
     },
@@ -244,7 +244,12 @@ impl ProviderClient {
         op: &Operation,
         timeout: Duration,
     ) -> Result<CallResult, Rejected> {
-        self.through_policy(CallRequest::Send { operation: operation.clone(), op: op.clone(), timeout }).await
+        self.through_policy(CallRequest::Send {
+            operation: operation.clone(),
+            op: Box::new(op.clone()),
+            timeout,
+        })
+        .await
     }
 
     /// Looks our reference up at the provider (reconciliation), through the
