@@ -15,6 +15,7 @@ use failwell_policy::{
     Admission, Attempted, Classification, Decision, Due, Outcome, Rejected, TransportFailure, admit, decide,
 };
 use failwell_store::{AttemptKind, AttemptRecord, Claimed, Completion, Store, Transition};
+use rand::Rng;
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -182,14 +183,26 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
             return completion(&message, record, Transition::DeadLetter { error: reason.into() });
         }
     };
+    // A retry is withdrawn from the provider's retry budget when it is about
+    // to be sent; past the budget it waits (without spending the attempt)
+    // for the budget's window to turn, so retries never exceed the budget's
+    // share of the provider's traffic.
+    // The wait is spread over half the window so that a backlog of retries
+    // does not come back all at once.
+    let retry = message.attempts > 1 || message.interrupted;
+    if retry && !client.guards().budget.try_withdraw() {
+        let ttl = client.spec().retry_budget.ttl;
+        let wait = ttl / 10 + rand::rng().random_range(Duration::ZERO..=ttl / 2);
+        return deferred(&message, wait, format!("deferred: the retry budget of {:?} is spent", op.provider));
+    }
     let result = match client.call(operation, op, budget).await {
         Ok(result) => result,
-        Err(rejected) => match deferral(client, &message, &rejected) {
-            Some(deferred) => return deferred,
+        Err(rejected) => match rejection_wait(client, &rejected) {
+            Some(wait) => return deferred(&message, wait, format!("deferred: {rejected}")),
             None => cut_short(&rejected),
         },
     };
-    if message.attempts == 1 {
+    if !retry {
         client.guards().budget.deposit();
     }
     decide_after(client, &message, &result)
@@ -201,27 +214,29 @@ const DEFER_WITHOUT_HINT: Duration = Duration::from_secs(1);
 /// The shortest deferral for a full bulkhead.
 const MIN_BULKHEAD_DEFER: Duration = Duration::from_millis(50);
 
-/// A call the provider's policy did not let out (open breaker, full
-/// bulkhead) is deferred without spending its attempt (DESIGN: an open
-/// breaker defers queued messages). `None` for a rejection that cut a call
-/// short after it may have been sent.
-fn deferral(client: &ProviderClient, message: &Claimed, rejected: &Rejected) -> Option<Completion> {
-    let wait = match rejected {
-        Rejected::BreakerOpen(open) => open.retry_in.unwrap_or(DEFER_WITHOUT_HINT),
-        Rejected::BulkheadFull(_) => client.spec().bulkhead.max_wait.max(MIN_BULKHEAD_DEFER),
-        Rejected::DeadlineExceeded(_) | Rejected::TimedOut(_) => return None,
-    };
-    tracing::debug!(outbox_id = message.outbox_id, wait_ms = wait.as_millis() as u64, %rejected, "deferred");
-    Some(Completion {
+/// How long a call the provider's policy did not let out (open breaker,
+/// full bulkhead) waits before it is claimed again (DESIGN: an open breaker
+/// defers queued messages). `None` for a rejection that cut a call short
+/// after it may have been sent.
+fn rejection_wait(client: &ProviderClient, rejected: &Rejected) -> Option<Duration> {
+    match rejected {
+        Rejected::BreakerOpen(open) => Some(open.retry_in.unwrap_or(DEFER_WITHOUT_HINT)),
+        Rejected::BulkheadFull(_) => Some(client.spec().bulkhead.max_wait.max(MIN_BULKHEAD_DEFER)),
+        Rejected::DeadlineExceeded(_) | Rejected::TimedOut(_) => None,
+    }
+}
+
+/// Puts a message back for `wait` without spending its attempt or writing
+/// a history row: nothing was sent.
+fn deferred(message: &Claimed, wait: Duration, reason: String) -> Completion {
+    tracing::debug!(outbox_id = message.outbox_id, wait_ms = wait.as_millis() as u64, %reason, "deferred");
+    Completion {
         outbox_id: message.outbox_id,
         lease_token: message.lease_token,
         operation_id: message.operation.id,
         attempt: None,
-        transition: Transition::Defer {
-            available_at_ms: now_ms() + wait.as_millis() as i64,
-            reason: format!("deferred: {rejected}"),
-        },
-    })
+        transition: Transition::Defer { available_at_ms: now_ms() + wait.as_millis() as i64, reason },
+    }
 }
 
 /// A call the policy cut short after it may have been sent reads as a
@@ -287,23 +302,14 @@ fn decide_after(client: &ProviderClient, message: &Claimed, result: &CallResult)
         _ => Outcome::Failed,
     };
     let (text, transition) = match decision {
-        Decision::Retry { delay } => {
-            // A spent retry budget postpones the retry until the budget's
-            // window has turned over, rather than dropping queued work.
-            let (delay, note) = if client.guards().budget.try_withdraw() {
-                (delay, "")
-            } else {
-                (delay.max(client.spec().retry_budget.ttl), " (retry budget spent)")
-            };
-            (
-                format!("retry in {} ms{note}", delay.as_millis()),
-                Transition::Retry {
-                    available_at_ms: now + delay.as_millis() as i64,
-                    delay_ms: delay.as_millis() as u64,
-                    error,
-                },
-            )
-        }
+        Decision::Retry { delay } => (
+            format!("retry in {} ms", delay.as_millis()),
+            Transition::Retry {
+                available_at_ms: now + delay.as_millis() as i64,
+                delay_ms: delay.as_millis() as u64,
+                error,
+            },
+        ),
         Decision::Fail => ("failed: permanent".into(), Transition::Failed { error, response: body }),
         Decision::Unknown { reason } => (
             format!("unknown: {reason}"),

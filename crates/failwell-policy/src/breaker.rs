@@ -65,7 +65,8 @@ pub enum SlidingWindow {
 #[derive(Clone, Debug, PartialEq)]
 pub struct BreakerConfig {
     /// Open after this many failures in a row (`None`: no such rule).
-    /// Default 5.
+    /// Default none: with many calls in flight, failures that started
+    /// together end together, so a run of them says less than a rate.
     pub consecutive_failures: Option<u32>,
     /// Open when failures / calls over the window reach this ratio, in
     /// (0, 1] (`None`: no such rule). Default 0.5.
@@ -76,9 +77,9 @@ pub struct BreakerConfig {
     /// Open when slow calls / calls over the window reach this ratio, in
     /// (0, 1]; needs `slow_call_duration`. Default none.
     pub slow_call_rate: Option<f64>,
-    /// The window of the rate rules. Default the last 20 calls.
+    /// The window of the rate rules. Default the last 50 calls.
     pub window: SlidingWindow,
-    /// The rate rules apply once the window holds this many calls. Default 10.
+    /// The rate rules apply once the window holds this many calls. Default 20.
     pub minimum_calls: u32,
     /// How long the breaker stays open after its first trip. Default 10 s.
     pub open_for: Duration,
@@ -97,12 +98,12 @@ pub struct BreakerConfig {
 impl Default for BreakerConfig {
     fn default() -> Self {
         Self {
-            consecutive_failures: Some(5),
+            consecutive_failures: None,
             failure_rate: Some(0.5),
             slow_call_duration: None,
             slow_call_rate: None,
-            window: SlidingWindow::Count(20),
-            minimum_calls: 10,
+            window: SlidingWindow::Count(50),
+            minimum_calls: 20,
             open_for: Duration::from_secs(10),
             open_multiplier: 2.0,
             max_open_for: Duration::from_secs(300),

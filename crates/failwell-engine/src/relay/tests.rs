@@ -236,10 +236,19 @@ async fn a_full_bulkhead_defers_too() {
     );
 }
 
-#[test]
-fn a_spent_retry_budget_postpones_the_retry() {
+#[tokio::test]
+async fn a_retry_past_the_budget_waits_without_spending_its_attempt() {
     let spent = RetryBudgetConfig { ratio: 0.0, min_per_second: 0, ttl: Duration::from_secs(10) };
-    let c = decide_after(&client_with(true, spent), &claimed(1, 0, false), &reply(503, json!({})));
-    assert!(matches!(c.transition, Transition::Retry { delay_ms: 10_000, .. }), "{:?}", c.transition);
-    assert_eq!(c.attempt.unwrap().decision, "retry in 10000 ms (retry budget spent)");
+    let providers: Providers = BTreeMap::from([("payments".to_string(), client_with(true, spent))]);
+    let before = now_ms();
+    let c = attempt(&providers, claimed(2, 0, false)).await;
+    assert_eq!(c.attempt, None, "nothing was sent");
+    let Transition::Defer { available_at_ms, ref reason } = c.transition else {
+        panic!("{:?}", c.transition)
+    };
+    assert!(available_at_ms >= before + 1_000, "one slot of the budget's window");
+    assert_eq!(reason, "deferred: the retry budget of \"payments\" is spent");
+    // A first attempt is never held back by the budget: it is what earns it.
+    let c = attempt(&providers, claimed(1, 0, false)).await;
+    assert!(c.attempt.is_some(), "the first attempt was sent");
 }

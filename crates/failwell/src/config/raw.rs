@@ -162,14 +162,14 @@ impl Default for RawBreaker {
     fn default() -> Self {
         Self {
             enabled: true,
-            consecutive_failures: 5,
+            consecutive_failures: 0,
             failure_rate: 0.5,
             slow_call_ms: 0,
             slow_call_rate: 0.0,
             window: "count".into(),
-            window_calls: 20,
+            window_calls: 50,
             window_ms: 60_000,
-            minimum_calls: 10,
+            minimum_calls: 20,
             open_ms: 10_000,
             open_multiplier: 2.0,
             max_open_ms: 300_000,

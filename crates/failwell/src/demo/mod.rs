@@ -58,14 +58,18 @@ const TIMEOUT_MS: u64 = 1_000;
 /// as unknown.
 const SETTLE_LIMIT: Duration = Duration::from_secs(600);
 
-/// The failwell configuration of the demo, pointing at `base_url`.
+/// The failwell configuration of the demo, pointing at `base_url`. The
+/// orders arrive as one burst, so the retry budget is wider than the
+/// default: a budget relative to recent first attempts would otherwise hold
+/// the tail of retries, once the burst is over, to its floor per second.
 fn demo_config(base_url: &str, database_url: &str, concurrency: usize) -> String {
     let settings = format!(
         "connect_timeout_ms = 500\ntimeout_ms = {TIMEOUT_MS}\nmax_attempts = 10\ndeadline_ms = 300000\n\
          max_retry_after_ms = 30000\nreconcile_after_ms = 500\n\
          backoff = {{ base_ms = 100, cap_ms = 3000, jitter = \"full\" }}\n\
          breaker = {{ open_ms = 1000, max_open_ms = 5000 }}\n\
-         bulkhead = {{ max_concurrent = {concurrency} }}"
+         bulkhead = {{ max_concurrent = {concurrency} }}\n\
+         retry_budget = {{ ratio = 0.5, min_per_second = 100 }}"
     );
     format!(
         r#"

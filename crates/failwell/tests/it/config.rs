@@ -251,9 +251,9 @@ fn breaker_bulkhead_budget_and_api_limits_are_checked() {
         &["{file}: key `providers.payments.breaker.consecutive_failures`: no trip rule"],
     );
     refused(
-        with("breaker = { minimum_calls = 50 }"),
+        with("breaker = { minimum_calls = 60 }"),
         &[],
-        &["{file}: key `providers.payments.breaker.minimum_calls`: 50 exceeds the window of 20 calls"],
+        &["{file}: key `providers.payments.breaker.minimum_calls`: 60 exceeds the window of 50 calls"],
     );
     refused(
         with("breaker = { open_ms = 0 }"),
