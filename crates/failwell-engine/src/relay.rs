@@ -193,12 +193,20 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
     if retry && !client.guards().budget.try_withdraw() {
         let ttl = client.spec().retry_budget.ttl;
         let wait = ttl / 10 + rand::rng().random_range(Duration::ZERO..=ttl / 2);
-        return deferred(&message, wait, format!("deferred: the retry budget of {:?} is spent", op.provider));
+        let reason = format!("deferred: the retry budget of {:?} is spent", op.provider);
+        return deferred(&message, wait, "retry_budget", reason);
     }
     let result = match client.call(operation, op, budget).await {
         Ok(result) => result,
         Err(rejected) => match rejection_wait(client, &rejected) {
-            Some(wait) => return deferred(&message, wait, format!("deferred: {rejected}")),
+            Some(wait) => {
+                let kind = if matches!(rejected, Rejected::BulkheadFull(_)) {
+                    "bulkhead_full"
+                } else {
+                    "breaker_open"
+                };
+                return deferred(&message, wait, kind, format!("deferred: {rejected}"));
+            }
             None => cut_short(&rejected),
         },
     };
@@ -218,18 +226,31 @@ const MIN_BULKHEAD_DEFER: Duration = Duration::from_millis(50);
 /// full bulkhead) waits before it is claimed again (DESIGN: an open breaker
 /// defers queued messages). `None` for a rejection that cut a call short
 /// after it may have been sent.
+///
+/// The wait is spread by up to its own length (at most a second more), so
+/// the deferred messages do not all come due at once, and which of them
+/// carries the next half-open probe is left to chance rather than falling
+/// on the same message every time.
 fn rejection_wait(client: &ProviderClient, rejected: &Rejected) -> Option<Duration> {
-    match rejected {
-        Rejected::BreakerOpen(open) => Some(open.retry_in.unwrap_or(DEFER_WITHOUT_HINT)),
-        Rejected::BulkheadFull(_) => Some(client.spec().bulkhead.max_wait.max(MIN_BULKHEAD_DEFER)),
-        Rejected::DeadlineExceeded(_) | Rejected::TimedOut(_) => None,
-    }
+    let wait = match rejected {
+        Rejected::BreakerOpen(open) => open.retry_in.unwrap_or(DEFER_WITHOUT_HINT),
+        Rejected::BulkheadFull(_) => client.spec().bulkhead.max_wait.max(MIN_BULKHEAD_DEFER),
+        Rejected::DeadlineExceeded(_) | Rejected::TimedOut(_) => return None,
+    };
+    Some(wait + rand::rng().random_range(Duration::ZERO..=wait.min(Duration::from_secs(1))))
 }
 
 /// Puts a message back for `wait` without spending its attempt or writing
-/// a history row: nothing was sent.
-fn deferred(message: &Claimed, wait: Duration, reason: String) -> Completion {
+/// a history row: nothing was sent. Counted in
+/// `failwell_relay_deferred_total{provider, reason}` (`reason`: `kind`).
+fn deferred(message: &Claimed, wait: Duration, kind: &'static str, reason: String) -> Completion {
     tracing::debug!(outbox_id = message.outbox_id, wait_ms = wait.as_millis() as u64, %reason, "deferred");
+    metrics::counter!(
+        "failwell_relay_deferred_total",
+        "provider" => message.operation.provider.clone(),
+        "reason" => kind
+    )
+    .increment(1);
     Completion {
         outbox_id: message.outbox_id,
         lease_token: message.lease_token,

@@ -212,7 +212,7 @@ impl BreakerConfig {
         if self.max_open_for < self.open_for {
             return Err(BreakerConfigError::Range {
                 field: "max_open_for",
-                problem: "must not be below open_for".into(),
+                problem: "must not be below the first open period".into(),
             });
         }
         if self.half_open_probes == 0 || self.half_open_probes > MAX_PROBES {
@@ -354,9 +354,41 @@ enum TicketKind {
 }
 
 impl Ticket {
+    /// A call admitted while closed, in the state period `generation` (a
+    /// store's own counter, bumped on every state change), started at
+    /// `started` (a store's clock reading in ns; 0 when not timed).
+    pub fn counted(generation: u32, started: u64) -> Self {
+        Self { generation, kind: TicketKind::Counted, started }
+    }
+
+    /// A half-open probe of the period `generation`, started at `started`.
+    pub fn probe(generation: u32, started: u64) -> Self {
+        Self { generation, kind: TicketKind::Probe, started }
+    }
+
+    /// A call whose outcome is not counted (forced closed).
+    pub fn untracked() -> Self {
+        Self { generation: 0, kind: TicketKind::Untracked, started: 0 }
+    }
+
     /// Whether this call is a half-open probe.
     pub fn is_probe(&self) -> bool {
         self.kind == TicketKind::Probe
+    }
+
+    /// Whether this call's outcome is not counted.
+    pub fn is_untracked(&self) -> bool {
+        self.kind == TicketKind::Untracked
+    }
+
+    /// The state period the call was admitted in.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// When the call started, in the store's clock ns (0: not timed).
+    pub fn started(&self) -> u64 {
+        self.started
     }
 }
 
@@ -618,7 +650,7 @@ impl InProcess {
                         started: self.timed_start(),
                     });
                 }
-                BreakerState::ForcedClosed => return Ok(untracked()),
+                BreakerState::ForcedClosed => return Ok(Ticket::untracked()),
                 state @ (BreakerState::Open | BreakerState::ForcedOpen) => {
                     let until = self.open_until.load(Ordering::Acquire);
                     let retry_in = (state == BreakerState::Open)
@@ -844,10 +876,6 @@ impl InProcess {
     }
 }
 
-fn untracked() -> Ticket {
-    Ticket { generation: 0, kind: TicketKind::Untracked, started: 0 }
-}
-
 impl BreakerStore for InProcess {
     fn name(&self) -> &Arc<str> {
         &self.name
@@ -862,7 +890,7 @@ impl BreakerStore for InProcess {
                 kind: TicketKind::Counted,
                 started: self.timed_start(),
             }),
-            BreakerState::ForcedClosed => Ok(untracked()),
+            BreakerState::ForcedClosed => Ok(Ticket::untracked()),
             BreakerState::ForcedOpen => Err(self.rejection(BreakerState::ForcedOpen, None)),
             BreakerState::Open | BreakerState::HalfOpen => self.acquire_slow(word),
         }

@@ -12,11 +12,13 @@
 //!
 //! # Cost
 //! A deposit is one relaxed atomic addition on a counter striped per thread
-//! (no clock read, no contention between threads); a withdrawal — only made
-//! when a retry is wanted — reads the clock and takes a lock. Deposits
-//! are folded into the time window at the next withdrawal, spread evenly over
-//! the time since the previous one; only the part that falls within the last
-//! `ttl` counts.
+//! (no contention between threads); the first deposit after a fold reads the
+//! clock, and every 64th of a thread's deposits folds its stripe into the
+//! time window under a short lock. A withdrawal — only made when a retry is
+//! wanted — reads the clock, folds every stripe and takes the lock. Folded
+//! deposits are spread evenly from the first of them to the fold, and only
+//! the part within the last `ttl` counts, so a deposit's time is known to
+//! within 64 of its thread's deposits.
 
 use std::cell::Cell;
 use std::fmt;
@@ -71,9 +73,20 @@ impl RetryBudgetConfig {
 const STRIPES: usize = 8;
 const SLOTS: usize = 10;
 
+/// One thread's share of the deposits not yet in the ledger, on its own
+/// cache line.
 #[repr(align(128))]
 #[derive(Default)]
-struct Stripe(AtomicU64);
+struct Stripe {
+    /// Deposits not yet folded into the ledger.
+    pending: AtomicU64,
+    /// Clock reading of the first of them (0: none yet).
+    since: AtomicU64,
+}
+
+/// A stripe folds itself into the ledger every this many deposits, so a
+/// deposit's time is known to within this many of the thread's deposits.
+const FLUSH_EVERY: u64 = 64;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Slot {
@@ -84,8 +97,6 @@ struct Slot {
 
 #[derive(Debug)]
 struct Ledger {
-    /// When deposits were last folded into the slots (clock ns).
-    folded_at: u64,
     slots: [Slot; SLOTS],
 }
 
@@ -142,7 +153,7 @@ impl RetryBudget {
                 config,
                 slot_width: nanos(config.ttl) / SLOTS as u64,
                 stripes: Default::default(),
-                ledger: Mutex::new(Ledger { folded_at: clock.now(), slots: [Slot::default(); SLOTS] }),
+                ledger: Mutex::new(Ledger { slots: [Slot::default(); SLOTS] }),
                 clock,
             }),
         })
@@ -156,7 +167,16 @@ impl RetryBudget {
     /// Counts one original request (not a retry).
     #[inline]
     pub fn deposit(&self) {
-        self.inner.stripes[stripe_index()].0.fetch_add(1, Ordering::Relaxed);
+        let inner = &self.inner;
+        let stripe = &inner.stripes[stripe_index()];
+        let before = stripe.pending.fetch_add(1, Ordering::Relaxed);
+        if before == 0 {
+            stripe.since.store(inner.clock.now(), Ordering::Relaxed);
+        } else if (before + 1).is_multiple_of(FLUSH_EVERY) {
+            let now = inner.clock.now();
+            let mut ledger = inner.ledger.lock().unwrap_or_else(|e| e.into_inner());
+            inner.fold_stripe(&mut ledger, stripe, now);
+        }
     }
 
     /// Takes one retry from the budget; `false` when it is spent (then the
@@ -197,15 +217,22 @@ impl Inner {
         slot
     }
 
-    /// Moves the striped deposits into the slots, spread evenly over the
-    /// time since the last fold; deposits older than the window are dropped.
+    /// Moves every stripe's deposits into the slots.
     fn fold(&self, ledger: &mut Ledger, now: u64) {
-        let pending: u64 = self.stripes.iter().map(|s| s.0.swap(0, Ordering::Relaxed)).sum();
-        let since = ledger.folded_at.min(now);
-        ledger.folded_at = now;
+        for stripe in &self.stripes {
+            self.fold_stripe(ledger, stripe, now);
+        }
+    }
+
+    /// Moves one stripe's deposits into the slots, spread evenly from the
+    /// first of them to `now`; the part older than the window is dropped.
+    fn fold_stripe(&self, ledger: &mut Ledger, stripe: &Stripe, now: u64) {
+        let since = stripe.since.swap(0, Ordering::Relaxed);
+        let pending = stripe.pending.swap(0, Ordering::Relaxed);
         if pending == 0 {
             return;
         }
+        let since = if since == 0 { now } else { since.min(now) };
         let current = now / self.slot_width;
         let span = now - since;
         if span == 0 {

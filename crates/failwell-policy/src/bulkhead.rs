@@ -48,7 +48,7 @@ pub enum BulkheadConfigError {
 
 /// The error of a call the bulkhead did not admit.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("bulkhead {bulkhead:?} is full: {max_concurrent} calls in flight{}", if *waited { " and no permit came free in time" } else { ", and the wait queue is full" })]
+#[error("bulkhead {bulkhead:?} is full: {max_concurrent} calls in flight{}", match (*waited, *may_wait) { (true, _) => " and no permit came free in time", (false, true) => ", and the wait queue is full", (false, false) => ", and calls may not wait" })]
 pub struct BulkheadFull {
     /// The bulkhead's name.
     pub bulkhead: Arc<str>,
@@ -57,6 +57,9 @@ pub struct BulkheadFull {
     /// Whether the caller waited (`max_wait` passed) or was turned away at
     /// once (too many waiting, or no waiting allowed).
     pub waited: bool,
+    /// Whether the bulkhead lets calls wait at all (`max_wait` and
+    /// `max_waiting` above zero).
+    pub may_wait: bool,
 }
 
 /// A concurrency limit; cheap to clone (clones share the permits).
@@ -161,13 +164,18 @@ impl Bulkhead {
 impl Inner {
     #[inline]
     fn take(&self) -> bool {
-        let mut current = self.in_flight.load(Ordering::Relaxed);
+        // SeqCst here and in `give_back`/`wait`: a waiter announces itself
+        // (`waiting`) before checking `in_flight`, a releaser decrements
+        // `in_flight` before checking `waiting`; sequential consistency
+        // rules out both missing each other (a lost wakeup). On x86 these
+        // are the same instructions as acquire/release.
+        let mut current = self.in_flight.load(Ordering::SeqCst);
         while current < self.config.max_concurrent {
             match self.in_flight.compare_exchange_weak(
                 current,
                 current + 1,
-                Ordering::Acquire,
-                Ordering::Relaxed,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
             ) {
                 Ok(_) => return true,
                 Err(now) => current = now,
@@ -178,8 +186,8 @@ impl Inner {
 
     #[inline]
     fn give_back(&self) {
-        self.in_flight.fetch_sub(1, Ordering::Release);
-        if self.waiting.load(Ordering::Acquire) > 0 {
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
             self.freed.notify_one();
         }
     }
@@ -187,7 +195,12 @@ impl Inner {
     fn full(&self, waited: bool) -> BulkheadFull {
         self.rejected.increment(1);
         tracing::debug!(bulkhead = %self.name, waited, "bulkhead full: call rejected");
-        BulkheadFull { bulkhead: self.name.clone(), max_concurrent: self.config.max_concurrent, waited }
+        BulkheadFull {
+            bulkhead: self.name.clone(),
+            max_concurrent: self.config.max_concurrent,
+            waited,
+            may_wait: !self.config.max_wait.is_zero() && self.config.max_waiting > 0,
+        }
     }
 
     /// Waits for a permit; on success the permit is taken (in `in_flight`).
@@ -195,7 +208,7 @@ impl Inner {
         if self.config.max_wait.is_zero() {
             return Err(self.full(false));
         }
-        let queued = self.waiting.fetch_add(1, Ordering::AcqRel);
+        let queued = self.waiting.fetch_add(1, Ordering::SeqCst);
         let _leave = Leave(&self.waiting);
         if queued >= self.config.max_waiting {
             return Err(self.full(false));

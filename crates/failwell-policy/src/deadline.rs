@@ -28,14 +28,24 @@ pub struct Deadline {
 
 /// What did not fit in the time left.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("deadline exceeded: {what} needs {} ms but {} ms are left", needed.as_millis(), left.as_millis())]
+#[error("deadline exceeded: {}", describe(self))]
 pub struct DeadlineExceeded {
-    /// `"an attempt"`, `"the backoff before a retry"` or `"the provider's Retry-After"`.
+    /// `"an attempt"`, `"the attempt in flight"`, `"the backoff before a
+    /// retry"`, `"the provider's Retry-After"` or `"the wait for a bulkhead
+    /// permit"`.
     pub what: &'static str,
-    /// The time it would have needed (zero for an attempt: any time at all).
+    /// The time it would have needed (zero when any time at all would do).
     pub needed: Duration,
     /// The time that was left.
     pub left: Duration,
+}
+
+fn describe(e: &DeadlineExceeded) -> String {
+    if e.needed.is_zero() {
+        format!("no time left for {}", e.what)
+    } else {
+        format!("{} needs {} ms but {} ms are left", e.what, e.needed.as_millis(), e.left.as_millis())
+    }
 }
 
 impl Deadline {

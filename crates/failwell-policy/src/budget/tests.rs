@@ -74,3 +74,19 @@ fn deposits_from_many_threads_all_count() {
     });
     assert_eq!(b.available(), 40_000);
 }
+
+#[tokio::test(start_paused = true)]
+async fn deposits_after_a_long_idle_spell_count_in_full() {
+    let b = budget(0.5, 0);
+    tokio::time::advance(Duration::from_secs(3_600)).await;
+    (0..100).for_each(|_| b.deposit());
+    assert_eq!(b.available(), 50, "the deposits are recent, whatever the idle time before them");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_deposits_long_ago_has_expired() {
+    let b = budget(1.0, 0);
+    (0..128).for_each(|_| b.deposit());
+    tokio::time::advance(Duration::from_secs(15)).await;
+    assert_eq!(b.available(), 0, "128 deposits, folded by 64 as they were made, all older than the ttl");
+}

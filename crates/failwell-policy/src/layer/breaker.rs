@@ -120,9 +120,12 @@ where
                     let timeout = shared.breaker.store().probe_timeout();
                     (Box::pin(tokio::time::sleep(timeout)), timeout)
                 });
+                // The guard exists before the inner call, so a panic in it
+                // still hands the ticket back (a probe slot is never lost).
+                let guard = Guard { shared: shared.share(), ticket: Some(ticket), _result: PhantomData };
                 BreakerFuture {
                     inner: Some(self.inner.call(req)),
-                    guard: Some(Guard { shared: shared.share(), ticket: Some(ticket), _result: PhantomData }),
+                    guard: Some(guard),
                     probe_timer,
                     rejected: None,
                 }

@@ -4,11 +4,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tower::{Layer, Service, ServiceExt};
 
 use super::{Local, Rejected};
-use crate::Bulkhead;
+use crate::{Bulkhead, Deadline, DeadlineExceeded};
 
 /// Holds a [`Bulkhead`] permit for the whole call; a call that gets none
 /// within the bulkhead's bounds fails with [`Rejected::BulkheadFull`].
@@ -93,13 +94,32 @@ where
             };
         }
         // The ready service stays here for the next caller; the waiter
-        // gets a clone and waits for its readiness after the permit.
+        // gets a clone and waits for its readiness after the permit. The
+        // wait ends at the call's deadline, if that comes first, and no
+        // attempt starts once the deadline has passed.
         let shared = bulkhead.share();
         let service = self.inner.clone();
+        let deadline = Deadline::current();
         BulkheadFuture::waiting(Box::pin(async move {
-            shared.wait().await.map_err(Rejected::BulkheadFull)?;
+            let wait = shared.wait();
+            let waited = match deadline {
+                Some(d) => tokio::time::timeout_at(d.instant(), wait).await.map_err(|_| {
+                    Rejected::DeadlineExceeded(DeadlineExceeded {
+                        what: "the wait for a bulkhead permit",
+                        needed: Duration::ZERO,
+                        left: Duration::ZERO,
+                    })
+                })?,
+                None => wait.await,
+            };
+            waited.map_err(Rejected::BulkheadFull)?;
             let _held = Held(shared);
-            service.oneshot(req).await
+            let mut service = service;
+            let ready = service.ready().await?;
+            if let Some(Err(e)) = deadline.map(|d| d.check_attempt()) {
+                return Err(Rejected::DeadlineExceeded(e).into());
+            }
+            ready.call(req).await
         }))
     }
 }

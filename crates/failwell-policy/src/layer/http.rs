@@ -10,8 +10,8 @@ use reqwest_middleware::{Middleware, Next};
 
 use super::{Policy, Rejected};
 use crate::{
-    BreakerStore, CallOutcome, Classification, Classifier, Deadline, InProcess, Observed, TransportFailure,
-    is_repeatable, parse_retry_after,
+    BreakerStore, CallOutcome, Classification, Classifier, Deadline, DeadlineExceeded, InProcess, Observed,
+    TransportFailure, is_repeatable, parse_retry_after,
 };
 
 /// Classifies HTTP calls with a provider's [`Classifier`]: status and
@@ -115,28 +115,37 @@ impl HttpClassifier {
 #[derive(Debug)]
 pub struct PolicyMiddleware<B: BreakerStore = InProcess> {
     policy: Policy<B, HttpClassifier>,
+    max_body_bytes: usize,
 }
 
 impl<B: BreakerStore> Clone for PolicyMiddleware<B> {
     fn clone(&self) -> Self {
-        Self { policy: self.policy.clone() }
+        Self { policy: self.policy.clone(), max_body_bytes: self.max_body_bytes }
     }
 }
 
 impl<B: BreakerStore> PolicyMiddleware<B> {
-    /// The middleware for `policy`.
+    /// The middleware for `policy`, reading response bodies of up to 16 MiB.
     pub fn new(policy: Policy<B, HttpClassifier>) -> Self {
-        Self { policy }
+        Self { policy, max_body_bytes: 16 << 20 }
     }
 
-    /// The attempts of one call; the result of the last one, and whether it
-    /// counts against the provider's health.
+    /// The largest response body read into memory, in bytes (default 16 MiB);
+    /// a larger one fails the attempt.
+    pub fn max_body_bytes(mut self, max: usize) -> Self {
+        self.max_body_bytes = max;
+        self
+    }
+
+    /// The attempts of one call: the result of the last one, and what it
+    /// means for the breaker ([`CallOutcome::Ignored`] when no attempt was
+    /// made at all).
     async fn attempts(
         &self,
         mut request: Request,
         extensions: &mut Extensions,
         next: Next<'_>,
-    ) -> (reqwest_middleware::Result<Response>, bool) {
+    ) -> (reqwest_middleware::Result<Response>, CallOutcome) {
         let policy = &self.policy;
         if let Some(retry) = &policy.retry {
             retry.start();
@@ -144,26 +153,40 @@ impl<B: BreakerStore> PolicyMiddleware<B> {
         let repeatable = policy.classify.repeatable(&request);
         let mut attempt = 1;
         let mut previous_delay = Duration::ZERO;
+        let mut outcome = CallOutcome::Ignored;
         loop {
             let deadline = Deadline::current();
-            let timeout = match deadline.map(|d| d.check_attempt()) {
-                Some(Err(e)) => return (Err(rejected(e.into())), false),
-                Some(Ok(left)) => Some(policy.attempt_timeout.map_or(left, |t| t.min(left))),
-                None => policy.attempt_timeout,
+            // The attempt's bound, and whether it is the deadline's.
+            let bound = match deadline.map(|d| d.check_attempt()) {
+                Some(Err(e)) => return (Err(rejected(e.into())), outcome),
+                Some(Ok(left)) => match policy.attempt_timeout {
+                    Some(t) if t < left => Some((t, false)),
+                    _ => Some((left, true)),
+                },
+                None => policy.attempt_timeout.map(|t| (t, false)),
             };
             let copy = request.try_clone();
-            let call = buffered(next.clone(), request, extensions);
-            let result = match timeout {
-                Some(t) => tokio::time::timeout(t, call)
-                    .await
-                    .unwrap_or_else(|_| Err(rejected(Rejected::TimedOut(t)))),
+            let call = buffered(next.clone(), request, extensions, self.max_body_bytes);
+            let result = match bound {
+                Some((t, by_deadline)) => tokio::time::timeout(t, call).await.unwrap_or_else(|_| {
+                    Err(rejected(if by_deadline {
+                        Rejected::DeadlineExceeded(DeadlineExceeded {
+                            what: "the attempt in flight",
+                            needed: Duration::ZERO,
+                            left: Duration::ZERO,
+                        })
+                    } else {
+                        Rejected::TimedOut(t)
+                    }))
+                }),
                 None => call.await,
             };
-            let (classification, outage) = match &result {
-                Ok((response, body)) => (
-                    policy.classify.classify_response(response, body, repeatable),
-                    policy.classify.is_outage(response.status().as_u16()),
-                ),
+            let classification = match &result {
+                Ok((response, body)) => {
+                    let outage = policy.classify.is_outage(response.status().as_u16());
+                    outcome = if outage { CallOutcome::Failure } else { CallOutcome::Success };
+                    policy.classify.classify_response(response, body, repeatable)
+                }
                 Err(e) => {
                     let failure = match e {
                         reqwest_middleware::Error::Reqwest(e) if e.is_connect() || e.is_builder() => {
@@ -171,19 +194,20 @@ impl<B: BreakerStore> PolicyMiddleware<B> {
                         }
                         _ => TransportFailure::AfterSend,
                     };
-                    (Some(policy.classify.classify_failure(failure, repeatable)), true)
+                    outcome = CallOutcome::Failure;
+                    Some(policy.classify.classify_failure(failure, repeatable))
                 }
             };
             let result = result.map(|(response, _)| response);
             let (Some(classification), Some(retry), Some(copy)) = (classification, &policy.retry, copy)
             else {
-                return (result, outage);
+                return (result, outcome);
             };
             let step =
                 retry.after_failure(attempt, previous_delay, classification, deadline, &mut rand::rng());
             match step {
-                super::Step::Return => return (result, outage),
-                super::Step::DeadlineExceeded(e) => return (Err(rejected(e.into())), outage),
+                super::Step::Return => return (result, outcome),
+                super::Step::DeadlineExceeded(e) => return (Err(rejected(e.into())), outcome),
                 super::Step::Retry(delay) => {
                     drop(result);
                     tokio::time::sleep(delay).await;
@@ -202,10 +226,14 @@ async fn buffered(
     next: Next<'_>,
     request: Request,
     extensions: &mut Extensions,
+    max_body_bytes: usize,
 ) -> reqwest_middleware::Result<(Response, bytes::Bytes)> {
     let mut response = next.run(request, extensions).await?;
     let mut body = bytes::BytesMut::new();
     while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > max_body_bytes {
+            return Err(reqwest_middleware::Error::middleware(BodyTooLarge(max_body_bytes)));
+        }
         body.extend_from_slice(&chunk);
     }
     let body = body.freeze();
@@ -219,6 +247,11 @@ async fn buffered(
     let rebuilt = rebuilt.body(body.clone()).map_err(reqwest_middleware::Error::middleware)?;
     Ok((Response::from(rebuilt), body))
 }
+
+/// A response body above [`PolicyMiddleware::max_body_bytes`].
+#[derive(Debug, thiserror::Error)]
+#[error("the response body exceeds {0} bytes")]
+pub struct BodyTooLarge(pub usize);
 
 fn rejected(r: Rejected) -> reqwest_middleware::Error {
     reqwest_middleware::Error::middleware(r)
@@ -238,23 +271,34 @@ impl<B: BreakerStore> Middleware for PolicyMiddleware<B> {
             None => Deadline::current(),
         };
         let run = async {
-            let _held = match &policy.bulkhead {
-                Some(bulkhead) => Some(bulkhead.acquire().await.map_err(|e| rejected(e.into()))?),
-                None => None,
+            let _held = match (&policy.bulkhead, deadline) {
+                (Some(bulkhead), Some(d)) => {
+                    let acquired =
+                        tokio::time::timeout_at(d.instant(), bulkhead.acquire()).await.map_err(|_| {
+                            rejected(Rejected::DeadlineExceeded(DeadlineExceeded {
+                                what: "the wait for a bulkhead permit",
+                                needed: Duration::ZERO,
+                                left: Duration::ZERO,
+                            }))
+                        })?;
+                    Some(acquired.map_err(|e| rejected(e.into()))?)
+                }
+                (Some(bulkhead), None) => Some(bulkhead.acquire().await.map_err(|e| rejected(e.into()))?),
+                (None, _) => None,
             };
             let Some(breaker) = &policy.breaker else {
                 return self.attempts(request, extensions, next).await.0;
             };
             let permit = breaker.try_acquire().map_err(|e| rejected(e.into()))?;
-            let (result, outage) = if permit.is_probe() {
+            let (result, outcome) = if permit.is_probe() {
                 let timeout = breaker.store().probe_timeout();
                 tokio::time::timeout(timeout, self.attempts(request, extensions, next))
                     .await
-                    .unwrap_or_else(|_| (Err(rejected(Rejected::TimedOut(timeout))), true))
+                    .unwrap_or_else(|_| (Err(rejected(Rejected::TimedOut(timeout))), CallOutcome::Failure))
             } else {
                 self.attempts(request, extensions, next).await
             };
-            permit.record(if outage { CallOutcome::Failure } else { CallOutcome::Success });
+            permit.record(outcome);
             result
         };
         match deadline {

@@ -22,7 +22,8 @@
 //! Every decision is visible: tracing events (target `failwell_policy`) and
 //! metrics `failwell_retries_total`, `failwell_retry_budget_exhausted_total`,
 //! `failwell_breaker_transitions_total`, `failwell_breaker_state`,
-//! `failwell_breaker_rejected_total`, `failwell_bulkhead_rejected_total`.
+//! `failwell_breaker_rejected_total`, `failwell_bulkhead_rejected_total`,
+//! `failwell_deadline_exceeded_total`, `failwell_attempt_timeouts_total`.
 //! Metric handles are registered when a policy is built, so install the
 //! metrics recorder first.
 
@@ -43,7 +44,7 @@ use std::time::Duration;
 pub use breaker::{BreakerLayer, BreakerService};
 pub use bulkhead::{BulkheadLayer, BulkheadService};
 pub use deadline::{DeadlineLayer, DeadlineService};
-pub use http::{HttpClassifier, PolicyMiddleware};
+pub use http::{BodyTooLarge, HttpClassifier, PolicyMiddleware};
 pub use retry::{Retry, RetryLayer, RetryService, Step};
 pub use timeout::{TimeoutLayer, TimeoutService};
 use tower::{Layer, Service};

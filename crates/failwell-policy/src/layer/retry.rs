@@ -120,6 +120,7 @@ impl Retry {
             };
             if let Err(e) = deadline.check_wait(delay, what) {
                 tracing::debug!(policy = %self.name, error = %e, "retry does not fit the deadline");
+                metrics::counter!("failwell_deadline_exceeded_total").increment(1);
                 return Step::DeadlineExceeded(e);
             }
         }
@@ -315,14 +316,17 @@ where
                 }
                 StateProj::Waiting { sleep } => {
                     std::task::ready!(sleep.as_mut().poll(cx));
-                    if let Some(Err(e)) = Deadline::current().map(|d| d.check_attempt()) {
-                        return Poll::Ready(Err(Rejected::DeadlineExceeded(e).into()));
-                    }
                     this.state.set(State::Readying);
                 }
                 StateProj::Readying => {
                     let Some(retrying) = this.retrying.as_mut() else { unreachable!("only retries wait") };
                     std::task::ready!(retrying.service.poll_ready(cx))?;
+                    // Checked once the service is ready, right before the
+                    // attempt: none starts after the deadline.
+                    if let Some(Err(e)) = Deadline::current().map(|d| d.check_attempt()) {
+                        metrics::counter!("failwell_deadline_exceeded_total").increment(1);
+                        return Poll::Ready(Err(Rejected::DeadlineExceeded(e).into()));
+                    }
                     *this.attempt += 1;
                     let inner = retrying.service.call(retrying.request.clone());
                     this.state.set(State::Calling { inner });

@@ -355,7 +355,8 @@ async fn an_empty_policy_passes_calls_through() {
 
 #[test]
 fn rejections_say_what_happened() {
-    let full = BulkheadFull { bulkhead: Arc::from("payments"), max_concurrent: 4, waited: true };
+    let full =
+        BulkheadFull { bulkhead: Arc::from("payments"), max_concurrent: 4, waited: true, may_wait: true };
     assert_eq!(
         PolicyError::<String>::from(Rejected::from(full)).to_string(),
         "bulkhead \"payments\" is full: 4 calls in flight and no permit came free in time"
@@ -435,4 +436,52 @@ fn every_decision_is_counted_in_metrics() {
     assert_eq!(count("failwell_breaker_transitions_total{breaker=m,to=open}"), 1, "{counters:?}");
     assert_eq!(count("failwell_breaker_rejected_total{breaker=m}"), 1, "{counters:?}");
     assert_eq!(count("failwell_bulkhead_rejected_total{bulkhead=m}"), 1, "{counters:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_bounds_the_wait_for_a_bulkhead_permit() {
+    let config = BulkheadConfig { max_concurrent: 1, max_wait: Duration::from_secs(5), max_waiting: 4 };
+    let bulkhead = Bulkhead::new("test", config).unwrap();
+    let held = bulkhead.try_acquire().unwrap();
+    let inner = Scripted::new(&["ok"]);
+    let mut svc = policy().deadline(ms(100)).bulkhead(bulkhead.clone()).layer(inner.clone());
+    let start = Instant::now();
+    let err = call(&mut svc).await.unwrap_err();
+    assert_eq!(start.elapsed(), ms(100), "not max_wait: the deadline came first");
+    assert_eq!(err.to_string(), "deadline exceeded: no time left for the wait for a bulkhead permit");
+    assert_eq!(inner.count(), 0, "no attempt started after the deadline");
+    drop(held);
+    assert_eq!(bulkhead.in_flight(), 0);
+}
+
+/// A service whose `call` panics.
+#[derive(Clone)]
+struct Panics;
+
+impl Service<u32> for Panics {
+    type Response = u32;
+    type Error = String;
+    type Future = std::future::Ready<Result<u32, String>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), String>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: u32) -> Self::Future {
+        panic!("the service failed to build its future")
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_in_the_services_call_does_not_take_a_probe_slot_with_it() {
+    let config =
+        BreakerConfig { consecutive_failures: Some(1), failure_rate: None, ..BreakerConfig::default() };
+    let breaker = CircuitBreaker::new("test", config).unwrap();
+    breaker.try_acquire().unwrap().record(CallOutcome::Failure);
+    tokio::time::advance(BreakerConfig::default().open_for).await;
+    let mut svc = policy().breaker(breaker.clone()).layer(Panics);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(svc.call(7))));
+    assert!(panicked.is_err());
+    assert_eq!(breaker.state(), BreakerState::HalfOpen);
+    assert!(breaker.try_acquire().is_ok_and(|p| p.is_probe()), "the slot came back");
 }

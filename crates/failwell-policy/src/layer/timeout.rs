@@ -85,7 +85,7 @@ pin_project_lite::pin_project! {
 #[derive(Clone, Copy)]
 enum Expiry {
     Timeout(Duration),
-    Deadline { started: Instant },
+    Deadline,
 }
 
 impl<F, T, E> Future for TimeoutFuture<F>
@@ -108,8 +108,8 @@ where
             let by_timeout = this.timeout.and_then(|t| now.checked_add(t));
             let by_deadline = this.deadline.map(|d| d.instant());
             let (until, expiry) = match (by_timeout, by_deadline) {
-                (Some(t), Some(d)) if d < t => (d, Expiry::Deadline { started: now }),
-                (None, Some(d)) => (d, Expiry::Deadline { started: now }),
+                (Some(t), Some(d)) if d < t => (d, Expiry::Deadline),
+                (None, Some(d)) => (d, Expiry::Deadline),
                 (Some(t), _) => (t, Expiry::Timeout(this.timeout.unwrap_or_default())),
                 (None, None) => return Poll::Pending,
             };
@@ -122,13 +122,15 @@ where
                 let rejected = match *expiry {
                     Expiry::Timeout(t) => {
                         tracing::debug!(timeout_ms = t.as_millis() as u64, "attempt timed out");
+                        metrics::counter!("failwell_attempt_timeouts_total").increment(1);
                         Rejected::TimedOut(t)
                     }
-                    Expiry::Deadline { started } => {
+                    Expiry::Deadline => {
                         tracing::debug!("attempt ran into the deadline");
+                        metrics::counter!("failwell_deadline_exceeded_total").increment(1);
                         Rejected::DeadlineExceeded(DeadlineExceeded {
                             what: "the attempt in flight",
-                            needed: started.elapsed(),
+                            needed: Duration::ZERO,
                             left: Duration::ZERO,
                         })
                     }

@@ -176,6 +176,11 @@ impl Checker<'_> {
         ConfigError::Invalid { source_name, key, message: message.into() }
     }
 
+    /// Whether a layer (file or environment) set `key`.
+    fn is_set(&self, key: &str) -> bool {
+        self.figment.find_metadata(key).is_some()
+    }
+
     fn positive(&self, key: &str, value: u64) -> Result<Duration, ConfigError> {
         if value == 0 {
             return Err(self.invalid(key, "must be greater than 0"));

@@ -272,7 +272,11 @@ fn breaker(c: &Checker<'_>, name: &str, b: &RawBreaker) -> Result<Option<Breaker
         use failwell_policy::BreakerConfigError as E;
         let (field, message) = match &e {
             E::NoRule => ("consecutive_failures", e.to_string()),
-            E::SlowRateWithoutDuration => ("slow_call_ms", e.to_string()),
+            E::SlowRateWithoutDuration => ("slow_call_rate", "needs slow_call_ms (0: off)".to_string()),
+            // Of the two keys in conflict, name the one the user set.
+            E::Range { field: "minimum_calls", problem } if !c.is_set(&key("minimum_calls")) => {
+                ("window_calls", problem.clone())
+            }
             E::Zero { field } => (*field, "must be at least 1".to_string()),
             E::Ratio { field, value } => (*field, format!("{value} is not a ratio in (0, 1]")),
             E::Range { field, problem } => (*field, problem.clone()),

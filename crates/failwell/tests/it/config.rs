@@ -293,3 +293,25 @@ fn breaker_bulkhead_budget_and_api_limits_are_checked() {
         ],
     );
 }
+
+#[test]
+fn breaker_conflicts_name_the_key_that_was_set() {
+    let breaker = |line: &'static str| {
+        move |t: String| t.replace("breaker = { open_ms = 300, max_open_ms = 1000 }", line)
+    };
+    refused(
+        breaker("breaker = { window_calls = 5 }"),
+        &[],
+        &["{file}: key `providers.payments.breaker.window_calls`: 20 exceeds the window of 5 calls"],
+    );
+    refused(
+        breaker("breaker = { slow_call_rate = 0.5 }"),
+        &[],
+        &["{file}: key `providers.payments.breaker.slow_call_rate`: needs slow_call_ms"],
+    );
+    refused(
+        breaker("breaker = { open_ms = 5000, max_open_ms = 1000 }"),
+        &[],
+        &["{file}: key `providers.payments.breaker.max_open_ms`: must not be below the first open period"],
+    );
+}

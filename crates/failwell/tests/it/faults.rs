@@ -308,16 +308,20 @@ async fn a_dead_provider_opens_the_breaker_and_messages_wait_without_spending_at
     // The first wave went out before any failure came back; after that only
     // probes, one per open period (400, 800, 800, ... ms).
     assert!(requests <= 20 + 8, "{requests} calls reached a dead provider");
+    // Only the first calls (before the breaker opened) and the probes are
+    // attempts; the probes fall on messages at random, so most messages made
+    // at most one call and then waited.
+    let mut single = 0;
     for key in &keys {
         let op = gw.operation(key).await;
         assert_eq!(op["status"], "pending", "{op:#}");
-        assert!(calls(&op).len() <= 3, "attempts spent while the breaker was open: {op:#}");
+        if calls(&op).len() <= 1 {
+            single += 1;
+            let error = op["last_error"].as_str().unwrap_or_default();
+            assert!(error.starts_with("deferred: "), "{op:#}");
+        }
     }
-    let waiting = gw.operation(&keys[19]).await;
-    assert!(
-        waiting["last_error"].as_str().is_some_and(|e| e.starts_with("deferred: circuit breaker")),
-        "{waiting:#}"
-    );
+    assert!(single >= 14, "only {single} of 20 messages waited without spending attempts");
     sim.set_down(false);
     for key in &keys {
         let op = gw.settled(key, SETTLE).await;

@@ -7,7 +7,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use super::*;
-use crate::{Backoff, BreakerConfig, BreakerState, Class, Classifier, Jitter};
+use crate::{
+    Backoff, BreakerConfig, BreakerState, Bulkhead, BulkheadConfig, CallOutcome, Class, Classifier, Jitter,
+};
 
 /// One scripted answer: raw bytes to write, then whether to stall forever.
 #[derive(Clone)]
@@ -185,4 +187,46 @@ async fn an_unreachable_provider_opens_the_breaker_and_calls_stop() {
     }
     let err = client.get(&url).send().await.unwrap_err();
     assert!(err.to_string().starts_with("circuit breaker \"test\" is open"), "{err}");
+}
+
+#[tokio::test]
+async fn a_probe_that_never_reached_the_provider_does_not_close_the_breaker() {
+    let (url, arrivals) = server(vec![answer("200 OK", &[], "{}")]).await;
+    let config = BreakerConfig {
+        consecutive_failures: Some(1),
+        failure_rate: None,
+        open_for: ms(50),
+        ..BreakerConfig::default()
+    };
+    let breaker = CircuitBreaker::new("test", config).unwrap();
+    breaker.try_acquire().unwrap().record(CallOutcome::Failure);
+    tokio::time::sleep(ms(60)).await;
+    let bulkhead =
+        Bulkhead::new("test", BulkheadConfig { max_concurrent: 1, max_wait: ms(5_000), max_waiting: 4 })
+            .unwrap();
+    let held = bulkhead.try_acquire().unwrap();
+    let policy =
+        Policy::new().classify(classifier()).deadline(ms(200)).bulkhead(bulkhead).breaker(breaker.clone());
+    let err = client(policy).get(&url).send().await.unwrap_err();
+    assert_eq!(err.to_string(), "deadline exceeded: no time left for the wait for a bulkhead permit");
+    assert_eq!(arrivals.lock().unwrap().len(), 0);
+    assert_ne!(breaker.state(), BreakerState::Closed, "nothing was learned about the provider");
+    drop(held);
+}
+
+#[tokio::test]
+async fn a_deadline_cut_is_reported_as_the_deadline() {
+    let (url, _) = server(vec![stalled_body()]).await;
+    let policy = Policy::new().classify(classifier()).deadline(ms(200)).attempt_timeout(ms(5_000));
+    let err = client(policy).get(&url).send().await.unwrap_err();
+    assert_eq!(err.to_string(), "deadline exceeded: no time left for the attempt in flight");
+}
+
+#[tokio::test]
+async fn a_body_above_the_limit_fails_the_attempt() {
+    let (url, _) = server(vec![answer("200 OK", &[], &"x".repeat(2_000))]).await;
+    let middleware = PolicyMiddleware::new(Policy::new().classify(classifier())).max_body_bytes(1_000);
+    let client = ClientBuilder::new(reqwest::Client::new()).with(middleware).build();
+    let err = client.get(&url).send().await.unwrap_err();
+    assert_eq!(err.to_string(), "the response body exceeds 1000 bytes");
 }
