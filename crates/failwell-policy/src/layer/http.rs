@@ -115,25 +115,37 @@ impl HttpClassifier {
 #[derive(Debug)]
 pub struct PolicyMiddleware<B: BreakerStore = InProcess> {
     policy: Policy<B, HttpClassifier>,
-    max_body_bytes: usize,
+    limits: BodyLimits,
 }
 
 impl<B: BreakerStore> Clone for PolicyMiddleware<B> {
     fn clone(&self) -> Self {
-        Self { policy: self.policy.clone(), max_body_bytes: self.max_body_bytes }
+        Self { policy: self.policy.clone(), limits: self.limits }
     }
 }
 
 impl<B: BreakerStore> PolicyMiddleware<B> {
     /// The middleware for `policy`, reading response bodies of up to 16 MiB.
     pub fn new(policy: Policy<B, HttpClassifier>) -> Self {
-        Self { policy, max_body_bytes: 16 << 20 }
+        Self { policy, limits: BodyLimits { headers: None, body_idle: None, max_bytes: 16 << 20 } }
     }
 
     /// The largest response body read into memory, in bytes (default 16 MiB);
     /// a larger one fails the attempt.
     pub fn max_body_bytes(mut self, max: usize) -> Self {
-        self.max_body_bytes = max;
+        self.limits.max_bytes = max;
+        self
+    }
+
+    /// The phases of each attempt, as in [`Timeouts`](crate::Timeouts): at
+    /// most `headers` from sending to the response headers, at most
+    /// `body_idle` between two chunks of the body (the policy's
+    /// `attempt_timeout` is the total; the connect timeout belongs to the
+    /// `reqwest::Client`). An expiry is [`Rejected::TimedOut`] after
+    /// sending, so an unkeyed write is not retried.
+    pub fn phase_timeouts(mut self, headers: Duration, body_idle: Duration) -> Self {
+        self.limits.headers = Some(headers);
+        self.limits.body_idle = Some(body_idle);
         self
     }
 
@@ -166,7 +178,7 @@ impl<B: BreakerStore> PolicyMiddleware<B> {
                 None => policy.attempt_timeout.map(|t| (t, false)),
             };
             let copy = request.try_clone();
-            let call = buffered(next.clone(), request, extensions, self.max_body_bytes);
+            let call = buffered(next.clone(), request, extensions, &self.limits);
             let result = match bound {
                 Some((t, by_deadline)) => tokio::time::timeout(t, call).await.unwrap_or_else(|_| {
                     Err(rejected(if by_deadline {
@@ -226,13 +238,13 @@ async fn buffered(
     next: Next<'_>,
     request: Request,
     extensions: &mut Extensions,
-    max_body_bytes: usize,
+    limits: &BodyLimits,
 ) -> reqwest_middleware::Result<(Response, bytes::Bytes)> {
-    let mut response = next.run(request, extensions).await?;
+    let mut response = within(limits.headers, next.run(request, extensions)).await?;
     let mut body = bytes::BytesMut::new();
-    while let Some(chunk) = response.chunk().await? {
-        if body.len() + chunk.len() > max_body_bytes {
-            return Err(reqwest_middleware::Error::middleware(BodyTooLarge(max_body_bytes)));
+    while let Some(chunk) = within(limits.body_idle, response.chunk()).await? {
+        if body.len() + chunk.len() > limits.max_bytes {
+            return Err(reqwest_middleware::Error::middleware(BodyTooLarge(limits.max_bytes)));
         }
         body.extend_from_slice(&chunk);
     }
@@ -246,6 +258,29 @@ async fn buffered(
     }
     let rebuilt = rebuilt.body(body.clone()).map_err(reqwest_middleware::Error::middleware)?;
     Ok((Response::from(rebuilt), body))
+}
+
+/// Runs one phase of an attempt within `limit` (none: unbounded); its
+/// expiry is [`Rejected::TimedOut`].
+async fn within<T, E: Into<reqwest_middleware::Error>>(
+    limit: Option<Duration>,
+    phase: impl std::future::Future<Output = Result<T, E>>,
+) -> reqwest_middleware::Result<T> {
+    match limit {
+        Some(limit) => match tokio::time::timeout(limit, phase).await {
+            Ok(result) => result.map_err(Into::into),
+            Err(_) => Err(rejected(Rejected::TimedOut(limit))),
+        },
+        None => phase.await.map_err(Into::into),
+    }
+}
+
+/// The middleware's limits on reading one response.
+#[derive(Clone, Copy, Debug)]
+struct BodyLimits {
+    headers: Option<Duration>,
+    body_idle: Option<Duration>,
+    max_bytes: usize,
 }
 
 /// A response body above [`PolicyMiddleware::max_body_bytes`].

@@ -230,3 +230,15 @@ async fn a_body_above_the_limit_fails_the_attempt() {
     let err = client.get(&url).send().await.unwrap_err();
     assert_eq!(err.to_string(), "the response body exceeds 1000 bytes");
 }
+
+#[tokio::test]
+async fn the_phase_timeouts_bound_headers_and_body_pauses() {
+    let (url, arrivals) = server(vec![stalled_body(), answer("200 OK", &[], "{}")]).await;
+    let policy = Policy::new().classify(classifier()).retry(quick_retry(2)).attempt_timeout(ms(5_000));
+    let middleware = PolicyMiddleware::new(policy).phase_timeouts(ms(1_000), ms(150));
+    let client = ClientBuilder::new(reqwest::Client::new()).with(middleware).build();
+    let started = std::time::Instant::now();
+    assert_eq!(client.get(&url).send().await.unwrap().status(), 200);
+    assert_eq!(arrivals.lock().unwrap().len(), 2, "the stalled body ended the first attempt");
+    assert!(started.elapsed() < ms(2_000), "the body idle limit, not the 5 s attempt timeout");
+}
