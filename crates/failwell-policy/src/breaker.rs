@@ -590,6 +590,7 @@ impl InProcess {
         BreakerOpen { breaker: self.name.clone(), state, retry_in }
     }
 
+    #[inline]
     fn timed_start(&self) -> u64 {
         if self.config.slow_call_duration.is_some() { self.clock.now() } else { 0 }
     }
@@ -679,7 +680,23 @@ impl InProcess {
         }
     }
 
+    /// The common case inline: an untimed success that changes no window
+    /// (the count window is clean, or there is none); the rest out of line.
+    #[inline]
     fn record_counted(&self, ticket: Ticket, outcome: CallOutcome) {
+        if outcome == CallOutcome::Success
+            && ticket.started == 0
+            && (self.clean.load(Ordering::Relaxed) || self.lock_free_window())
+        {
+            if self.consecutive.load(Ordering::Relaxed) != 0 {
+                self.consecutive.store(0, Ordering::Relaxed);
+            }
+            return;
+        }
+        self.record_counted_slow(ticket, outcome);
+    }
+
+    fn record_counted_slow(&self, ticket: Ticket, outcome: CallOutcome) {
         let now = if ticket.started != 0 || matches!(self.config.window, SlidingWindow::Time(_)) {
             self.clock.now()
         } else {
@@ -753,6 +770,7 @@ impl InProcess {
     }
 
     /// No window to record successes in (consecutive failures only).
+    #[inline]
     fn lock_free_window(&self) -> bool {
         self.config.failure_rate.is_none() && self.config.slow_call_rate.is_none()
     }
