@@ -354,6 +354,7 @@ enum TicketKind {
 
 impl Ticket {
     /// Whether this call is a half-open probe.
+    #[inline]
     pub fn is_probe(&self) -> bool {
         self.kind == TicketKind::Probe
     }
@@ -420,6 +421,7 @@ impl<S: BreakerStore> CircuitBreaker<S> {
     }
 
     /// The store.
+    #[inline]
     pub fn store(&self) -> &S {
         &self.store
     }
@@ -436,6 +438,7 @@ impl<S: BreakerStore> CircuitBreaker<S> {
 
     /// Asks to make one call; the [`Permit`] records its outcome. Dropping
     /// a permit without recording counts as [`CallOutcome::Ignored`].
+    #[inline]
     pub fn try_acquire(&self) -> Result<Permit<'_, S>, BreakerOpen> {
         Ok(Permit { store: &self.store, ticket: Some(self.store.try_acquire()?) })
     }
@@ -476,6 +479,7 @@ impl<S: BreakerStore> Permit<'_, S> {
     }
 
     /// Records the call's outcome.
+    #[inline]
     pub fn record(mut self, outcome: CallOutcome) {
         if let Some(ticket) = self.ticket.take() {
             self.store.record(ticket, outcome);
@@ -484,6 +488,7 @@ impl<S: BreakerStore> Permit<'_, S> {
 }
 
 impl<S: BreakerStore> Drop for Permit<'_, S> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(ticket) = self.ticket.take() {
             self.store.record(ticket, CallOutcome::Ignored);
