@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use tower::{Layer, Service, ServiceExt};
 
-use super::{Local, Rejected};
+use super::{Local, Padded, Rejected};
 use crate::Bulkhead;
 
 /// Holds a [`Bulkhead`] permit for the whole call; a call that gets none
@@ -53,7 +53,7 @@ impl<S: std::fmt::Debug> std::fmt::Debug for BulkheadService<S> {
 }
 
 /// Returns the permit when the call ends or is dropped.
-struct Held(Arc<Bulkhead>);
+struct Held(Arc<Padded<Bulkhead>>);
 
 impl Drop for Held {
     fn drop(&mut self) {
