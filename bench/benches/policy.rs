@@ -19,6 +19,7 @@ use std::future::Future;
 use std::hint::black_box;
 use std::pin::pin;
 use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -251,6 +252,12 @@ fn arithmetic(_: &mut (), i: u64) {
     black_box(x);
 }
 
+/// One read-modify-write of a cache line no other thread touches: the unit
+/// of every reference count and permit counter.
+fn atomic_add(counter: &mut AtomicU64, i: u64) {
+    black_box(&*counter).fetch_add(i, Ordering::Relaxed);
+}
+
 fn svc_op<S: Service<u64>>(service: &mut S, i: u64) {
     let _ = black_box(call(service, i).is_ok());
 }
@@ -292,6 +299,7 @@ fn breaker(c: &mut Criterion) {
         if threads == ONE {
             one_thread(&mut group, "reference: no policy (the call alone)", inner_fw(), svc_op);
             one_thread(&mut group, "reference: arithmetic, no shared state", (), arithmetic);
+            one_thread(&mut group, "reference: one atomic add, uncontended", AtomicU64::new(0), atomic_add);
             one_thread(&mut group, "failwell BreakerLayer", fw_layer, svc_op);
             one_thread(&mut group, "failwell CircuitBreaker (direct)", fw_direct, direct);
             one_thread(&mut group, "tower-resilience CircuitBreaker", tr, svc_op);
