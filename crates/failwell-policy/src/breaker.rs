@@ -372,6 +372,7 @@ impl Ticket {
     }
 
     /// Whether this call is a half-open probe.
+    #[inline]
     pub fn is_probe(&self) -> bool {
         self.kind == TicketKind::Probe
     }
@@ -453,6 +454,7 @@ impl<S: BreakerStore> CircuitBreaker<S> {
     }
 
     /// The store.
+    #[inline]
     pub fn store(&self) -> &S {
         &self.store
     }
@@ -469,6 +471,7 @@ impl<S: BreakerStore> CircuitBreaker<S> {
 
     /// Asks to make one call; the [`Permit`] records its outcome. Dropping
     /// a permit without recording counts as [`CallOutcome::Ignored`].
+    #[inline]
     pub fn try_acquire(&self) -> Result<Permit<'_, S>, BreakerOpen> {
         Ok(Permit { store: &self.store, ticket: Some(self.store.try_acquire()?) })
     }
@@ -509,6 +512,7 @@ impl<S: BreakerStore> Permit<'_, S> {
     }
 
     /// Records the call's outcome.
+    #[inline]
     pub fn record(mut self, outcome: CallOutcome) {
         if let Some(ticket) = self.ticket.take() {
             self.store.record(ticket, outcome);
@@ -517,6 +521,7 @@ impl<S: BreakerStore> Permit<'_, S> {
 }
 
 impl<S: BreakerStore> Drop for Permit<'_, S> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(ticket) = self.ticket.take() {
             self.store.record(ticket, CallOutcome::Ignored);
@@ -626,6 +631,7 @@ impl InProcess {
         BreakerOpen { breaker: self.name.clone(), state, retry_in }
     }
 
+    #[inline]
     fn timed_start(&self) -> u64 {
         if self.config.slow_call_duration.is_some() { self.clock.now() } else { 0 }
     }
@@ -719,7 +725,27 @@ impl InProcess {
         }
     }
 
+    /// The common case inline: an untimed success that changes no window
+    /// (the count window is clean, or there is none); the rest out of line.
+    #[inline]
     fn record_counted(&self, ticket: Ticket, outcome: CallOutcome) {
+        if outcome == CallOutcome::Success
+            && ticket.started == 0
+            && (self.clean.load(Ordering::Relaxed) || self.lock_free_window())
+        {
+            // A success from before the latest state change is ignored: it
+            // must not end the current run of failures.
+            if self.consecutive.load(Ordering::Relaxed) != 0
+                && generation_of(self.word.load(Ordering::Acquire)) == ticket.generation
+            {
+                self.consecutive.store(0, Ordering::Relaxed);
+            }
+            return;
+        }
+        self.record_counted_slow(ticket, outcome);
+    }
+
+    fn record_counted_slow(&self, ticket: Ticket, outcome: CallOutcome) {
         let now = if ticket.started != 0 || matches!(self.config.window, SlidingWindow::Time(_)) {
             self.clock.now()
         } else {
@@ -816,6 +842,7 @@ impl InProcess {
     }
 
     /// No window to record successes in (consecutive failures only).
+    #[inline]
     fn lock_free_window(&self) -> bool {
         self.config.failure_rate.is_none() && self.config.slow_call_rate.is_none()
     }

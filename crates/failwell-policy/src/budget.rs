@@ -129,6 +129,7 @@ thread_local! {
     static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
 }
 
+#[inline]
 fn stripe_index() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     STRIPE.with(|s| {

@@ -51,7 +51,13 @@ fn describe(e: &DeadlineExceeded) -> String {
 impl Deadline {
     /// The deadline `budget` from now (saturating far in the future).
     pub fn after(budget: Duration) -> Self {
-        let now = Instant::now();
+        Self::after_from(Instant::now(), budget)
+    }
+
+    /// The deadline `budget` after `now` (saturating far in the future), for
+    /// callers that have already read the clock.
+    #[inline]
+    pub(crate) fn after_from(now: Instant, budget: Duration) -> Self {
         Self { at: now.checked_add(budget).unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400)) }
     }
 
@@ -71,11 +77,13 @@ impl Deadline {
     }
 
     /// The deadline of the running task, if one was set with [`scope`](Self::scope).
+    #[inline]
     pub fn current() -> Option<Self> {
         CURRENT.try_with(|d| *d).ok()
     }
 
     /// This deadline or the current one, whichever is earlier.
+    #[inline]
     pub fn within_current(self) -> Self {
         Self::current().map_or(self, |outer| outer.min(self))
     }
@@ -94,7 +102,13 @@ impl Deadline {
     /// `Ok(time left)` when an attempt may start (some time is left), else
     /// the error saying so.
     pub fn check_attempt(&self) -> Result<Duration, DeadlineExceeded> {
-        let left = self.remaining();
+        self.check_attempt_at(Instant::now())
+    }
+
+    /// [`check_attempt`](Self::check_attempt) as of `now`.
+    #[inline]
+    pub(crate) fn check_attempt_at(&self, now: Instant) -> Result<Duration, DeadlineExceeded> {
+        let left = self.at.saturating_duration_since(now);
         if left.is_zero() {
             Err(DeadlineExceeded { what: "an attempt", needed: Duration::ZERO, left })
         } else {

@@ -59,3 +59,42 @@ fn a_huge_budget_saturates() {
     let d = Deadline::after(Duration::MAX);
     assert!(d.remaining() > Duration::from_secs(365 * 86_400));
 }
+
+mod layer {
+    use std::convert::Infallible;
+
+    use tower::{Layer, ServiceExt, service_fn};
+
+    use super::*;
+    use crate::layer::{DeadlineLayer, PolicyError, Rejected};
+
+    type Error = PolicyError<Infallible>;
+
+    #[tokio::test(start_paused = true)]
+    async fn each_call_gets_its_budget_within_the_callers_deadline() {
+        let service = DeadlineLayer::new(Some(ms(1_000)))
+            .layer(service_fn(|_: ()| async { Ok::<_, Error>(Deadline::current().map(|d| d.remaining())) }));
+        assert_eq!(service.clone().oneshot(()).await.unwrap(), Some(ms(1_000)));
+        let outer = Deadline::after(ms(300));
+        assert_eq!(outer.scope(service.oneshot(())).await.unwrap(), Some(ms(300)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_with_no_time_left_is_refused_before_it_starts() {
+        let service = |budget| {
+            DeadlineLayer::new(Some(budget)).layer(service_fn(
+                |_: ()| -> std::future::Ready<Result<(), Error>> {
+                    unreachable!("a refused call must not start")
+                },
+            ))
+        };
+        let refused = |e: Error| {
+            matches!(e, PolicyError::Rejected(Rejected::DeadlineExceeded(e))
+                if e.what == "an attempt" && e.needed.is_zero() && e.left.is_zero())
+        };
+        let outer = Deadline::after(ms(10));
+        tokio::time::advance(ms(10)).await;
+        assert!(refused(outer.scope(service(ms(1_000)).oneshot(())).await.unwrap_err()));
+        assert!(refused(service(Duration::ZERO).oneshot(()).await.unwrap_err()));
+    }
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Sleep;
 use tower::{Layer, Service};
 
-use super::{Classify, ErrorsAreRetryable, Local, Rejected};
+use super::{Classify, ErrorsAreRetryable, Local, Padded, Rejected};
 use crate::{BreakerStore, CallOutcome, CircuitBreaker, InProcess, Ticket};
 
 /// Asks the [`CircuitBreaker`] before each call and reports the call's
@@ -142,7 +142,7 @@ where
 
 /// Reports the outcome once; a call dropped unfinished reports `Ignored`.
 struct Guard<B: BreakerStore, C, Req, T, E> {
-    shared: Arc<Shared<B, C>>,
+    shared: Arc<Padded<Shared<B, C>>>,
     ticket: Option<Ticket>,
     _result: PhantomData<fn(Req) -> Result<T, E>>,
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tower::{Layer, Service, ServiceExt};
 
-use super::{Local, Rejected};
+use super::{Local, Padded, Rejected};
 use crate::{Bulkhead, Deadline, DeadlineExceeded};
 
 /// Holds a [`Bulkhead`] permit for the whole call; a call that gets none
@@ -54,7 +54,7 @@ impl<S: std::fmt::Debug> std::fmt::Debug for BulkheadService<S> {
 }
 
 /// Returns the permit when the call ends or is dropped.
-struct Held(Arc<Bulkhead>);
+struct Held(Arc<Padded<Bulkhead>>);
 
 impl Drop for Held {
     fn drop(&mut self) {

@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::task::futures::TaskLocalFuture;
+use tokio::time::Instant;
 use tower::{Layer, Service};
 
 use super::Rejected;
@@ -60,8 +61,10 @@ where
         let Some(budget) = self.budget else {
             return DeadlineFuture::Pass { inner: self.inner.call(req) };
         };
-        let deadline = Deadline::after(budget).within_current();
-        if let Err(e) = deadline.check_attempt() {
+        // One clock read for both the new deadline and the check.
+        let now = Instant::now();
+        let deadline = Deadline::after_from(now, budget).within_current();
+        if let Err(e) = deadline.check_attempt_at(now) {
             return DeadlineFuture::Refused { error: Some(Rejected::DeadlineExceeded(e).into()) };
         }
         let inner = deadline.sync_scope(|| self.inner.call(req));

@@ -141,29 +141,47 @@ impl<Req, Res, E> Classify<Req, Res, E> for ErrorsAreRetryable {
 
 /// A per-clone handle: the layers keep their shared state behind an `Arc`
 /// that each clone of a service allocates afresh, so the reference counting
-/// done per call stays on a cache line of the calling thread.
-pub(crate) struct Local<T>(Arc<T>);
+/// done per call stays on a cache line of the calling thread. The allocation
+/// is [`Padded`], so two clones never share a line.
+pub(crate) struct Local<T>(Arc<Padded<T>>);
+
+/// A value on cache lines of its own (128 bytes: CPUs fetch lines in
+/// pairs), so that writes to it, such as an `Arc`'s reference count, do not
+/// slow down threads using a neighbouring allocation.
+#[repr(align(128))]
+pub(crate) struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
 
 impl<T: Clone> Clone for Local<T> {
     fn clone(&self) -> Self {
-        Self(Arc::new((*self.0).clone()))
+        Self::new((**self).clone())
     }
 }
 
 impl<T> Local<T> {
     pub(crate) fn new(value: T) -> Self {
-        Self(Arc::new(value))
+        Self(Arc::new(Padded(value)))
     }
 
-    pub(crate) fn share(&self) -> Arc<T> {
+    /// A reference for a call's future.
+    #[inline]
+    pub(crate) fn share(&self) -> Arc<Padded<T>> {
         self.0.clone()
     }
 }
 
 impl<T> std::ops::Deref for Local<T> {
     type Target = T;
+    #[inline]
     fn deref(&self) -> &T {
-        &self.0
+        &self.0.0
     }
 }
 

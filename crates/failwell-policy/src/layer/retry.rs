@@ -10,7 +10,7 @@ use rand::Rng;
 use tokio::time::Sleep;
 use tower::{Layer, Service};
 
-use super::{Classify, ErrorsAreRetryable, Local, Rejected};
+use super::{Classify, ErrorsAreRetryable, Local, Padded, Rejected};
 use crate::decision::retry_delay;
 use crate::{Backoff, Classification, Deadline, DeadlineExceeded, RetryBudget, RetryPolicyError};
 
@@ -252,7 +252,7 @@ where
 struct Retrying<S, Req, C> {
     service: S,
     request: Req,
-    shared: Arc<Shared<C>>,
+    shared: Arc<Padded<Shared<C>>>,
 }
 
 pin_project_lite::pin_project! {
