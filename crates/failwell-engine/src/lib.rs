@@ -8,6 +8,8 @@
 //! own, and it knows no SQL and no HTTP server.
 
 pub mod client;
+#[cfg(test)]
+mod fixtures;
 pub mod provider;
 pub mod reconciler;
 pub mod relay;

@@ -789,24 +789,16 @@ impl InProcess {
                 totals.calls >= c.minimum_calls && f64::from(count) >= t * f64::from(totals.calls)
             })
         };
+        let rate = |what: &str, count: u32, threshold: Option<f64>| {
+            rate_reached(count, threshold).then(|| {
+                format!("{what} {count}/{} calls reached {}", totals.calls, threshold.unwrap_or(1.0))
+            })
+        };
         let reason = if c.consecutive_failures.is_some_and(|n| consecutive >= n) {
             Some(format!("{consecutive} consecutive failures"))
-        } else if rate_reached(totals.failures, c.failure_rate) {
-            Some(format!(
-                "failure rate {}/{} calls reached {}",
-                totals.failures,
-                totals.calls,
-                c.failure_rate.unwrap_or(1.0)
-            ))
-        } else if rate_reached(totals.slow, c.slow_call_rate) {
-            Some(format!(
-                "slow-call rate {}/{} calls reached {}",
-                totals.slow,
-                totals.calls,
-                c.slow_call_rate.unwrap_or(1.0)
-            ))
         } else {
-            None
+            rate("failure rate", totals.failures, c.failure_rate)
+                .or_else(|| rate("slow-call rate", totals.slow, c.slow_call_rate))
         };
         match reason {
             Some(reason) => {

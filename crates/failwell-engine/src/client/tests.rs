@@ -8,7 +8,7 @@ use failwell_policy::{
     Backoff, BulkheadConfig, Classifier, IdempotencyPolicy, Jitter, RetryBudgetConfig, RetryPolicy, Timeouts,
     TransportFailure,
 };
-use failwell_store::{Operation, OperationStatus};
+use failwell_store::Operation;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -155,28 +155,7 @@ fn provider_client(
 }
 
 fn operation() -> Operation {
-    Operation {
-        id: 1,
-        idempotency_key: "order-1".into(),
-        provider: "payments".into(),
-        operation: "charge".into(),
-        reference: Some("order-1".into()),
-        payload: json!({"amount": 100, "reference": "order-1"}),
-        status: OperationStatus::Pending,
-        key_group: 0,
-        provider_key: "fw_key".into(),
-        key_first_sent_at_ms: None,
-        attempts: 0,
-        provider_ref: None,
-        response: None,
-        last_error: None,
-        dead_letter: false,
-        reconcile_attempts: 0,
-        effect_possible: false,
-        lookup_misses: 0,
-        created_at_ms: 0,
-        updated_at_ms: 0,
-    }
+    crate::fixtures::operation()
 }
 
 /// Calls the `charge` operation with `timeout` as the caller's bound.

@@ -5,7 +5,7 @@ use failwell_policy::{
     Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, Jitter, RetryBudgetConfig,
     RetryPolicy, Timeouts, TransportFailure,
 };
-use failwell_store::{Operation, OperationStatus};
+use failwell_store::Operation;
 use serde_json::json;
 
 use super::*;
@@ -64,26 +64,11 @@ fn claimed(attempts: u32, key_age_ms: i64, interrupted: bool) -> Claimed {
         previous_delay_ms: 0,
         interrupted,
         operation: Operation {
-            id: 5,
-            idempotency_key: "order-1".into(),
-            provider: "payments".into(),
-            operation: "charge".into(),
-            reference: Some("order-1".into()),
-            payload: json!({"amount": 100, "currency": "eur", "reference": "order-1"}),
-            status: OperationStatus::Pending,
-            key_group: 0,
-            provider_key: "fw_key".into(),
             key_first_sent_at_ms: Some(now - key_age_ms),
             attempts: attempts - 1,
-            provider_ref: None,
-            response: None,
-            last_error: None,
-            dead_letter: false,
-            reconcile_attempts: 0,
-            effect_possible: false,
-            lookup_misses: 0,
             created_at_ms: now - key_age_ms,
             updated_at_ms: now,
+            ..crate::fixtures::operation()
         },
     }
 }
