@@ -113,30 +113,36 @@ where
                 (Some(t), _) => (t, Expiry::Timeout(this.timeout.unwrap_or_default())),
                 (None, None) => return Poll::Pending,
             };
+            // Already over: no need to wait for the timer driver's next tick.
+            if until <= now {
+                return Poll::Ready(Err(expire(expiry).into()));
+            }
             *this.timer = Some((Box::pin(tokio::time::sleep_until(until)), expiry));
         }
         let Some((timer, expiry)) = this.timer.as_mut() else { return Poll::Pending };
         match timer.as_mut().poll(cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(()) => {
-                let rejected = match *expiry {
-                    Expiry::Timeout(t) => {
-                        tracing::debug!(timeout_ms = t.as_millis() as u64, "attempt timed out");
-                        metrics::counter!("failwell_attempt_timeouts_total").increment(1);
-                        Rejected::TimedOut(t)
-                    }
-                    Expiry::Deadline => {
-                        tracing::debug!("attempt ran into the deadline");
-                        metrics::counter!("failwell_deadline_exceeded_total").increment(1);
-                        Rejected::DeadlineExceeded(DeadlineExceeded {
-                            what: "the attempt in flight",
-                            needed: Duration::ZERO,
-                            left: Duration::ZERO,
-                        })
-                    }
-                };
-                Poll::Ready(Err(rejected.into()))
-            }
+            Poll::Ready(()) => Poll::Ready(Err(expire(*expiry).into())),
+        }
+    }
+}
+
+/// The rejection for an attempt that ran out of time, counted and logged.
+fn expire(expiry: Expiry) -> Rejected {
+    match expiry {
+        Expiry::Timeout(t) => {
+            tracing::debug!(timeout_ms = t.as_millis() as u64, "attempt timed out");
+            metrics::counter!("failwell_attempt_timeouts_total").increment(1);
+            Rejected::TimedOut(t)
+        }
+        Expiry::Deadline => {
+            tracing::debug!("attempt ran into the deadline");
+            metrics::counter!("failwell_deadline_exceeded_total").increment(1);
+            Rejected::DeadlineExceeded(DeadlineExceeded {
+                what: "the attempt in flight",
+                needed: Duration::ZERO,
+                left: Duration::ZERO,
+            })
         }
     }
 }
