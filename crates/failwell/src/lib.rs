@@ -9,6 +9,7 @@
 pub mod api;
 pub mod config;
 pub mod demo;
+pub mod webhook;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

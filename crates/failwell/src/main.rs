@@ -1,4 +1,4 @@
-//! The `failwell` command: `serve`, `sim`, `demo`. A thin layer over the
+//! The `failwell` command: `serve`, `sim`, `demo`, `webhook verify`. A thin layer over the
 //! library; errors are printed with their causes and mapped to exit codes.
 
 use std::path::PathBuf;
@@ -61,13 +61,25 @@ enum Command {
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
     },
+    /// Webhook tools.
+    Webhook {
+        #[command(subcommand)]
+        command: WebhookCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum WebhookCommand {
+    /// Check a delivery's signature (body on stdin, as raw bytes): exit 0
+    /// and `valid`, or exit 1 and the reason.
+    Verify(failwell::webhook::VerifyArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The demo prints its own progress and report; the servers log their work.
     let default_filter = match cli.command {
-        Command::Demo { .. } => "warn",
+        Command::Demo { .. } | Command::Webhook { .. } => "warn",
         Command::Serve { .. } | Command::Sim { .. } => "failwell=info,warn",
     };
     tracing_subscriber::fmt()
@@ -121,6 +133,24 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             eprintln!("provider simulator ({profile}, seed {seed}) on http://{}", listener.local_addr()?);
             failwell_sim::serve(config, listener).await.context("simulator failed")?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Webhook { command: WebhookCommand::Verify(args) } => {
+            let mut body = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut body)
+                .context("cannot read the body from stdin")?;
+            match failwell::webhook::verify(&args, &body, std::time::SystemTime::now())? {
+                Ok(verified) => {
+                    match verified.event_id {
+                        Some(id) => println!("valid (event {id})"),
+                        None => println!("valid"),
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(reason) => {
+                    println!("invalid: {reason}");
+                    Ok(ExitCode::from(1))
+                }
+            }
         }
         Command::Demo { orders, seed, profile, json, concurrency } => {
             anyhow::ensure!(orders > 0, "--orders must be at least 1");

@@ -7,3 +7,4 @@ mod crash;
 mod demo;
 mod faults;
 mod helpers;
+mod webhook;
