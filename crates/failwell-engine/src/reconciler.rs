@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use failwell_policy::{AfterNotFound, NotFound, Outcome, after_not_found, derive_key};
 use failwell_store::{AttemptKind, AttemptRecord, Operation, Reconciled, Resolution, Store};
+use rand::Rng;
 use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -83,13 +84,13 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
         let (started_at_ms, duration, status) = attempt.unwrap_or((now, Duration::ZERO, None));
         Reconciled {
             operation_id: op.id,
-            attempt: lookup_record(
+            attempt: Some(lookup_record(
                 started_at_ms,
                 duration,
                 status,
                 Outcome::Unknown,
                 format!("look again: {error}"),
-            ),
+            )),
             resolution: Resolution::Later { retry_at_ms: now + wait.as_millis() as i64, error },
         }
     };
@@ -108,7 +109,9 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
             );
         }
         // Not looked up (open breaker, full bulkhead): nothing reached the
-        // provider; look again when the breaker lets a probe out.
+        // provider, so nothing is recorded or counted; look again when the
+        // breaker lets a probe out, spread so the lookups do not all come
+        // due at once.
         Some(Err(rejected)) => {
             let wait = match &rejected {
                 failwell_policy::Rejected::BreakerOpen(open) => {
@@ -116,7 +119,13 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
                 }
                 _ => Duration::from_millis(100),
             };
-            return later(format!("not looked up: {rejected}"), wait, None);
+            let wait = wait + rand::rng().random_range(Duration::ZERO..=wait.min(Duration::from_secs(1)));
+            tracing::debug!(operation = op.id, %rejected, "status lookup postponed");
+            return Reconciled {
+                operation_id: op.id,
+                attempt: None,
+                resolution: Resolution::Postpone { retry_at_ms: now + wait.as_millis() as i64 },
+            };
         }
         Some(Ok(result)) => result,
     };
@@ -141,12 +150,14 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
     };
     let outcome = match &resolution {
         Resolution::Found { outcome, .. } => *outcome,
-        Resolution::Confirm { .. } | Resolution::Later { .. } => Outcome::Unknown,
+        Resolution::Confirm { .. } | Resolution::Later { .. } | Resolution::Postpone { .. } => {
+            Outcome::Unknown
+        }
         Resolution::Requeue { .. } | Resolution::DeadLetter { .. } => Outcome::Failed,
     };
     Reconciled {
         operation_id: op.id,
-        attempt: lookup_record(result.started_at_ms, result.duration, status, outcome, decision),
+        attempt: Some(lookup_record(result.started_at_ms, result.duration, status, outcome, decision)),
         resolution,
     }
 }

@@ -200,6 +200,10 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
         Ok(result) => result,
         Err(rejected) => match rejection_wait(client, &rejected) {
             Some(wait) => {
+                // Nothing was sent: the retry goes back into the budget.
+                if retry {
+                    client.guards().budget.refund();
+                }
                 let kind = if matches!(rejected, Rejected::BulkheadFull(_)) {
                     "bulkhead_full"
                 } else {

@@ -16,9 +16,9 @@
 //! clock, and every 64th of a thread's deposits folds its stripe into the
 //! time window under a short lock. A withdrawal — only made when a retry is
 //! wanted — reads the clock, folds every stripe and takes the lock. Folded
-//! deposits are spread evenly from the first of them to the fold, and only
-//! the part within the last `ttl` counts, so a deposit's time is known to
-//! within 64 of its thread's deposits.
+//! deposits are dated by the first of them, never later, and withdrawals
+//! count for at least a whole `ttl`: every approximation errs towards fewer
+//! retries.
 
 use std::cell::Cell;
 use std::fmt;
@@ -72,6 +72,9 @@ impl RetryBudgetConfig {
 
 const STRIPES: usize = 8;
 const SLOTS: usize = 10;
+/// Slots kept: one more than the window, because a withdrawal counts for a
+/// whole `ttl` after it, which spans into an eleventh slot.
+const RING: usize = SLOTS + 1;
 
 /// One thread's share of the deposits not yet in the ledger, on its own
 /// cache line.
@@ -97,7 +100,7 @@ struct Slot {
 
 #[derive(Debug)]
 struct Ledger {
-    slots: [Slot; SLOTS],
+    slots: [Slot; RING],
 }
 
 /// A retry budget; cheap to clone (clones share the budget).
@@ -154,7 +157,7 @@ impl RetryBudget {
                 config,
                 slot_width: nanos(config.ttl) / SLOTS as u64,
                 stripes: Default::default(),
-                ledger: Mutex::new(Ledger { slots: [Slot::default(); SLOTS] }),
+                ledger: Mutex::new(Ledger { slots: [Slot::default(); RING] }),
                 clock,
             }),
         })
@@ -199,6 +202,22 @@ impl RetryBudget {
         }
     }
 
+    /// Gives back a retry taken with [`try_withdraw`](Self::try_withdraw)
+    /// that was not made after all (e.g. an open breaker refused it).
+    pub fn refund(&self) {
+        let inner = &self.inner;
+        let current = inner.clock.now() / inner.slot_width;
+        let mut ledger = inner.ledger.lock().unwrap_or_else(|e| e.into_inner());
+        let newest = ledger
+            .slots
+            .iter_mut()
+            .filter(|s| s.withdrawals > 0 && s.index + RING as u64 > current && s.index <= current)
+            .max_by_key(|s| s.index);
+        if let Some(slot) = newest {
+            slot.withdrawals -= 1;
+        }
+    }
+
     /// Retries that may be scheduled now (rounded down).
     pub fn available(&self) -> u64 {
         let inner = &self.inner;
@@ -211,7 +230,7 @@ impl RetryBudget {
 
 impl Inner {
     fn slot<'a>(&self, ledger: &'a mut Ledger, index: u64) -> &'a mut Slot {
-        let slot = &mut ledger.slots[(index % SLOTS as u64) as usize];
+        let slot = &mut ledger.slots[(index % RING as u64) as usize];
         if slot.index != index {
             *slot = Slot { index, deposits: 0.0, withdrawals: 0 };
         }
@@ -225,35 +244,30 @@ impl Inner {
         }
     }
 
-    /// Moves one stripe's deposits into the slots, spread evenly from the
-    /// first of them to `now`; the part older than the window is dropped.
+    /// Moves one stripe's deposits into the slot of the first of them: a
+    /// deposit is never counted as younger than it is, so the budget errs
+    /// on the side of fewer retries; deposits older than the window are
+    /// dropped.
     fn fold_stripe(&self, ledger: &mut Ledger, stripe: &Stripe, now: u64) {
         let since = stripe.since.swap(0, Ordering::Relaxed);
         let pending = stripe.pending.swap(0, Ordering::Relaxed);
         if pending == 0 {
             return;
         }
-        let since = if since == 0 { now } else { since.min(now) };
-        let current = now / self.slot_width;
-        let span = now - since;
-        if span == 0 {
-            self.slot(ledger, current).deposits += pending as f64;
-            return;
-        }
-        let first = current.saturating_sub(SLOTS as u64 - 1);
-        for index in first..=current {
-            let start = (index * self.slot_width).max(since);
-            let end = ((index + 1) * self.slot_width).min(now);
-            if end > start {
-                self.slot(ledger, index).deposits += pending as f64 * (end - start) as f64 / span as f64;
-            }
+        let at = if since == 0 { now } else { since.min(now) } / self.slot_width;
+        if at + SLOTS as u64 > now / self.slot_width {
+            self.slot(ledger, at).deposits += pending as f64;
         }
     }
 
+    /// Deposits count for the last `SLOTS` slots (up to one slot less than
+    /// `ttl`), withdrawals for one slot more (at least a whole `ttl`): both
+    /// round towards fewer retries.
     fn balance(&self, ledger: &Ledger, current: u64) -> f64 {
-        let live = ledger.slots.iter().filter(|s| s.index + SLOTS as u64 > current && s.index <= current);
-        let (deposits, withdrawals) =
-            live.fold((0.0, 0u64), |(d, w), s| (d + s.deposits, w + u64::from(s.withdrawals)));
+        let live = |s: &&Slot, span: u64| s.index + span > current && s.index <= current;
+        let deposits: f64 = ledger.slots.iter().filter(|s| live(s, SLOTS as u64)).map(|s| s.deposits).sum();
+        let withdrawals: u64 =
+            ledger.slots.iter().filter(|s| live(s, RING as u64)).map(|s| u64::from(s.withdrawals)).sum();
         let reserve = f64::from(self.config.min_per_second) * self.config.ttl.as_secs_f64();
         self.config.ratio * deposits + reserve - withdrawals as f64
     }

@@ -312,6 +312,12 @@ pub enum Resolution {
         /// Next lookup, ms since epoch.
         retry_at_ms: i64,
     },
+    /// No lookup was made (the provider's breaker is open or its bulkhead
+    /// full): stay unknown, look at `retry_at_ms`, count nothing.
+    Postpone {
+        /// Next lookup, ms since epoch.
+        retry_at_ms: i64,
+    },
     /// The lookup itself failed: stay unknown and look again later.
     Later {
         /// Next lookup, ms since epoch.
@@ -326,8 +332,8 @@ pub enum Resolution {
 pub struct Reconciled {
     /// The unknown operation.
     pub operation_id: i64,
-    /// The lookup's history row.
-    pub attempt: AttemptRecord,
+    /// The lookup's history row (`None` when no lookup was made).
+    pub attempt: Option<AttemptRecord>,
     /// What it concluded.
     pub resolution: Resolution,
 }

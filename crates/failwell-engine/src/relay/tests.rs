@@ -237,3 +237,19 @@ async fn a_retry_past_the_budget_waits_without_spending_its_attempt() {
     let c = attempt(&providers, claimed(1, 0, false)).await;
     assert!(c.attempt.is_some(), "the first attempt was sent");
 }
+
+#[tokio::test]
+async fn a_retry_refused_by_the_breaker_does_not_spend_the_budget() {
+    let budget = RetryBudgetConfig { ratio: 0.0, min_per_second: 1, ttl: Duration::from_secs(10) };
+    let client = client_with(true, budget);
+    let breaker = client.guards().breaker.clone().unwrap();
+    let providers: Providers = BTreeMap::from([("payments".to_string(), client.clone())]);
+    breaker.force_open();
+    for _ in 0..20 {
+        let c = attempt(&providers, claimed(2, 0, false)).await;
+        assert!(
+            matches!(c.transition, Transition::Defer { ref reason, .. } if reason.contains("circuit breaker"))
+        );
+    }
+    assert_eq!(client.guards().budget.available(), 10, "the reserve is untouched");
+}

@@ -52,16 +52,33 @@ async fn deposits_and_withdrawals_expire_after_the_ttl() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn deposits_made_long_ago_count_only_for_their_share_of_the_window() {
+async fn deposits_are_never_counted_as_younger_than_they_are() {
     let b = budget(1.0, 0);
-    // 100 requests spread over 100 s with no withdrawal in between: about
-    // the last 10 s worth (10 requests) still count.
-    for _ in 0..100 {
-        b.deposit();
-        tokio::time::advance(Duration::from_secs(1)).await;
-    }
-    let left = drain(&b);
-    assert!((9..=11).contains(&left), "{left}");
+    // 63 deposits at 0 s, folded only at 9.99 s: dated 0 s, so gone at 15 s.
+    (0..63).for_each(|_| b.deposit());
+    tokio::time::advance(Duration::from_millis(9_990)).await;
+    assert_eq!(b.available(), 63);
+    tokio::time::advance(Duration::from_millis(5_010)).await;
+    assert_eq!(b.available(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_withdrawal_counts_for_a_whole_ttl() {
+    let b = budget(0.0, 10);
+    tokio::time::advance(Duration::from_millis(999)).await;
+    assert_eq!(drain(&b), 100);
+    tokio::time::advance(Duration::from_millis(9_001)).await;
+    assert_eq!(b.available(), 0, "the withdrawals of 9.001 s ago still count");
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(drain(&b), 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refund_gives_a_retry_back() {
+    let b = budget(0.0, 1);
+    assert_eq!(drain(&b), 10);
+    b.refund();
+    assert_eq!(drain(&b), 1);
 }
 
 #[test]

@@ -115,7 +115,16 @@ where
             waited.map_err(Rejected::BulkheadFull)?;
             let _held = Held(shared);
             let mut service = service;
-            let ready = service.ready().await?;
+            let ready = match deadline {
+                Some(d) => tokio::time::timeout_at(d.instant(), service.ready()).await.map_err(|_| {
+                    Rejected::DeadlineExceeded(DeadlineExceeded {
+                        what: "the service to become ready",
+                        needed: Duration::ZERO,
+                        left: Duration::ZERO,
+                    })
+                })??,
+                None => service.ready().await?,
+            };
             if let Some(Err(e)) = deadline.map(|d| d.check_attempt()) {
                 return Err(Rejected::DeadlineExceeded(e).into());
             }

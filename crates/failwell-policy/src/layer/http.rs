@@ -199,6 +199,14 @@ impl<B: BreakerStore> PolicyMiddleware<B> {
                     outcome = if outage { CallOutcome::Failure } else { CallOutcome::Success };
                     policy.classify.classify_response(response, body, repeatable)
                 }
+                // The provider answered; the answer is just larger than this
+                // client takes. Not an outage, and no retry will shrink it.
+                Err(reqwest_middleware::Error::Middleware(e))
+                    if e.downcast_ref::<BodyTooLarge>().is_some() =>
+                {
+                    outcome = CallOutcome::Success;
+                    Some(Classification::Permanent)
+                }
                 Err(e) => {
                     let failure = match e {
                         reqwest_middleware::Error::Reqwest(e) if e.is_connect() || e.is_builder() => {

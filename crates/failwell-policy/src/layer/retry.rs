@@ -271,7 +271,8 @@ pin_project_lite::pin_project! {
     enum State<F> {
         Calling { #[pin] inner: F },
         Waiting { sleep: Pin<Box<Sleep>> },
-        Readying,
+        // Waiting for the service's readiness, at most until the deadline.
+        Readying { deadline: Option<Pin<Box<Sleep>>> },
     }
 }
 
@@ -316,11 +317,23 @@ where
                 }
                 StateProj::Waiting { sleep } => {
                     std::task::ready!(sleep.as_mut().poll(cx));
-                    this.state.set(State::Readying);
+                    this.state.set(State::Readying { deadline: None });
                 }
-                StateProj::Readying => {
+                StateProj::Readying { deadline } => {
                     let Some(retrying) = this.retrying.as_mut() else { unreachable!("only retries wait") };
-                    std::task::ready!(retrying.service.poll_ready(cx))?;
+                    if retrying.service.poll_ready(cx)?.is_pending() {
+                        let Some(at) = Deadline::current() else { return Poll::Pending };
+                        let timer =
+                            deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at.instant())));
+                        std::task::ready!(timer.as_mut().poll(cx));
+                        metrics::counter!("failwell_deadline_exceeded_total").increment(1);
+                        return Poll::Ready(Err(Rejected::DeadlineExceeded(DeadlineExceeded {
+                            what: "the service to become ready",
+                            needed: Duration::ZERO,
+                            left: Duration::ZERO,
+                        })
+                        .into()));
+                    }
                     // Checked once the service is ready, right before the
                     // attempt: none starts after the deadline.
                     if let Some(Err(e)) = Deadline::current().map(|d| d.check_attempt()) {

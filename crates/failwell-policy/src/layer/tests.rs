@@ -485,3 +485,50 @@ async fn a_panic_in_the_services_call_does_not_take_a_probe_slot_with_it() {
     assert_eq!(breaker.state(), BreakerState::HalfOpen);
     assert!(breaker.try_acquire().is_ok_and(|p| p.is_probe()), "the slot came back");
 }
+
+/// A service that is ready, but whose clones are not before `until` (as a
+/// clone of a buffered service may have to wait for capacity).
+struct SlowReady {
+    until: Option<Instant>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Clone for SlowReady {
+    fn clone(&self) -> Self {
+        Self { until: Some(Instant::now() + Duration::from_secs(3)), sleep: None }
+    }
+}
+
+impl Service<u32> for SlowReady {
+    type Response = u32;
+    type Error = PolicyError<String>;
+    type Future = std::future::Ready<Result<u32, PolicyError<String>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        let Some(until) = self.until else { return Poll::Ready(Ok(())) };
+        let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(until)));
+        sleep.as_mut().poll(cx).map(Ok)
+    }
+
+    fn call(&mut self, req: u32) -> Self::Future {
+        std::future::ready(Ok(req))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_bounds_the_wait_for_a_slow_services_readiness() {
+    let config = BulkheadConfig { max_concurrent: 1, max_wait: Duration::from_secs(5), max_waiting: 4 };
+    let bulkhead = Bulkhead::new("test", config).unwrap();
+    let held = bulkhead.try_acquire().unwrap();
+    let slow = SlowReady { until: None, sleep: None };
+    let svc = crate::layer::DeadlineLayer::new(Some(ms(100)))
+        .layer(crate::layer::BulkheadLayer::new(Some(bulkhead.clone())).layer(slow));
+    let start = Instant::now();
+    let call = tokio::spawn(async move { svc.oneshot(7).await });
+    tokio::time::sleep(ms(10)).await;
+    drop(held);
+    let err = call.await.unwrap().unwrap_err();
+    assert_eq!(start.elapsed(), ms(100), "not the 3 s the service takes to become ready");
+    assert_eq!(err.to_string(), "deadline exceeded: no time left for the service to become ready");
+    assert_eq!(bulkhead.in_flight(), 0, "the permit came back");
+}

@@ -154,7 +154,9 @@ impl Store for SqliteStore {
         if status.as_deref() != Some("unknown") {
             return Ok(());
         }
-        insert_attempt(&mut tx, r.operation_id, &r.attempt).await?;
+        if let Some(attempt) = &r.attempt {
+            insert_attempt(&mut tx, r.operation_id, attempt).await?;
+        }
         match &r.resolution {
             Resolution::Found { outcome, provider_ref, response } => {
                 let status = OperationStatus::from(*outcome);
@@ -229,6 +231,14 @@ impl Store for SqliteStore {
                 .execute(&mut *tx)
                 .await
                 .context("scheduling a confirming lookup")?;
+            }
+            Resolution::Postpone { retry_at_ms } => {
+                sqlx::query("UPDATE operations SET next_reconcile_at_ms = ?2 WHERE id = ?1")
+                    .bind(r.operation_id)
+                    .bind(retry_at_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .context("postponing a reconciliation")?;
             }
             Resolution::Later { retry_at_ms, error } => {
                 sqlx::query(

@@ -198,7 +198,7 @@ async fn unknown_is_reconciled_requeued_or_found() {
     assert_eq!(due.len(), 2);
     let lookup = |id, resolution| Reconciled {
         operation_id: id,
-        attempt: AttemptRecord { kind: AttemptKind::Lookup, ..record(Outcome::Succeeded) },
+        attempt: Some(AttemptRecord { kind: AttemptKind::Lookup, ..record(Outcome::Succeeded) }),
         resolution,
     };
     let a = s.operation("a").await.unwrap().unwrap();
@@ -273,7 +273,7 @@ async fn an_ambiguous_call_marks_the_key_group_until_it_changes() {
     assert!(op.effect_possible);
     let lookup = |resolution| Reconciled {
         operation_id: op.id,
-        attempt: AttemptRecord { kind: AttemptKind::Lookup, ..record(Outcome::Unknown) },
+        attempt: Some(AttemptRecord { kind: AttemptKind::Lookup, ..record(Outcome::Unknown) }),
         resolution,
     };
     s.reconcile(lookup(Resolution::Confirm { retry_at_ms: 50 }), 2).await.unwrap();

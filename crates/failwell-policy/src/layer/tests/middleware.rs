@@ -223,12 +223,18 @@ async fn a_deadline_cut_is_reported_as_the_deadline() {
 }
 
 #[tokio::test]
-async fn a_body_above_the_limit_fails_the_attempt() {
-    let (url, _) = server(vec![answer("200 OK", &[], &"x".repeat(2_000))]).await;
-    let middleware = PolicyMiddleware::new(Policy::new().classify(classifier())).max_body_bytes(1_000);
+async fn a_body_above_the_limit_fails_once_and_is_not_an_outage() {
+    let (url, arrivals) = server(vec![answer("200 OK", &[], &"x".repeat(2_000))]).await;
+    let config =
+        BreakerConfig { consecutive_failures: Some(1), failure_rate: None, ..BreakerConfig::default() };
+    let breaker = CircuitBreaker::new("test", config).unwrap();
+    let policy = Policy::new().classify(classifier()).breaker(breaker.clone()).retry(quick_retry(3));
+    let middleware = PolicyMiddleware::new(policy).max_body_bytes(1_000);
     let client = ClientBuilder::new(reqwest::Client::new()).with(middleware).build();
     let err = client.get(&url).send().await.unwrap_err();
     assert_eq!(err.to_string(), "the response body exceeds 1000 bytes");
+    assert_eq!(arrivals.lock().unwrap().len(), 1, "no retry makes the answer smaller");
+    assert_eq!(breaker.state(), BreakerState::Closed, "the provider answered");
 }
 
 #[tokio::test]
