@@ -18,8 +18,8 @@ use std::future::Future;
 
 pub use error::StoreError;
 pub use model::{
-    AttemptKind, AttemptRecord, AttemptRow, Claimed, Completion, Counts, NewOperation, Operation,
-    OperationStatus, Reconciled, Resolution, Submitted, Transition,
+    AttemptKind, AttemptRecord, AttemptRow, Claimed, Completion, Counts, NewEvent, NewOperation, Operation,
+    OperationStatus, Received, Reconciled, Resolution, Submitted, Transition,
 };
 pub use sqlite::{Outbox, SqliteStore, Synchronous};
 
@@ -90,4 +90,14 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Operation and message counts by state.
     fn counts(&self) -> impl Future<Output = Result<Counts, StoreError>> + Send;
+
+    /// Stores a verified webhook event under `(integration, event_id)`,
+    /// committed before this returns. A second delivery of the same event
+    /// writes nothing and returns [`Received::Duplicate`], also when it
+    /// races the first (the primary key decides, never "process anyway").
+    fn receive(
+        &self,
+        event: NewEvent,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Received, StoreError>> + Send;
 }

@@ -353,4 +353,30 @@ pub struct Counts {
     pub dead_letters: u64,
     /// Provider calls made (history rows of kind `call`).
     pub attempts: u64,
+    /// Webhook events received (each once, however many deliveries).
+    pub inbox_events: u64,
+}
+
+/// A webhook delivery whose signature verified, to be stored before
+/// anything else happens to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewEvent {
+    /// The integration (webhook source) it came for.
+    pub integration: String,
+    /// The provider's event id: the deduplication key with `integration`.
+    pub event_id: String,
+    /// The request body, byte for byte.
+    pub payload: Vec<u8>,
+    /// The headers of interest, as a JSON object of strings.
+    pub headers: serde_json::Value,
+}
+
+/// What storing a webhook event did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Received {
+    /// First delivery: stored.
+    New,
+    /// Already stored: nothing was written (the system working, not an error).
+    Duplicate,
 }

@@ -39,6 +39,8 @@ pub struct AppState<S> {
     pub providers: Arc<Providers>,
     /// Wakes the relay when an operation was recorded.
     pub wake: Arc<Notify>,
+    /// Configured webhook sources.
+    pub webhooks: Arc<crate::inbox::Webhooks>,
 }
 
 /// The API router: `POST /v1/operations`, `GET /v1/operations/{key}`,
@@ -66,6 +68,10 @@ pub fn router<S: Store>(
         .route("/v1/operations", post(submit::<S>))
         .route("/v1/operations/{key}", get(show::<S>))
         .route("/v1/providers", get(providers::<S>))
+        .route(
+            "/webhooks/{integration}",
+            post(crate::inbox::receive::<S>).layer(DefaultBodyLimit::max(webhook_body_limit(&state))),
+        )
         .route("/healthz", get(health::<S>))
         .fallback(|| async { Problem::new(StatusCode::NOT_FOUND, "not-found", "No such route.") })
         .method_not_allowed_fallback(|| async {
@@ -78,6 +84,11 @@ pub fn router<S: Store>(
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
         .layer(policy)
+}
+
+/// The largest body any webhook source accepts (each source checks its own).
+fn webhook_body_limit<S>(state: &AppState<S>) -> usize {
+    state.webhooks.values().map(|w| w.max_body_bytes).max().unwrap_or(0)
 }
 
 /// The answer to a request the API's policy refused or cut short.
@@ -106,7 +117,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    fn new(status: StatusCode, slug: &'static str, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, slug: &'static str, detail: impl Into<String>) -> Self {
         Self { status, slug, detail: detail.into() }
     }
 }

@@ -9,6 +9,7 @@
 pub mod api;
 pub mod config;
 pub mod demo;
+pub mod inbox;
 pub mod webhook;
 
 use std::net::SocketAddr;
@@ -59,6 +60,7 @@ impl Server {
             store: store.clone(),
             providers: config.providers,
             wake: engine.waker(),
+            webhooks: config.webhooks,
         });
         let bulkhead = Bulkhead::new("api", config.api.bulkhead).map_err(StartError::Limits)?;
         let app = api::router(state, config.max_body_bytes, bulkhead, config.api.request_timeout);

@@ -11,8 +11,8 @@ use super::writes::{apply, insert_attempt, set_operation};
 use crate::Store;
 use crate::error::{Context, StoreError};
 use crate::model::{
-    AttemptKind, AttemptRow, Claimed, Completion, Counts, NewOperation, Operation, OperationStatus,
-    Reconciled, Resolution, Submitted,
+    AttemptKind, AttemptRow, Claimed, Completion, Counts, NewEvent, NewOperation, Operation, OperationStatus,
+    Received, Reconciled, Resolution, Submitted,
 };
 
 impl Store for SqliteStore {
@@ -303,7 +303,8 @@ impl Store for SqliteStore {
                (SELECT COUNT(*) FROM operations WHERE status = 'failed') AS failed, \
                (SELECT COUNT(*) FROM operations WHERE status = 'unknown') AS unknown, \
                (SELECT COUNT(*) FROM outbox WHERE state = 'dead') AS dead_letters, \
-               (SELECT COUNT(*) FROM attempts WHERE kind = 'call') AS attempts",
+               (SELECT COUNT(*) FROM attempts WHERE kind = 'call') AS attempts, \
+               (SELECT COUNT(*) FROM inbox_events) AS inbox_events",
         )
         .fetch_one(&self.reader)
         .await
@@ -316,6 +317,23 @@ impl Store for SqliteStore {
             unknown: n("unknown"),
             dead_letters: n("dead_letters"),
             attempts: n("attempts"),
+            inbox_events: n("inbox_events"),
         })
+    }
+
+    async fn receive(&self, event: NewEvent, now_ms: i64) -> Result<Received, StoreError> {
+        let inserted = sqlx::query(
+            "INSERT INTO inbox_events (integration, event_id, payload, headers, received_at_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (integration, event_id) DO NOTHING",
+        )
+        .bind(&event.integration)
+        .bind(&event.event_id)
+        .bind(&event.payload)
+        .bind(event.headers.to_string())
+        .bind(now_ms)
+        .execute(&self.writer)
+        .await
+        .context("storing a webhook event")?;
+        Ok(if inserted.rows_affected() == 1 { Received::New } else { Received::Duplicate })
     }
 }

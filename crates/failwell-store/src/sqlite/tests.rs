@@ -3,8 +3,8 @@ use serde_json::json;
 
 use super::*;
 use crate::{
-    AttemptKind, AttemptRecord, Completion, NewOperation, OperationStatus, Reconciled, Resolution, Store,
-    StoreError, Submitted, Transition,
+    AttemptKind, AttemptRecord, Completion, NewEvent, NewOperation, OperationStatus, Received, Reconciled,
+    Resolution, Store, StoreError, Submitted, Transition,
 };
 
 async fn store() -> (tempfile::TempDir, SqliteStore) {
@@ -285,4 +285,35 @@ async fn an_ambiguous_call_marks_the_key_group_until_it_changes() {
     let requeued = s.operation("a").await.unwrap().unwrap();
     assert!(requeued.effect_possible);
     assert_eq!((requeued.lookup_misses, requeued.key_first_sent_at_ms), (0, Some(0)));
+}
+
+#[tokio::test]
+async fn a_webhook_event_is_stored_once_however_often_it_comes() {
+    let (_d, s) = store().await;
+    let event = |payload: &[u8]| NewEvent {
+        integration: "stripe".into(),
+        event_id: "evt_1".into(),
+        payload: payload.to_vec(),
+        headers: json!({"stripe-signature": "t=1,v1=00"}),
+    };
+    let body = "{\"amount\": 12345678901234567890, \"note\": \"caf\u{e9} \u{1f600}\"}".as_bytes();
+    assert_eq!(s.receive(event(body), 10).await.unwrap(), Received::New);
+    assert_eq!(s.receive(event(b"a later, different delivery"), 20).await.unwrap(), Received::Duplicate);
+    let concurrent: Vec<_> = (0..16)
+        .map(|_| {
+            let (s, e) = (s.clone(), event(body));
+            tokio::spawn(async move { s.receive(e, 30).await })
+        })
+        .collect();
+    for r in concurrent {
+        assert_eq!(r.await.unwrap().unwrap(), Received::Duplicate);
+    }
+    assert_eq!(s.counts().await.unwrap().inbox_events, 1);
+    let stored: Vec<u8> = sqlx::query_scalar("SELECT payload FROM inbox_events WHERE event_id = 'evt_1'")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(stored, body, "stored byte for byte, the first delivery's");
+    let rewrite = sqlx::query("UPDATE inbox_events SET payload = x'00'").execute(s.pool()).await;
+    assert!(rewrite.is_err(), "received events are append-only");
 }

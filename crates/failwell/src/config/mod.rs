@@ -74,11 +74,13 @@ pub struct Config {
     pub reconciler: ReconcilerConfig,
     /// Provider clients by name.
     pub providers: Arc<Providers>,
+    /// Webhook sources by integration name.
+    pub webhooks: Arc<crate::inbox::Webhooks>,
 }
 
 /// The top-level keys: only `FAILWELL_*` variables naming one of these are
 /// configuration (so `FAILWELL_LOG` and the like are left alone).
-const TOP_LEVEL_KEYS: [&str; 8] = [
+const TOP_LEVEL_KEYS: [&str; 9] = [
     "database_url",
     "sqlite_synchronous",
     "listen",
@@ -87,6 +89,7 @@ const TOP_LEVEL_KEYS: [&str; 8] = [
     "relay",
     "reconciler",
     "providers",
+    "webhooks",
 ];
 
 /// The HTTP API's bulkhead and request deadline (`[api]`).

@@ -20,6 +20,37 @@ pub(super) struct RawConfig {
     pub(super) reconciler: RawReconciler,
     #[serde(default)]
     pub(super) providers: BTreeMap<String, RawProvider>,
+    #[serde(default)]
+    pub(super) webhooks: BTreeMap<String, RawWebhook>,
+}
+
+/// `[webhooks.NAME]`: a webhook source.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWebhook {
+    pub(super) scheme: String,
+    pub(super) secrets: Vec<String>,
+    #[serde(default = "d_tolerance")]
+    pub(super) tolerance_s: u64,
+    #[serde(default = "d_id_pointer")]
+    pub(super) event_id_pointer: String,
+    #[serde(default = "d_webhook_body")]
+    pub(super) max_body_bytes: usize,
+    /// For `scheme = "hmac"`.
+    pub(super) header: Option<String>,
+    /// For `scheme = "hmac"`: `hex` (default) or `base64`.
+    pub(super) encoding: Option<String>,
+    /// For `scheme = "hmac"`.
+    pub(super) prefix: Option<String>,
+    /// For `scheme = "hmac"`: a header with the provider's event id.
+    pub(super) event_id_header: Option<String>,
+}
+
+fn d_tolerance() -> u64 {
+    300
+}
+fn d_webhook_body() -> usize {
+    1 << 20
 }
 
 #[derive(Debug, Deserialize)]

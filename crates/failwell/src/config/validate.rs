@@ -14,7 +14,7 @@ use failwell_policy::{
 };
 use failwell_store::Synchronous;
 
-use super::raw::{RawBreaker, RawBulkhead, RawConfig, RawProvider, RawRetryBudget};
+use super::raw::{RawBreaker, RawBulkhead, RawConfig, RawProvider, RawRetryBudget, RawWebhook};
 use super::{ApiLimits, Checker, Config, ConfigError, MAX_CONCURRENCY};
 
 pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, ConfigError> {
@@ -95,6 +95,12 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
         relay,
         reconciler,
         providers: Arc::new(providers),
+        webhooks: Arc::new(
+            raw.webhooks
+                .into_iter()
+                .map(|(name, w)| Ok((name.clone(), webhook(c, &name, w)?)))
+                .collect::<Result<_, ConfigError>>()?,
+        ),
     })
 }
 
@@ -324,4 +330,68 @@ fn retry_budget(c: &Checker<'_>, name: &str, b: &RawRetryBudget) -> Result<Retry
         c.invalid(key(field), e.to_string())
     })?;
     Ok(config)
+}
+
+fn webhook(c: &Checker<'_>, name: &str, w: RawWebhook) -> Result<crate::inbox::WebhookSource, ConfigError> {
+    use failwell_webhook::{Encoding, Scheme, Verifier};
+    let key = |k: &str| format!("webhooks.{name}.{k}");
+    let hmac_only = [
+        ("header", &w.header),
+        ("encoding", &w.encoding),
+        ("prefix", &w.prefix),
+        ("event_id_header", &w.event_id_header),
+    ];
+    if w.scheme != "hmac"
+        && let Some((k, _)) = hmac_only.iter().find(|(_, v)| v.is_some())
+    {
+        return Err(c.invalid(key(k), "only applies to scheme = \"hmac\""));
+    }
+    let scheme = match w.scheme.as_str() {
+        "stripe" => Scheme::Stripe,
+        "standard_webhooks" => Scheme::StandardWebhooks,
+        "github" => Scheme::GitHub,
+        "shopify" => Scheme::Shopify,
+        "hmac" => {
+            let header = w
+                .header
+                .ok_or_else(|| c.invalid(key("header"), "scheme = \"hmac\" needs the signature header"))?;
+            if http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                return Err(c.invalid(key("header"), format!("{header:?} is not a valid header name")));
+            }
+            let encoding = match w.encoding.as_deref().unwrap_or("hex") {
+                "hex" => Encoding::Hex,
+                "base64" => Encoding::Base64,
+                other => {
+                    return Err(
+                        c.invalid(key("encoding"), format!("{other:?}: expected \"hex\" or \"base64\""))
+                    );
+                }
+            };
+            Scheme::Hmac {
+                header: header.to_ascii_lowercase(),
+                encoding,
+                prefix: w.prefix,
+                event_id_header: w.event_id_header.map(|h| h.to_ascii_lowercase()),
+            }
+        }
+        other => {
+            return Err(c.invalid(
+                key("scheme"),
+                format!(
+                    "{other:?}: expected \"stripe\", \"standard_webhooks\", \"github\", \"shopify\" or \"hmac\""
+                ),
+            ));
+        }
+    };
+    let tolerance = (w.tolerance_s > 0).then(|| std::time::Duration::from_secs(w.tolerance_s));
+    let verifier =
+        Verifier::new(scheme, &w.secrets, tolerance).map_err(|e| c.invalid(key("secrets"), e.to_string()))?;
+    if w.max_body_bytes == 0 || w.max_body_bytes > 64 << 20 {
+        return Err(c.invalid(key("max_body_bytes"), "must be between 1 and 67108864"));
+    }
+    Ok(crate::inbox::WebhookSource {
+        verifier,
+        event_id_pointer: c.pointer(&key("event_id_pointer"), &w.event_id_pointer)?,
+        max_body_bytes: w.max_body_bytes,
+    })
 }

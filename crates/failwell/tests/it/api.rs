@@ -211,6 +211,7 @@ async fn api_with(
         store,
         providers: std::sync::Arc::new(failwell_engine::Providers::new()),
         wake: std::sync::Arc::default(),
+        webhooks: std::sync::Arc::default(),
     });
     (dir, failwell::api::router(state, 65_536, bulkhead, timeout))
 }

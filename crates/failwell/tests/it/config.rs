@@ -315,3 +315,33 @@ fn breaker_conflicts_name_the_key_that_was_set() {
         &["{file}: key `providers.payments.breaker.max_open_ms`: must not be below the first open period"],
     );
 }
+
+#[test]
+fn webhook_sources_are_checked() {
+    let with = |section: &'static str| move |t: String| t + "\n" + section;
+    refused(
+        with("[webhooks.pp]\nscheme = \"paypal\"\nsecrets = [\"s\"]\n"),
+        &[],
+        &["{file}: key `webhooks.pp.scheme`: \"paypal\": expected \"stripe\""],
+    );
+    refused(
+        with("[webhooks.gh]\nscheme = \"github\"\nsecrets = []\n"),
+        &[],
+        &["{file}: key `webhooks.gh.secrets`: at least one secret is needed"],
+    );
+    refused(
+        with("[webhooks.gh]\nscheme = \"github\"\nsecrets = [\"s\"]\nprefix = \"sha256=\"\n"),
+        &[],
+        &["{file}: key `webhooks.gh.prefix`: only applies to scheme = \"hmac\""],
+    );
+    refused(
+        with("[webhooks.sw]\nscheme = \"standard_webhooks\"\nsecrets = [\"whsec_!!\"]\n"),
+        &[],
+        &["{file}: key `webhooks.sw.secrets`: secret 0 is not base64"],
+    );
+    refused(
+        with("[webhooks.h]\nscheme = \"hmac\"\nsecrets = [\"s\"]\n"),
+        &[],
+        &["key `webhooks.h.header`: scheme = \"hmac\" needs the signature header"],
+    );
+}

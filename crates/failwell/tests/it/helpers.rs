@@ -71,10 +71,17 @@ impl Gateway {
     /// Writes a config for `sim_url` (with `extra` provider lines) and starts
     /// the binary; returns when `/healthz` answers.
     pub async fn start(sim_url: &str, extra: &str) -> Gateway {
+        Self::start_with(sim_url, extra, "").await
+    }
+
+    /// Like [`start`](Self::start), with `tail` appended to the config
+    /// (further top-level sections, e.g. `[webhooks.NAME]`).
+    pub async fn start_with(sim_url: &str, extra: &str, tail: &str) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let config = dir.path().join("failwell.toml");
-        std::fs::write(&config, config_text(sim_url, &dir.path().join("failwell.db"), port, extra)).unwrap();
+        let text = config_text(sim_url, &dir.path().join("failwell.db"), port, extra) + "\n" + tail;
+        std::fs::write(&config, text).unwrap();
         let mut gateway = Gateway {
             child: None,
             base: format!("http://127.0.0.1:{port}"),
