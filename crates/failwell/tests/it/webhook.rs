@@ -206,3 +206,125 @@ max_body_bytes = 1024
         assert_eq!((ok["event_id"].as_str(), ok["received"].as_str()), (Some("evt_1"), Some("new")));
     }
 }
+
+mod conformance {
+    //! Deliveries signed by the providers' official libraries (npm `stripe`,
+    //! `standardwebhooks`, `@octokit/webhooks-methods`, pinned in
+    //! `conformance/package.json`, installed on first use): failwell accepts
+    //! them, and refuses them re-serialised, with a byte changed, with a
+    //! rotated-out secret, or with a stale or future timestamp.
+
+    use std::path::PathBuf;
+    use std::process::Command;
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use failwell::webhook::{SchemeName, VerifyArgs, verify};
+    use serde_json::Value;
+
+    /// Installs the signing libraries (once) and returns the directory.
+    fn signer() -> PathBuf {
+        static READY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+        READY
+            .get_or_init(|| {
+                let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("webhook-conformance");
+                std::fs::create_dir_all(&dir).unwrap();
+                let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/it/conformance");
+                for file in ["package.json", "sign.mjs"] {
+                    std::fs::copy(source.join(file), dir.join(file)).unwrap();
+                }
+                if !dir.join("node_modules/stripe").exists() {
+                    let status = Command::new("npm")
+                        .args(["install", "--no-audit", "--no-fund", "--silent"])
+                        .current_dir(&dir)
+                        .status()
+                        .expect("npm (Node.js) is needed to sign webhooks with the official libraries");
+                    assert!(status.success(), "npm install of the signing libraries failed");
+                }
+                dir
+            })
+            .clone()
+    }
+
+    fn cases(now: u64) -> Vec<Value> {
+        let dir = signer();
+        let out = Command::new("node").arg(dir.join("sign.mjs")).arg(now.to_string()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn check(case: &Value, secret: &str, body: &[u8], now: u64) -> Result<(), String> {
+        let scheme = match case["scheme"].as_str().unwrap() {
+            "stripe" => SchemeName::Stripe,
+            "standard-webhooks" => SchemeName::StandardWebhooks,
+            _ => SchemeName::Github,
+        };
+        let headers = case["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| format!("{}: {}", h[0].as_str().unwrap(), h[1].as_str().unwrap()))
+            .collect();
+        let args = VerifyArgs {
+            scheme,
+            secrets: vec![secret.to_owned()],
+            headers,
+            tolerance: "300s".into(),
+            hmac_header: "x-signature".into(),
+            hmac_encoding: "hex".into(),
+            hmac_prefix: None,
+        };
+        verify(&args, body, UNIX_EPOCH + std::time::Duration::from_secs(now))
+            .unwrap()
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn official_libraries_signatures_verify_and_every_alteration_is_refused() {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+        let cases = cases(now);
+        assert_eq!(cases.len(), 14);
+        for case in &cases {
+            let secret = case["secret"].as_str().unwrap();
+            let body = case["body"].as_str().unwrap().as_bytes();
+            let what = format!("{} {} {}", case["scheme"], case["label"], case["body"]);
+            match case["label"].as_str().unwrap() {
+                "stale" => assert!(
+                    check(case, secret, body, now).unwrap_err().starts_with("stale timestamp"),
+                    "{what}"
+                ),
+                "future" => {
+                    assert!(
+                        check(case, secret, body, now).unwrap_err().starts_with("future timestamp"),
+                        "{what}"
+                    )
+                }
+                _ => {
+                    assert_eq!(check(case, secret, body, now), Ok(()), "{what}");
+                    let mut changed = body.to_vec();
+                    changed[body.len() / 2] ^= 1;
+                    assert_eq!(
+                        check(case, secret, &changed, now).unwrap_err(),
+                        "no matching signature",
+                        "{what}"
+                    );
+                    let reserialised =
+                        serde_json::to_vec(&serde_json::from_slice::<Value>(body).unwrap()).unwrap();
+                    assert_ne!(reserialised, body, "the payloads are chosen to change when re-serialised");
+                    assert_eq!(
+                        check(case, secret, &reserialised, now).unwrap_err(),
+                        "no matching signature",
+                        "{what}"
+                    );
+                    let rotated_out =
+                        if case["scheme"] == "standard-webhooks" { "whsec_dGVzdA==" } else { "whsec_old" };
+                    assert_eq!(
+                        check(case, rotated_out, body, now).unwrap_err(),
+                        "no matching signature",
+                        "{what}"
+                    );
+                }
+            }
+        }
+    }
+}
