@@ -19,7 +19,7 @@ use std::future::Future;
 pub use error::StoreError;
 pub use model::{
     AttemptKind, AttemptRecord, AttemptRow, Claimed, Completion, Counts, NewEvent, NewOperation, Operation,
-    OperationStatus, Received, Reconciled, Resolution, Submitted, Transition,
+    OperationStatus, Received, Reconciled, Resolution, StoredEvent, Submitted, Transition,
 };
 pub use sqlite::{Outbox, SqliteStore, Synchronous};
 
@@ -100,4 +100,12 @@ pub trait Store: Clone + Send + Sync + 'static {
         event: NewEvent,
         now_ms: i64,
     ) -> impl Future<Output = Result<Received, StoreError>> + Send;
+
+    /// Up to `limit` stored events with `seq` above `after`, in the order
+    /// they were first received.
+    fn events_after(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<StoredEvent>, StoreError>> + Send;
 }

@@ -371,6 +371,23 @@ pub struct NewEvent {
     pub headers: serde_json::Value,
 }
 
+/// A stored webhook event, as the feed hands it out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredEvent {
+    /// Its place in the order of first receipt (the feed's cursor).
+    pub seq: i64,
+    /// The integration it came for.
+    pub integration: String,
+    /// The provider's event id.
+    pub event_id: String,
+    /// The request body, byte for byte.
+    pub payload: Vec<u8>,
+    /// The headers kept with it (a JSON object).
+    pub headers: serde_json::Value,
+    /// When it was first received, ms since epoch.
+    pub received_at_ms: i64,
+}
+
 /// What storing a webhook event did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -68,6 +68,7 @@ pub fn router<S: Store>(
         .route("/v1/operations", post(submit::<S>))
         .route("/v1/operations/{key}", get(show::<S>))
         .route("/v1/providers", get(providers::<S>))
+        .route("/v1/events", get(crate::inbox::feed::<S>))
         .route(
             "/webhooks/{integration}",
             post(crate::inbox::receive::<S>).layer(DefaultBodyLimit::max(webhook_body_limit(&state))),

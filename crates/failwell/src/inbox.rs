@@ -132,3 +132,62 @@ fn signature_problem(e: &VerifyError) -> Problem {
     };
     Problem::new(status, slug, format!("{e}."))
 }
+
+/// The feed's query: `after` (a `seq`, default 0) and `limit` (1–1000,
+/// default 100).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FeedQuery {
+    #[serde(default)]
+    after: i64,
+    #[serde(default = "default_limit")]
+    limit: u32,
+}
+
+fn default_limit() -> u32 {
+    100
+}
+
+/// `GET /v1/events?after=CURSOR&limit=N`: stored events in the order they
+/// were first received, for applications that poll. Each carries its `seq`
+/// (pass the last one as `after` for the next page, also returned as
+/// `next`) and its body: `payload` when it is UTF-8 text (the exact bytes,
+/// as a JSON string), else `payload_base64`.
+pub(crate) async fn feed<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    query: Result<axum::extract::Query<FeedQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, Problem> {
+    let axum::extract::Query(query) = query
+        .map_err(|e| Problem::new(StatusCode::BAD_REQUEST, "invalid-query", format!("{}.", e.body_text())))?;
+    if !(1..=1000).contains(&query.limit) || query.after < 0 {
+        return Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-query",
+            "`limit` must be between 1 and 1000 and `after` at least 0.",
+        ));
+    }
+    let events = state.store.events_after(query.after, query.limit).await?;
+    let next = events.last().map_or(query.after, |e| e.seq);
+    let events: Vec<Value> = events
+        .into_iter()
+        .map(|e| {
+            let mut view = json!({
+                "seq": e.seq,
+                "integration": e.integration,
+                "event_id": e.event_id,
+                "received_at_ms": e.received_at_ms,
+                "headers": e.headers,
+            });
+            match String::from_utf8(e.payload) {
+                Ok(text) => view["payload"] = json!(text),
+                Err(bytes) => {
+                    use base64::Engine;
+                    view["payload_base64"] =
+                        json!(base64::engine::general_purpose::STANDARD.encode(bytes.into_bytes()));
+                }
+            }
+            view
+        })
+        .collect();
+    Ok(Json(json!({"events": events, "next": next})).into_response())
+}

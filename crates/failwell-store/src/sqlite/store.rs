@@ -12,7 +12,7 @@ use crate::Store;
 use crate::error::{Context, StoreError};
 use crate::model::{
     AttemptKind, AttemptRow, Claimed, Completion, Counts, NewEvent, NewOperation, Operation, OperationStatus,
-    Received, Reconciled, Resolution, Submitted,
+    Received, Reconciled, Resolution, StoredEvent, Submitted,
 };
 
 impl Store for SqliteStore {
@@ -335,5 +335,33 @@ impl Store for SqliteStore {
         .await
         .context("storing a webhook event")?;
         Ok(if inserted.rows_affected() == 1 { Received::New } else { Received::Duplicate })
+    }
+
+    async fn events_after(&self, after: i64, limit: u32) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, integration, event_id, payload, headers, received_at_ms FROM inbox_events \
+             WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+        )
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await
+        .context("reading the event feed")?;
+        rows.iter()
+            .map(|r| {
+                let headers: String = r.get("headers");
+                Ok(StoredEvent {
+                    seq: r.get("seq"),
+                    integration: r.get("integration"),
+                    event_id: r.get("event_id"),
+                    payload: r.get("payload"),
+                    headers: serde_json::from_str(&headers).map_err(|e| StoreError::Corrupt {
+                        what: "inbox event",
+                        detail: format!("headers are not JSON: {e}"),
+                    })?,
+                    received_at_ms: r.get("received_at_ms"),
+                })
+            })
+            .collect()
     }
 }

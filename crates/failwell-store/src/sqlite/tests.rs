@@ -316,4 +316,14 @@ async fn a_webhook_event_is_stored_once_however_often_it_comes() {
     assert_eq!(stored, body, "stored byte for byte, the first delivery's");
     let rewrite = sqlx::query("UPDATE inbox_events SET payload = x'00'").execute(s.pool()).await;
     assert!(rewrite.is_err(), "received events are append-only");
+    let second = NewEvent { event_id: "evt_2".into(), ..event(b"{}") };
+    assert_eq!(s.receive(second, 40).await.unwrap(), Received::New);
+    let feed = s.events_after(0, 10).await.unwrap();
+    let ids: Vec<_> = feed.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids, vec!["evt_1", "evt_2"], "in the order of first receipt, duplicates not repeated");
+    assert!(feed[0].seq < feed[1].seq);
+    assert_eq!(feed[0].payload, body);
+    assert_eq!(feed[0].headers["stripe-signature"], "t=1,v1=00");
+    assert_eq!(s.events_after(feed[0].seq, 10).await.unwrap()[0].event_id, "evt_2");
+    assert!(s.events_after(feed[1].seq, 10).await.unwrap().is_empty());
 }

@@ -143,6 +143,21 @@ max_body_bytes = 1024
         let again: Value = github(&gw, "d-1", body, Some(signature)).await.json().await.unwrap();
         assert_eq!(again["received"], "duplicate");
         assert_eq!(gw.counts().await["inbox_events"], 1);
+        let later = b"{\"action\":\"closed\"}";
+        let signature = format!("sha256={}", sign("It's a Secret to Everybody", &[later]));
+        assert_eq!(github(&gw, "d-2", later, Some(signature)).await.status(), 200);
+        // The pull feed: in the order of first receipt, bodies byte for byte.
+        let feed = |query: &str| gw.http.get(format!("{}/v1/events{query}", gw.base)).send();
+        let page: Value = feed("?limit=1").await.unwrap().json().await.unwrap();
+        assert_eq!(page["events"][0]["event_id"], "d-1");
+        assert_eq!(page["events"][0]["payload"].as_str().unwrap().as_bytes(), body);
+        assert_eq!(page["events"][0]["headers"]["x-github-delivery"], "d-1");
+        let next = page["next"].as_i64().unwrap();
+        let page: Value = feed(&format!("?after={next}")).await.unwrap().json().await.unwrap();
+        let ids: Vec<_> = page["events"].as_array().unwrap().iter().map(|e| e["event_id"].clone()).collect();
+        assert_eq!(ids, vec!["d-2"]);
+        assert_eq!(problem_type(feed("?limit=0").await.unwrap(), 400).await, "invalid-query");
+        assert_eq!(problem_type(feed("?after=abc").await.unwrap(), 400).await, "invalid-query");
     }
 
     #[tokio::test]
