@@ -91,15 +91,17 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Operation and message counts by state.
     fn counts(&self) -> impl Future<Output = Result<Counts, StoreError>> + Send;
 
-    /// Stores a verified webhook event under `(integration, event_id)`,
-    /// committed before this returns. A second delivery of the same event
-    /// writes nothing and returns [`Received::Duplicate`], also when it
-    /// races the first (the primary key decides, never "process anyway").
+    /// Stores verified webhook events, each under `(integration,
+    /// event_id)`, in one transaction committed before this returns (a
+    /// group commit for deliveries that arrive together). A further
+    /// delivery of a stored event, in this batch or later, writes nothing
+    /// and is [`Received::Duplicate`] (the unique key decides, never
+    /// "process anyway"). One result per event, in order.
     fn receive(
         &self,
-        event: NewEvent,
+        events: Vec<NewEvent>,
         now_ms: i64,
-    ) -> impl Future<Output = Result<Received, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Received>, StoreError>> + Send;
 
     /// Up to `limit` stored events with `seq` above `after`, in the order
     /// they were first received.

@@ -41,6 +41,8 @@ pub struct AppState<S> {
     pub wake: Arc<Notify>,
     /// Configured webhook sources.
     pub webhooks: Arc<crate::inbox::Webhooks>,
+    /// The group commit that stores webhook events.
+    pub ingest: crate::inbox::Ingest,
 }
 
 /// The API router: `POST /v1/operations`, `GET /v1/operations/{key}`,

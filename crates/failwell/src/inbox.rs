@@ -4,7 +4,9 @@
 //!
 //! A delivery is answered `200` only after its event is committed; a
 //! duplicate is answered `200` too and writes nothing; a store failure is a
-//! `503`, so the provider delivers again. Refused deliveries store nothing
+//! `503`, so the provider delivers again. Deliveries that arrive together
+//! are committed together ([`Ingest`], a group commit), so one fsync serves
+//! many of them. Refused deliveries store nothing
 //! and each refusal has its own problem type and metric label.
 
 use std::collections::BTreeMap;
@@ -37,6 +39,59 @@ pub struct WebhookSource {
 
 /// The configured webhook sources, by integration name.
 pub type Webhooks = BTreeMap<String, WebhookSource>;
+
+/// Deliveries waiting for the group commit, at most.
+const INGEST_QUEUE: usize = 4096;
+/// Events committed in one transaction, at most.
+const INGEST_BATCH: usize = 256;
+
+/// Group commit for webhook events: one writer task stores whatever
+/// deliveries arrived together in one transaction, and each delivery is
+/// answered once its transaction committed. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Ingest {
+    queue: tokio::sync::mpsc::Sender<(NewEvent, tokio::sync::oneshot::Sender<Option<Received>>)>,
+}
+
+impl Ingest {
+    /// Starts the writer task on `store`; it ends when every handle is dropped.
+    pub fn start<S: Store>(store: S) -> Self {
+        let (queue, mut waiting) = tokio::sync::mpsc::channel::<(
+            NewEvent,
+            tokio::sync::oneshot::Sender<Option<Received>>,
+        )>(INGEST_QUEUE);
+        tokio::spawn(async move {
+            let mut batch = Vec::with_capacity(INGEST_BATCH);
+            while waiting.recv_many(&mut batch, INGEST_BATCH).await > 0 {
+                let (events, replies): (Vec<_>, Vec<_>) = std::mem::take(&mut batch).into_iter().unzip();
+                let count = events.len();
+                match store.receive(events, failwell_engine::now_ms()).await {
+                    Ok(received) => {
+                        for (reply, r) in replies.into_iter().zip(received) {
+                            let _ = reply.send(Some(r));
+                        }
+                    }
+                    Err(e) => {
+                        // Nothing was committed: every delivery gets a 503
+                        // and the provider delivers again.
+                        tracing::error!(error = %e, count, "storing webhook events failed");
+                        for reply in replies {
+                            let _ = reply.send(None);
+                        }
+                    }
+                }
+            }
+        });
+        Self { queue }
+    }
+
+    /// Stores `event` in the next group commit; `None` when the store failed.
+    pub async fn store(&self, event: NewEvent) -> Option<Received> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.queue.send((event, reply)).await.ok()?;
+        answer.await.ok().flatten()
+    }
+}
 
 /// Headers kept with each event (when present): the signature headers of
 /// every scheme, the provider's ids, and the content type.
@@ -112,7 +167,13 @@ pub(crate) async fn receive<S: Store>(
         payload: body.to_vec(),
         headers: Value::Object(kept),
     };
-    let received = state.store.receive(event, failwell_engine::now_ms()).await?;
+    let Some(received) = state.ingest.store(event).await else {
+        return Err(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store-unavailable",
+            "The store is unavailable; deliver again.",
+        ));
+    };
     metrics::counter!(
         "failwell_webhook_received_total",
         "integration" => integration.clone(),

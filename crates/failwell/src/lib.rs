@@ -61,6 +61,7 @@ impl Server {
             providers: config.providers,
             wake: engine.waker(),
             webhooks: config.webhooks,
+            ingest: inbox::Ingest::start(store.clone()),
         });
         let bulkhead = Bulkhead::new("api", config.api.bulkhead).map_err(StartError::Limits)?;
         let app = api::router(state, config.max_body_bytes, bulkhead, config.api.request_timeout);

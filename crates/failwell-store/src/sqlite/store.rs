@@ -321,20 +321,26 @@ impl Store for SqliteStore {
         })
     }
 
-    async fn receive(&self, event: NewEvent, now_ms: i64) -> Result<Received, StoreError> {
-        let inserted = sqlx::query(
-            "INSERT INTO inbox_events (integration, event_id, payload, headers, received_at_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (integration, event_id) DO NOTHING",
-        )
-        .bind(&event.integration)
-        .bind(&event.event_id)
-        .bind(&event.payload)
-        .bind(event.headers.to_string())
-        .bind(now_ms)
-        .execute(&self.writer)
-        .await
-        .context("storing a webhook event")?;
-        Ok(if inserted.rows_affected() == 1 { Received::New } else { Received::Duplicate })
+    async fn receive(&self, events: Vec<NewEvent>, now_ms: i64) -> Result<Vec<Received>, StoreError> {
+        let mut tx = self.begin().await?;
+        let mut received = Vec::with_capacity(events.len());
+        for event in &events {
+            let inserted = sqlx::query(
+                "INSERT INTO inbox_events (integration, event_id, payload, headers, received_at_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (integration, event_id) DO NOTHING",
+            )
+            .bind(&event.integration)
+            .bind(&event.event_id)
+            .bind(&event.payload)
+            .bind(event.headers.to_string())
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await
+            .context("storing a webhook event")?;
+            received.push(if inserted.rows_affected() == 1 { Received::New } else { Received::Duplicate });
+        }
+        tx.commit().await.context("committing webhook events")?;
+        Ok(received)
     }
 
     async fn events_after(&self, after: i64, limit: u32) -> Result<Vec<StoredEvent>, StoreError> {

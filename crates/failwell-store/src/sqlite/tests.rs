@@ -297,16 +297,19 @@ async fn a_webhook_event_is_stored_once_however_often_it_comes() {
         headers: json!({"stripe-signature": "t=1,v1=00"}),
     };
     let body = "{\"amount\": 12345678901234567890, \"note\": \"caf\u{e9} \u{1f600}\"}".as_bytes();
-    assert_eq!(s.receive(event(body), 10).await.unwrap(), Received::New);
-    assert_eq!(s.receive(event(b"a later, different delivery"), 20).await.unwrap(), Received::Duplicate);
+    assert_eq!(s.receive(vec![event(body)], 10).await.unwrap(), vec![Received::New]);
+    assert_eq!(
+        s.receive(vec![event(b"a later, different delivery")], 20).await.unwrap(),
+        vec![Received::Duplicate]
+    );
     let concurrent: Vec<_> = (0..16)
         .map(|_| {
             let (s, e) = (s.clone(), event(body));
-            tokio::spawn(async move { s.receive(e, 30).await })
+            tokio::spawn(async move { s.receive(vec![e], 30).await })
         })
         .collect();
     for r in concurrent {
-        assert_eq!(r.await.unwrap().unwrap(), Received::Duplicate);
+        assert_eq!(r.await.unwrap().unwrap(), vec![Received::Duplicate]);
     }
     assert_eq!(s.counts().await.unwrap().inbox_events, 1);
     let stored: Vec<u8> = sqlx::query_scalar("SELECT payload FROM inbox_events WHERE event_id = 'evt_1'")
@@ -317,7 +320,12 @@ async fn a_webhook_event_is_stored_once_however_often_it_comes() {
     let rewrite = sqlx::query("UPDATE inbox_events SET payload = x'00'").execute(s.pool()).await;
     assert!(rewrite.is_err(), "received events are append-only");
     let second = NewEvent { event_id: "evt_2".into(), ..event(b"{}") };
-    assert_eq!(s.receive(second, 40).await.unwrap(), Received::New);
+    let batch = vec![second.clone(), second, event(body)];
+    assert_eq!(
+        s.receive(batch, 40).await.unwrap(),
+        vec![Received::New, Received::Duplicate, Received::Duplicate],
+        "within one batch too, the first delivery stores and the others are duplicates"
+    );
     let feed = s.events_after(0, 10).await.unwrap();
     let ids: Vec<_> = feed.iter().map(|e| e.event_id.as_str()).collect();
     assert_eq!(ids, vec!["evt_1", "evt_2"], "in the order of first receipt, duplicates not repeated");

@@ -208,6 +208,7 @@ async fn api_with(
     let url = format!("sqlite://{}", dir.path().join("api.db").display());
     let store = failwell_store::SqliteStore::open(&url, failwell_store::Synchronous::Normal).await.unwrap();
     let state = std::sync::Arc::new(failwell::api::AppState {
+        ingest: failwell::inbox::Ingest::start(store.clone()),
         store,
         providers: std::sync::Arc::new(failwell_engine::Providers::new()),
         wake: std::sync::Arc::default(),
