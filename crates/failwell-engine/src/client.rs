@@ -37,6 +37,7 @@ use failwell_policy::{
     RetryBudget, RetryBudgetConfigError, TransportFailure, parse_retry_after,
 };
 use failwell_store::Operation;
+use rand::Rng;
 use reqwest::header::RETRY_AFTER;
 use serde_json::Value;
 use tower::Service;
@@ -261,6 +262,23 @@ impl ProviderClient {
     pub async fn lookup(&self, reference: &str) -> Option<Result<CallResult, Rejected>> {
         self.sender.spec.lookup.as_ref()?;
         Some(self.through_policy(CallRequest::Lookup { reference: reference.to_owned() }).await)
+    }
+
+    /// How long a call or lookup the policy did not let out (open breaker,
+    /// full bulkhead) waits before it is tried again: until the breaker's
+    /// next probe (a second when it gives none: forced open, or every probe
+    /// slot taken), or the bulkhead's wait (at least 50 ms). The wait is
+    /// spread by up to its own length (at most a second more), so deferred
+    /// work does not all come due at once, and which of it carries the next
+    /// half-open probe is left to chance. `None` for a rejection that cut a
+    /// call short after it may have been sent.
+    pub fn wait_after(&self, rejected: &Rejected) -> Option<Duration> {
+        let wait = match rejected {
+            Rejected::BreakerOpen(open) => open.retry_in.unwrap_or(Duration::from_secs(1)),
+            Rejected::BulkheadFull(_) => self.spec().bulkhead.max_wait.max(Duration::from_millis(50)),
+            Rejected::DeadlineExceeded(_) | Rejected::TimedOut(_) => return None,
+        };
+        Some(wait + rand::rng().random_range(Duration::ZERO..=wait.min(Duration::from_secs(1))))
     }
 
     async fn through_policy(&self, request: CallRequest) -> Result<CallResult, Rejected> {

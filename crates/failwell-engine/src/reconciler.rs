@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use failwell_policy::{AfterNotFound, NotFound, Outcome, after_not_found, derive_key};
 use failwell_store::{AttemptKind, AttemptRecord, Operation, Reconciled, Resolution, Store};
-use rand::Rng;
 use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -113,13 +112,7 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
         // breaker lets a probe out, spread so the lookups do not all come
         // due at once.
         Some(Err(rejected)) => {
-            let wait = match &rejected {
-                failwell_policy::Rejected::BreakerOpen(open) => {
-                    open.retry_in.unwrap_or(Duration::from_secs(1))
-                }
-                _ => Duration::from_millis(100),
-            };
-            let wait = wait + rand::rng().random_range(Duration::ZERO..=wait.min(Duration::from_secs(1)));
+            let wait = client.wait_after(&rejected).unwrap_or(Duration::from_secs(1));
             tracing::debug!(operation = op.id, %rejected, "status lookup postponed");
             return Reconciled {
                 operation_id: op.id,

@@ -198,7 +198,7 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
     }
     let result = match client.call(operation, op, budget).await {
         Ok(result) => result,
-        Err(rejected) => match rejection_wait(client, &rejected) {
+        Err(rejected) => match client.wait_after(&rejected) {
             Some(wait) => {
                 // Nothing was sent: the retry goes back into the budget.
                 if retry {
@@ -218,30 +218,6 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
         client.guards().budget.deposit();
     }
     decide_after(client, &message, &result)
-}
-
-/// When the breaker gives no time for its next probe (forced open, or every
-/// probe slot taken), a deferred message is looked at again after this.
-const DEFER_WITHOUT_HINT: Duration = Duration::from_secs(1);
-/// The shortest deferral for a full bulkhead.
-const MIN_BULKHEAD_DEFER: Duration = Duration::from_millis(50);
-
-/// How long a call the provider's policy did not let out (open breaker,
-/// full bulkhead) waits before it is claimed again (DESIGN: an open breaker
-/// defers queued messages). `None` for a rejection that cut a call short
-/// after it may have been sent.
-///
-/// The wait is spread by up to its own length (at most a second more), so
-/// the deferred messages do not all come due at once, and which of them
-/// carries the next half-open probe is left to chance rather than falling
-/// on the same message every time.
-fn rejection_wait(client: &ProviderClient, rejected: &Rejected) -> Option<Duration> {
-    let wait = match rejected {
-        Rejected::BreakerOpen(open) => open.retry_in.unwrap_or(DEFER_WITHOUT_HINT),
-        Rejected::BulkheadFull(_) => client.spec().bulkhead.max_wait.max(MIN_BULKHEAD_DEFER),
-        Rejected::DeadlineExceeded(_) | Rejected::TimedOut(_) => return None,
-    };
-    Some(wait + rand::rng().random_range(Duration::ZERO..=wait.min(Duration::from_secs(1))))
 }
 
 /// Puts a message back for `wait` without spending its attempt or writing
