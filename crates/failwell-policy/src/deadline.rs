@@ -40,6 +40,14 @@ pub struct DeadlineExceeded {
     pub left: Duration,
 }
 
+impl DeadlineExceeded {
+    /// No time was left at all for `what` (a wait or an attempt that ran
+    /// into the deadline).
+    pub fn no_time_for(what: &'static str) -> Self {
+        Self { what, needed: Duration::ZERO, left: Duration::ZERO }
+    }
+}
+
 fn describe(e: &DeadlineExceeded) -> String {
     if e.needed.is_zero() {
         format!("no time left for {}", e.what)
@@ -97,6 +105,21 @@ impl Deadline {
     /// part of a call, such as building its future).
     pub fn sync_scope<R>(self, f: impl FnOnce() -> R) -> R {
         CURRENT.sync_scope(self, f)
+    }
+
+    /// Runs `future` to its end, or until `deadline` passes (no deadline:
+    /// to its end); `what` names the wait in the error.
+    pub async fn bound<F: Future>(
+        deadline: Option<Self>,
+        what: &'static str,
+        future: F,
+    ) -> Result<F::Output, DeadlineExceeded> {
+        match deadline {
+            Some(d) => {
+                tokio::time::timeout_at(d.at, future).await.map_err(|_| DeadlineExceeded::no_time_for(what))
+            }
+            None => Ok(future.await),
+        }
     }
 
     /// `Ok(time left)` when an attempt may start (some time is left), else

@@ -4,12 +4,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tower::{Layer, Service, ServiceExt};
 
 use super::{Local, Padded, Rejected};
-use crate::{Bulkhead, Deadline, DeadlineExceeded};
+use crate::{Bulkhead, Deadline};
 
 /// Holds a [`Bulkhead`] permit for the whole call; a call that gets none
 /// within the bulkhead's bounds fails with [`Rejected::BulkheadFull`].
@@ -101,30 +100,15 @@ where
         let service = self.inner.clone();
         let deadline = Deadline::current();
         BulkheadFuture::waiting(Box::pin(async move {
-            let wait = shared.wait();
-            let waited = match deadline {
-                Some(d) => tokio::time::timeout_at(d.instant(), wait).await.map_err(|_| {
-                    Rejected::DeadlineExceeded(DeadlineExceeded {
-                        what: "the wait for a bulkhead permit",
-                        needed: Duration::ZERO,
-                        left: Duration::ZERO,
-                    })
-                })?,
-                None => wait.await,
-            };
-            waited.map_err(Rejected::BulkheadFull)?;
+            Deadline::bound(deadline, "the wait for a bulkhead permit", shared.wait())
+                .await
+                .map_err(Rejected::DeadlineExceeded)?
+                .map_err(Rejected::BulkheadFull)?;
             let _held = Held(shared);
             let mut service = service;
-            let ready = match deadline {
-                Some(d) => tokio::time::timeout_at(d.instant(), service.ready()).await.map_err(|_| {
-                    Rejected::DeadlineExceeded(DeadlineExceeded {
-                        what: "the service to become ready",
-                        needed: Duration::ZERO,
-                        left: Duration::ZERO,
-                    })
-                })??,
-                None => service.ready().await?,
-            };
+            let ready = Deadline::bound(deadline, "the service to become ready", service.ready())
+                .await
+                .map_err(Rejected::DeadlineExceeded)??;
             if let Some(Err(e)) = deadline.map(|d| d.check_attempt()) {
                 return Err(Rejected::DeadlineExceeded(e).into());
             }

@@ -182,11 +182,7 @@ impl<B: BreakerStore> PolicyMiddleware<B> {
             let result = match bound {
                 Some((t, by_deadline)) => tokio::time::timeout(t, call).await.unwrap_or_else(|_| {
                     Err(rejected(if by_deadline {
-                        Rejected::DeadlineExceeded(DeadlineExceeded {
-                            what: "the attempt in flight",
-                            needed: Duration::ZERO,
-                            left: Duration::ZERO,
-                        })
+                        Rejected::DeadlineExceeded(DeadlineExceeded::no_time_for("the attempt in flight"))
                     } else {
                         Rejected::TimedOut(t)
                     }))
@@ -314,20 +310,14 @@ impl<B: BreakerStore> Middleware for PolicyMiddleware<B> {
             None => Deadline::current(),
         };
         let run = async {
-            let _held = match (&policy.bulkhead, deadline) {
-                (Some(bulkhead), Some(d)) => {
-                    let acquired =
-                        tokio::time::timeout_at(d.instant(), bulkhead.acquire()).await.map_err(|_| {
-                            rejected(Rejected::DeadlineExceeded(DeadlineExceeded {
-                                what: "the wait for a bulkhead permit",
-                                needed: Duration::ZERO,
-                                left: Duration::ZERO,
-                            }))
-                        })?;
-                    Some(acquired.map_err(|e| rejected(e.into()))?)
-                }
-                (Some(bulkhead), None) => Some(bulkhead.acquire().await.map_err(|e| rejected(e.into()))?),
-                (None, _) => None,
+            let _held = match &policy.bulkhead {
+                Some(bulkhead) => Some(
+                    Deadline::bound(deadline, "the wait for a bulkhead permit", bulkhead.acquire())
+                        .await
+                        .map_err(|e| rejected(e.into()))?
+                        .map_err(|e| rejected(e.into()))?,
+                ),
+                None => None,
             };
             let Some(breaker) = &policy.breaker else {
                 return self.attempts(request, extensions, next).await.0;

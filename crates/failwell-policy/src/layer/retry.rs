@@ -327,11 +327,9 @@ where
                             deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at.instant())));
                         std::task::ready!(timer.as_mut().poll(cx));
                         metrics::counter!("failwell_deadline_exceeded_total").increment(1);
-                        return Poll::Ready(Err(Rejected::DeadlineExceeded(DeadlineExceeded {
-                            what: "the service to become ready",
-                            needed: Duration::ZERO,
-                            left: Duration::ZERO,
-                        })
+                        return Poll::Ready(Err(Rejected::DeadlineExceeded(DeadlineExceeded::no_time_for(
+                            "the service to become ready",
+                        ))
                         .into()));
                     }
                     // Checked once the service is ready, right before the

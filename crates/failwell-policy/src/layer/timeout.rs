@@ -138,11 +138,7 @@ fn expire(expiry: Expiry) -> Rejected {
         Expiry::Deadline => {
             tracing::debug!("attempt ran into the deadline");
             metrics::counter!("failwell_deadline_exceeded_total").increment(1);
-            Rejected::DeadlineExceeded(DeadlineExceeded {
-                what: "the attempt in flight",
-                needed: Duration::ZERO,
-                left: Duration::ZERO,
-            })
+            Rejected::DeadlineExceeded(DeadlineExceeded::no_time_for("the attempt in flight"))
         }
     }
 }
