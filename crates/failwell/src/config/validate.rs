@@ -10,7 +10,7 @@ use failwell_engine::{
 };
 use failwell_policy::{
     Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, RetryBudgetConfig, RetryPolicy,
-    SlidingWindow, Timeouts,
+    SlidingWindow, Timeouts, TimeoutsError,
 };
 use failwell_store::Synchronous;
 
@@ -135,23 +135,30 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
         c.duration(&key("max_retry_after_ms"), p.max_retry_after_ms)?,
     )
     .map_err(|e| c.invalid(key("max_attempts"), e.to_string()))?;
-    let timeout = c.positive(&key("timeout_ms"), p.timeout_ms)?;
-    let within_timeout = |k: &str, value: Option<u64>| -> Result<std::time::Duration, ConfigError> {
-        let limit = c.positive(&key(k), value.unwrap_or(p.timeout_ms))?;
-        if limit > timeout {
-            return Err(c.invalid(
-                key(k),
-                format!(
-                    "must not exceed timeout_ms ({} ms > {} ms): the total per attempt already bounds it",
-                    limit.as_millis(),
-                    timeout.as_millis()
-                ),
-            ));
-        }
-        Ok(limit)
+    // The total first: the phases default to it.
+    let total = c.positive(&key("timeout_ms"), p.timeout_ms)?;
+    let timeouts = Timeouts {
+        connect: c.positive(&key("connect_timeout_ms"), p.connect_timeout_ms)?,
+        headers: c.positive(&key("headers_timeout_ms"), p.headers_timeout_ms.unwrap_or(p.timeout_ms))?,
+        body_idle: c
+            .positive(&key("body_idle_timeout_ms"), p.body_idle_timeout_ms.unwrap_or(p.timeout_ms))?,
+        total,
     };
-    let headers_timeout = within_timeout("headers_timeout_ms", p.headers_timeout_ms)?;
-    let body_idle_timeout = within_timeout("body_idle_timeout_ms", p.body_idle_timeout_ms)?;
+    // Zero timeouts were refused above, by key; what is left is a phase
+    // longer than the total.
+    timeouts.validate().map_err(|e| {
+        let phase = match &e {
+            TimeoutsError::LongerThanTotal { phase, .. } | TimeoutsError::Zero(phase) => *phase,
+        };
+        let message = match e {
+            TimeoutsError::LongerThanTotal { phase_ms, total_ms, .. } => format!(
+                "must not exceed timeout_ms ({phase_ms} ms > {total_ms} ms): the total per attempt already bounds it"
+            ),
+            TimeoutsError::Zero(_) => "must be greater than 0".into(),
+        };
+        let name = if phase == "total" { "timeout_ms".to_owned() } else { format!("{phase}_timeout_ms") };
+        c.invalid(key(&name), message)
+    })?;
     if p.idempotency_keys && reqwest::header::HeaderName::from_bytes(p.idempotency_header.as_bytes()).is_err()
     {
         return Err(c.invalid(
@@ -205,12 +212,7 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
     Ok(ProviderSpec {
         name: name.to_string(),
         base_url,
-        timeouts: Timeouts {
-            connect: c.positive(&key("connect_timeout_ms"), p.connect_timeout_ms)?,
-            headers: headers_timeout,
-            body_idle: body_idle_timeout,
-            total: timeout,
-        },
+        timeouts,
         breaker: breaker(c, name, &p.breaker)?,
         bulkhead: bulkhead(c, &format!("providers.{name}.bulkhead"), &p.bulkhead)?,
         retry_budget: retry_budget(c, name, &p.retry_budget)?,
