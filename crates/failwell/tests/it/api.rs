@@ -3,17 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{Gateway, simulator};
-
-async fn problem(r: reqwest::Response, status: u16, type_suffix: &str) -> Value {
-    assert_eq!(r.status().as_u16(), status);
-    assert_eq!(r.headers()["content-type"], "application/problem+json");
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["type"], format!("urn:failwell:problem:{type_suffix}"), "{body:#}");
-    assert_eq!(body["status"], status);
-    assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()));
-    body
-}
+use crate::helpers::{Gateway, problem, simulator};
 
 async fn nothing_written(gw: &Gateway) {
     let counts = gw.counts().await;

@@ -192,3 +192,15 @@ pub fn calls(op: &Value) -> Vec<Value> {
 pub fn lookups(op: &Value) -> Vec<Value> {
     op["history"].as_array().unwrap().iter().filter(|a| a["kind"] == "lookup").cloned().collect()
 }
+
+/// Checks an RFC 9457 problem answer: status, content type, `type`
+/// (`urn:failwell:problem:{type_suffix}`) and a detail; returns the body.
+pub async fn problem(r: reqwest::Response, status: u16, type_suffix: &str) -> Value {
+    assert_eq!(r.status().as_u16(), status);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["type"], format!("urn:failwell:problem:{type_suffix}"), "{body:#}");
+    assert_eq!(body["status"], status);
+    assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()));
+    body
+}

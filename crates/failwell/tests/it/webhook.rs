@@ -81,7 +81,7 @@ mod inbox {
     use serde_json::Value;
     use sha2::Sha256;
 
-    use crate::helpers::{Gateway, simulator};
+    use crate::helpers::{Gateway, problem, simulator};
 
     const SOURCES: &str = r#"
 [webhooks.gh]
@@ -123,13 +123,6 @@ max_body_bytes = 1024
         request.send().await.unwrap()
     }
 
-    async fn problem_type(r: reqwest::Response, status: u16) -> String {
-        assert_eq!(r.status().as_u16(), status);
-        assert_eq!(r.headers()["content-type"], "application/problem+json");
-        let body: Value = r.json().await.unwrap();
-        body["type"].as_str().unwrap().trim_start_matches("urn:failwell:problem:").to_owned()
-    }
-
     #[tokio::test]
     async fn an_event_is_stored_once_and_duplicates_are_absorbed() {
         let (_sim, gw) = gateway().await;
@@ -156,8 +149,8 @@ max_body_bytes = 1024
         let page: Value = feed(&format!("?after={next}")).await.unwrap().json().await.unwrap();
         let ids: Vec<_> = page["events"].as_array().unwrap().iter().map(|e| e["event_id"].clone()).collect();
         assert_eq!(ids, vec!["d-2"]);
-        assert_eq!(problem_type(feed("?limit=0").await.unwrap(), 400).await, "invalid-query");
-        assert_eq!(problem_type(feed("?after=abc").await.unwrap(), 400).await, "invalid-query");
+        problem(feed("?limit=0").await.unwrap(), 400, "invalid-query").await;
+        problem(feed("?after=abc").await.unwrap(), 400, "invalid-query").await;
     }
 
     #[tokio::test]
@@ -189,12 +182,9 @@ max_body_bytes = 1024
         let (_sim, gw) = gateway().await;
         let body = b"{}";
         let good = format!("sha256={}", sign("It's a Secret to Everybody", &[body]));
-        assert_eq!(problem_type(github(&gw, "x", body, None).await, 400).await, "missing-signature-header");
-        assert_eq!(
-            problem_type(github(&gw, "x", body, Some("md5=00".into())).await, 400).await,
-            "malformed-signature-header"
-        );
-        assert_eq!(problem_type(github(&gw, "x", b"{ }", Some(good)).await, 401).await, "invalid-signature");
+        problem(github(&gw, "x", body, None).await, 400, "missing-signature-header").await;
+        problem(github(&gw, "x", body, Some("md5=00".into())).await, 400, "malformed-signature-header").await;
+        problem(github(&gw, "x", b"{ }", Some(good)).await, 401, "invalid-signature").await;
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
         let stripe = |t: u64, body: &'static [u8]| {
             let signature =
@@ -206,15 +196,12 @@ max_body_bytes = 1024
                 .send()
         };
         let event = b"{\"id\":\"evt_1\",\"type\":\"charge.succeeded\"}";
-        assert_eq!(problem_type(stripe(now - 600, event).await.unwrap(), 401).await, "stale-timestamp");
-        assert_eq!(problem_type(stripe(now + 600, event).await.unwrap(), 401).await, "future-timestamp");
-        assert_eq!(problem_type(stripe(now, &[b' '; 2000]).await.unwrap(), 413).await, "body-too-large");
-        assert_eq!(
-            problem_type(stripe(now, b"{\"no\":\"id\"}").await.unwrap(), 400).await,
-            "missing-event-id"
-        );
+        problem(stripe(now - 600, event).await.unwrap(), 401, "stale-timestamp").await;
+        problem(stripe(now + 600, event).await.unwrap(), 401, "future-timestamp").await;
+        problem(stripe(now, &[b' '; 2000]).await.unwrap(), 413, "body-too-large").await;
+        problem(stripe(now, b"{\"no\":\"id\"}").await.unwrap(), 400, "missing-event-id").await;
         let unknown = gw.http.post(format!("{}/webhooks/nope", gw.base)).body("{}").send().await.unwrap();
-        assert_eq!(problem_type(unknown, 404).await, "unknown-integration");
+        problem(unknown, 404, "unknown-integration").await;
         assert_eq!(gw.counts().await["inbox_events"], 0);
         // The Stripe event id comes from the body; a rotated-in secret verifies.
         let ok: Value = stripe(now, event).await.unwrap().json().await.unwrap();
