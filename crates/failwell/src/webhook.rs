@@ -12,7 +12,9 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 pub enum SchemeName {
     /// `Stripe-Signature`.
     Stripe,
-    /// `webhook-id`, `webhook-timestamp`, `webhook-signature`.
+    /// `webhook-id`, `webhook-timestamp`, `webhook-signature` (spelled as
+    /// in the config; `standard-webhooks` is accepted too).
+    #[value(name = "standard_webhooks", alias = "standard-webhooks")]
     StandardWebhooks,
     /// `X-Hub-Signature-256`.
     Github,
@@ -90,10 +92,12 @@ pub fn verify(
 
 /// `300s`, `5m`, `1h`, `300` (seconds), or `0` (no check).
 fn parse_tolerance(text: &str) -> anyhow::Result<Option<Duration>> {
+    let trimmed = text.trim();
     let (digits, unit) =
-        text.trim().split_at(text.trim().find(|c: char| !c.is_ascii_digit()).unwrap_or(text.trim().len()));
-    let value: u64 =
-        digits.parse().with_context(|| format!("--tolerance {text:?}: expected e.g. 300s, 5m or 0"))?;
+        trimmed.split_at(trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len()));
+    let Ok(value) = digits.parse::<u64>() else {
+        bail!("--tolerance {text:?}: expected a whole number with an optional unit, e.g. 300s, 5m or 0");
+    };
     let seconds = match unit {
         "" | "s" => value,
         "m" => value.saturating_mul(60),

@@ -24,7 +24,7 @@ fn verify(args: &[&str], body: &[u8]) -> (i32, String) {
 
 const STANDARD: [&str; 10] = [
     "--scheme",
-    "standard-webhooks",
+    "standard_webhooks",
     "--secret",
     "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
     "--header",
@@ -69,9 +69,9 @@ fn usage_errors_exit_2() {
     let (code, out) = verify(&["--scheme", "github", "--secret", "s", "--header", "no colon"], b"");
     assert_eq!(code, 2);
     assert!(out.contains("expected 'Name: value'"), "{out}");
-    let (code, out) = verify(&["--scheme", "github", "--secret", "s", "--tolerance", "5 days"], b"");
+    let (code, out) = verify(&["--scheme", "github", "--secret", "s", "--tolerance", "abc"], b"");
     assert_eq!(code, 2);
-    assert!(out.contains("--tolerance"), "{out}");
+    assert!(out.contains("--tolerance \"abc\": expected a whole number"), "{out}");
 }
 
 mod inbox {
