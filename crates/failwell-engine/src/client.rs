@@ -102,6 +102,20 @@ impl CallResult {
         }
     }
 
+    /// A call the policy cut short after it may have been sent (its
+    /// deadline or timeout): reads as a timeout after sending.
+    pub fn cut_short(rejected: &Rejected) -> Self {
+        Self {
+            started_at_ms: crate::now_ms(),
+            duration: Duration::ZERO,
+            response: Err(TransportError {
+                failure: TransportFailure::AfterSend,
+                kind: "timeout",
+                message: rejected.to_string(),
+            }),
+        }
+    }
+
     /// A one-line description for history and logs, e.g. `HTTP 503
     /// (rate_limit)` or `timeout: operation timed out`.
     pub fn describe(&self, error_code_pointer: &str) -> String {
@@ -183,6 +197,16 @@ pub enum CallRequest {
         /// Our reference.
         reference: String,
     },
+    /// `POST` raw bytes with the given headers (a webhook event forwarded
+    /// to the application).
+    Deliver {
+        /// Path below the base URL.
+        path: String,
+        /// The request headers.
+        headers: reqwest::header::HeaderMap,
+        /// The body, sent byte for byte.
+        body: Vec<u8>,
+    },
 }
 
 impl ProviderClient {
@@ -262,6 +286,19 @@ impl ProviderClient {
     pub async fn lookup(&self, reference: &str) -> Option<Result<CallResult, Rejected>> {
         self.sender.spec.lookup.as_ref()?;
         Some(self.through_policy(CallRequest::Lookup { reference: reference.to_owned() }).await)
+    }
+
+    /// `POST`s `body` byte for byte with `headers` to `path` below the base
+    /// URL, through the same bulkhead and breaker and under the same limits
+    /// as a call (the whole `timeout` as total). Errors like
+    /// [`call`](Self::call).
+    pub async fn deliver(
+        &self,
+        path: &str,
+        headers: reqwest::header::HeaderMap,
+        body: Vec<u8>,
+    ) -> Result<CallResult, Rejected> {
+        self.through_policy(CallRequest::Deliver { path: path.to_owned(), headers, body }).await
     }
 
     /// How long a call or lookup the policy did not let out (open breaker,
@@ -351,6 +388,7 @@ impl Service<CallRequest> for Sender {
                     Some(result) => result,
                     None => failed_before_send("the provider has no status lookup".into()),
                 },
+                CallRequest::Deliver { path, headers, body } => sender.deliver(&path, headers, body).await,
             })
         })
     }
@@ -382,6 +420,16 @@ impl Sender {
         };
         let request = self.http.get(url).query(&[(lookup.query_param.as_str(), reference)]);
         Some(self.execute(request, self.spec.timeouts.total).await)
+    }
+
+    async fn deliver(&self, path: &str, headers: reqwest::header::HeaderMap, body: Vec<u8>) -> CallResult {
+        match self.spec.base_url.join(path) {
+            Ok(url) => {
+                let request = self.http.post(url).headers(headers).body(body);
+                self.execute(request, self.spec.timeouts.total).await
+            }
+            Err(e) => failed_before_send(format!("invalid URL: {e}")),
+        }
     }
 
     /// Sends `request` and reads the whole answer within `total`, under the

@@ -2,15 +2,18 @@
 //!
 //! The [`relay`] claims outbox messages and calls providers through a
 //! [`client::ProviderClient`]; the [`reconciler`] resolves operations whose
-//! outcome is unknown by asking the provider. Both are generic over
+//! outcome is unknown by asking the provider; the [`forwarder`] delivers
+//! received webhook events to the application. Both are generic over
 //! [`failwell_store::Store`] and take every decision from
 //! `failwell-policy`: this crate holds no retry or classification rule of its
 //! own, and it knows no SQL and no HTTP server.
 
 pub mod client;
+pub mod forwarder;
 #[cfg(test)]
 mod fixtures;
 pub mod provider;
+mod pump;
 pub mod reconciler;
 pub mod relay;
 
@@ -18,9 +21,11 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use client::{CallRequest, CallResult, ClientError, Guards, ProviderClient};
+pub use forwarder::{ForwardTarget, ForwardTargets, Forwarder};
 pub use provider::{Encoding, LookupSpec, OperationSpec, ProviderSpec, Providers};
 pub use reconciler::{Reconciler, ReconcilerConfig};
-pub use relay::{Relay, RelayConfig};
+pub use pump::RelayConfig;
+pub use relay::Relay;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -30,29 +35,36 @@ pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// The running relay and reconciler of one failwell process.
+/// The running relay, reconciler and forwarder of one failwell process.
 #[derive(Debug)]
 pub struct Engine {
     wake: Arc<Notify>,
+    forward: Arc<Notify>,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl Engine {
-    /// Starts the relay and the reconciler on `store` for `providers`.
+    /// Starts the relay and the reconciler on `store` for `providers`, and
+    /// the forwarder for `forwards` (with the relay's settings).
     pub fn start<S: failwell_store::Store>(
         store: S,
         providers: Arc<Providers>,
+        forwards: Arc<ForwardTargets>,
         relay: RelayConfig,
         reconciler: ReconcilerConfig,
     ) -> Self {
-        let wake = Arc::new(Notify::new());
+        let (wake, forward) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
         let shutdown = CancellationToken::new();
+        let forwarder = Forwarder::new(store.clone(), forwards, relay.clone(), forward.clone());
         let relay = Relay::new(store.clone(), providers.clone(), relay, wake.clone());
         let reconciler = Reconciler::new(store, providers, reconciler);
-        let tasks =
-            vec![tokio::spawn(relay.run(shutdown.clone())), tokio::spawn(reconciler.run(shutdown.clone()))];
-        Self { wake, shutdown, tasks }
+        let tasks = vec![
+            tokio::spawn(relay.run(shutdown.clone())),
+            tokio::spawn(reconciler.run(shutdown.clone())),
+            tokio::spawn(forwarder.run(shutdown.clone())),
+        ];
+        Self { wake, forward, shutdown, tasks }
     }
 
     /// Tells the relay that new messages are waiting (it also polls).
@@ -65,8 +77,14 @@ impl Engine {
         self.wake.clone()
     }
 
+    /// A handle for waking the forwarder when events were stored (it also
+    /// polls).
+    pub fn forward_waker(&self) -> Arc<Notify> {
+        self.forward.clone()
+    }
+
     /// Stops claiming, lets attempts in flight finish and record their
-    /// results, and returns when both loops have ended.
+    /// results, and returns when all three loops have ended.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
         for task in self.tasks {

@@ -8,40 +8,27 @@
 //! the single retry owner for queued work: it never retries inside an
 //! attempt.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use failwell_policy::{
-    Admission, Attempted, Classification, Decision, Due, Outcome, Rejected, TransportFailure, admit, decide,
+    Admission, Attempted, Classification, Decision, Due, Outcome, Rejected, admit, decide,
 };
-use failwell_store::{AttemptKind, AttemptRecord, Claimed, Completion, Store, Transition};
+use failwell_store::{AttemptKind, AttemptRecord, Claimed, Completion, Store, StoreError, Transition};
 use rand::Rng;
-use tokio::sync::{Notify, Semaphore, mpsc};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{CallResult, TransportError};
+use crate::client::CallResult;
+use crate::pump::{Queue, RelayConfig, pump};
 use crate::provider::Providers;
 use crate::{ProviderClient, now_ms};
-
-/// Relay settings.
-#[derive(Clone, Debug)]
-pub struct RelayConfig {
-    /// Attempts in flight at once, across providers.
-    pub concurrency: usize,
-    /// Messages claimed per query.
-    pub batch_size: u32,
-    /// How often to look for due messages when not woken.
-    pub poll_interval: Duration,
-    /// How long a claim is exclusive; a crashed worker's messages are taken
-    /// over after it. Must exceed the longest provider timeout.
-    pub lease: Duration,
-}
 
 /// The outbox relay (see the module docs).
 #[derive(Debug)]
 pub struct Relay<S> {
-    store: S,
-    providers: Arc<Providers>,
+    outbox: Arc<OutboxQueue<S>>,
     config: RelayConfig,
     wake: Arc<Notify>,
 }
@@ -49,84 +36,47 @@ pub struct Relay<S> {
 impl<S: Store> Relay<S> {
     /// A relay over `store`, woken early through `wake`.
     pub fn new(store: S, providers: Arc<Providers>, config: RelayConfig, wake: Arc<Notify>) -> Self {
-        Self { store, providers, config, wake }
+        Self { outbox: Arc::new(OutboxQueue { store, providers }), config, wake }
     }
 
     /// Runs until `shutdown` is cancelled, then waits for the attempts in
     /// flight and their records.
     pub async fn run(self, shutdown: CancellationToken) {
-        let permits = Arc::new(Semaphore::new(self.config.concurrency));
-        let (done_tx, done_rx) = mpsc::channel(self.config.concurrency * 2);
-        let writer = tokio::spawn(write_results(self.store.clone(), done_rx));
-        // Under load, claim in batches of at least a quarter of the limit
-        // rather than one message per freed slot: every claim is a write
-        // transaction.
-        let min_claim = (self.config.batch_size as usize).min(self.config.concurrency).div_ceil(4).max(1);
-        while !shutdown.is_cancelled() {
-            let want = (permits.available_permits() as u32).min(self.config.batch_size);
-            let claimed = if want == 0 {
-                Vec::new()
-            } else {
-                let lease_ms = self.config.lease.as_millis() as u64;
-                self.store.claim(now_ms(), want, lease_ms).await.unwrap_or_else(|e| {
-                    tracing::error!(error = %e, "claiming outbox messages failed");
-                    Vec::new()
-                })
-            };
-            // All that was asked for came: more may be due right away.
-            let more_due = want > 0 && claimed.len() as u32 == want;
-            for message in claimed {
-                let Ok(permit) = permits.clone().acquire_owned().await else {
-                    break;
-                };
-                let providers = self.providers.clone();
-                let done = done_tx.clone();
-                tokio::spawn(async move {
-                    let completion = attempt(&providers, message).await;
-                    let _ = done.send(completion).await;
-                    drop(permit);
-                });
-            }
-            let saturated = permits.available_permits() < min_claim;
-            if more_due && !saturated {
-                continue;
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                _ = self.wake.notified(), if !saturated => {}
-                _ = tokio::time::sleep(self.config.poll_interval), if !more_due => {}
-                _ = permits.acquire_many(min_claim as u32), if saturated => {}
-            }
-        }
-        // Wait for attempts in flight, then let the writer drain.
-        let _ = permits.acquire_many(self.config.concurrency as u32).await;
-        drop(done_tx);
-        if let Err(e) = writer.await {
-            tracing::error!(error = %e, "relay result writer ended abnormally");
-        }
+        pump(self.outbox, self.config, self.wake, shutdown).await;
     }
 }
 
-/// Records completions in batches of whatever has arrived.
-async fn write_results<S: Store>(store: S, mut done: mpsc::Receiver<Completion>) {
-    let mut batch = Vec::new();
-    while done.recv_many(&mut batch, 256).await > 0 {
-        let results = std::mem::take(&mut batch);
-        let count = results.len();
-        match store.complete(results, now_ms()).await {
-            Ok(applied) => {
-                let lost = applied.iter().filter(|a| !**a).count();
-                if lost > 0 {
-                    tracing::warn!(
-                        lost,
-                        "results arrived after their lease was taken over; history kept, state untouched"
-                    );
-                }
-            }
-            // The messages stay leased; after the lease they are claimed again
-            // as interrupted and retried under the same idempotency key.
-            Err(e) => tracing::error!(error = %e, count, "recording attempt results failed"),
-        }
+/// The outbox as the pump's queue.
+#[derive(Debug)]
+struct OutboxQueue<S> {
+    store: S,
+    providers: Arc<Providers>,
+}
+
+impl<S: Store> Queue for OutboxQueue<S> {
+    type Item = Claimed;
+    type Done = Completion;
+    const WHAT: &'static str = "outbox messages";
+
+    fn claim(
+        &self,
+        now_ms: i64,
+        limit: u32,
+        lease_ms: u64,
+    ) -> impl Future<Output = Result<Vec<Claimed>, StoreError>> + Send {
+        self.store.claim(now_ms, limit, lease_ms)
+    }
+
+    async fn work(self: Arc<Self>, message: Claimed) -> Completion {
+        attempt(&self.providers, message).await
+    }
+
+    fn record(
+        &self,
+        done: Vec<Completion>,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send {
+        self.store.complete(done, now_ms)
     }
 }
 
@@ -211,7 +161,7 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
                 };
                 return deferred(&message, wait, kind, format!("deferred: {rejected}"));
             }
-            None => cut_short(&rejected),
+            None => CallResult::cut_short(&rejected),
         },
     };
     if !retry {
@@ -237,20 +187,6 @@ fn deferred(message: &Claimed, wait: Duration, kind: &'static str, reason: Strin
         operation_id: message.operation.id,
         attempt: None,
         transition: Transition::Defer { available_at_ms: now_ms() + wait.as_millis() as i64, reason },
-    }
-}
-
-/// A call the policy cut short after it may have been sent reads as a
-/// timeout after sending.
-fn cut_short(rejected: &Rejected) -> CallResult {
-    CallResult {
-        started_at_ms: now_ms(),
-        duration: Duration::ZERO,
-        response: Err(TransportError {
-            failure: TransportFailure::AfterSend,
-            kind: "timeout",
-            message: rejected.to_string(),
-        }),
     }
 }
 

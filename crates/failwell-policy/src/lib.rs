@@ -5,8 +5,10 @@
 //! how a failed attempt is classified ([`classify`]), how long to wait before
 //! the next one ([`backoff`], [`retry_after`]), which idempotency key an
 //! intent carries ([`idempotency`]) and what to do after an attempt of
-//! queued work ([`decision`]). They do no I/O and read no clock: callers pass
-//! `now` and randomness in, so every rule is tested as a plain table.
+//! queued work ([`decision`]), and what a provider's webhook event does to
+//! our record of an operation ([`ledger`]). They do no I/O and read no
+//! clock: callers pass `now` and randomness in, so every rule is tested as a
+//! plain table.
 //!
 //! The stateful policies keep what a decision needs across calls: the
 //! [`breaker`] (closed / open / half-open), the [`bulkhead`] (concurrency
@@ -26,6 +28,7 @@ pub mod deadline;
 pub mod decision;
 pub mod idempotency;
 pub mod layer;
+pub mod ledger;
 pub mod outcome;
 pub mod retry_after;
 
@@ -47,5 +50,6 @@ pub use layer::{
     Classify, ErrorsAreRetryable, HttpClassifier, Policy, PolicyError, PolicyMiddleware, PolicyService,
     Rejected, Retry, Step,
 };
+pub use ledger::{EventEffect, Ledger, Reported, apply_event};
 pub use outcome::Outcome;
 pub use retry_after::parse_retry_after;

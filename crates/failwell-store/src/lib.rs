@@ -18,8 +18,9 @@ use std::future::Future;
 
 pub use error::StoreError;
 pub use model::{
-    AttemptKind, AttemptRecord, AttemptRow, Claimed, Completion, Counts, NewEvent, NewOperation, Operation,
-    OperationStatus, Received, Reconciled, Resolution, StoredEvent, Submitted, Transition,
+    AttemptKind, AttemptRecord, AttemptRow, Claimed, ClaimedForward, Completion, Counts, EventRecord,
+    EventReport, EventStep, ForwardCompletion, ForwardTransition, LedgerEffect, NewEvent, NewOperation,
+    Operation, OperationStatus, Received, Reconciled, Resolution, StoredEvent, Submitted, Transition,
 };
 pub use sqlite::{Outbox, SqliteStore, Synchronous};
 
@@ -97,6 +98,13 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// delivery of a stored event, in this batch or later, writes nothing
     /// and is [`Received::Duplicate`] (the unique key decides, never
     /// "process anyway"). One result per event, in order.
+    ///
+    /// In the same transaction, a new event's [`EventReport`] is applied to
+    /// the operation it names, under that operation's row lock, by
+    /// [`failwell_policy::apply_event`] (only a newer event changes it, a
+    /// settled operation never goes back; settling one closes its outbox
+    /// message), and a forward to the application is queued when asked for.
+    /// Each of these steps is recorded in the event's history.
     fn receive(
         &self,
         events: Vec<NewEvent>,
@@ -110,4 +118,33 @@ pub trait Store: Clone + Send + Sync + 'static {
         after: i64,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<StoredEvent>, StoreError>> + Send;
+
+    /// The stored event `(integration, event_id)` with its history and
+    /// forwarding state, if any.
+    fn event(
+        &self,
+        integration: &str,
+        event_id: &str,
+    ) -> impl Future<Output = Result<Option<EventRecord>, StoreError>> + Send;
+
+    /// Claims up to `limit` events due for forwarding to the application
+    /// under a lease of `lease_ms`, counting the attempt about to be made.
+    /// A forward whose lease expired is claimed again (the application
+    /// deduplicates by event id).
+    fn claim_forwards(
+        &self,
+        now_ms: i64,
+        limit: u32,
+        lease_ms: u64,
+    ) -> impl Future<Output = Result<Vec<ClaimedForward>, StoreError>> + Send;
+
+    /// Records forwarding attempts, all in one transaction: each history
+    /// step is appended, and each transition applied only if the forward
+    /// still carries the claim's lease token. Returns, per completion,
+    /// whether its transition was applied.
+    fn complete_forwards(
+        &self,
+        completions: Vec<ForwardCompletion>,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
 }

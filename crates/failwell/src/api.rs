@@ -41,6 +41,8 @@ pub struct AppState<S> {
     pub wake: Arc<Notify>,
     /// Configured webhook sources.
     pub webhooks: Arc<crate::inbox::Webhooks>,
+    /// Wakes the forwarder when a new event is to be forwarded.
+    pub forward: Arc<tokio::sync::Notify>,
     /// The group commit that stores webhook events.
     pub ingest: crate::inbox::Ingest,
 }
@@ -71,6 +73,7 @@ pub fn router<S: Store>(
         .route("/v1/operations/{key}", get(show::<S>))
         .route("/v1/providers", get(providers::<S>))
         .route("/v1/events", get(crate::inbox::feed::<S>))
+        .route("/v1/events/{integration}/{event_id}", get(crate::inbox::event::<S>))
         .route(
             "/webhooks/{integration}",
             post(crate::inbox::receive::<S>).layer(DefaultBodyLimit::max(webhook_body_limit(&state))),

@@ -19,7 +19,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use failwell_store::{NewEvent, Received, Store};
+use failwell_policy::{Outcome, Reported};
+use failwell_store::{EventReport, NewEvent, Received, Store, StoredEvent};
 use failwell_webhook::{Verifier, VerifyError};
 use serde_json::{Value, json};
 
@@ -35,6 +36,66 @@ pub struct WebhookSource {
     pub event_id_pointer: String,
     /// The largest body accepted, in bytes (413 past it).
     pub max_body_bytes: usize,
+    /// Whether new events are forwarded to the application.
+    pub forward: bool,
+    /// How events map to the operations ledger (`None`: they do not).
+    pub ledger: Option<LedgerMapping>,
+}
+
+/// Where an integration's events say which of our operations they are
+/// about, what happened to it, and how new the news is
+/// (`[webhooks.NAME.ledger]`).
+#[derive(Clone, Debug)]
+pub struct LedgerMapping {
+    /// The provider our operations went to.
+    pub provider: String,
+    /// JSON pointer to our reference in the event, e.g.
+    /// `/data/object/reference`.
+    pub reference_pointer: String,
+    /// JSON pointer to the object's status, e.g. `/data/object/status`.
+    pub status_pointer: String,
+    /// JSON pointer to the event's version: an integer, or a string of
+    /// digits (provider-side creation time or object version; larger is
+    /// newer), e.g. `/created`.
+    pub version_pointer: String,
+    /// Statuses meaning the provider acted.
+    pub succeeded: Vec<String>,
+    /// Statuses meaning the provider refused or certainly did not act.
+    pub failed: Vec<String>,
+    /// Statuses meaning the object is still in progress.
+    pub in_progress: Vec<String>,
+}
+
+impl LedgerMapping {
+    /// What the event `body` reports, or why it reports nothing this
+    /// mapping can apply (not JSON, a field missing, an unmapped status).
+    pub fn report(&self, body: &[u8]) -> Result<EventReport, String> {
+        let event: Value = serde_json::from_slice(body).map_err(|e| format!("not applicable: not JSON ({e})"))?;
+        let field = |pointer: &str| {
+            event.pointer(pointer).ok_or_else(|| format!("not applicable: nothing at {pointer:?}"))
+        };
+        let text = |pointer: &str| {
+            field(pointer)?.as_str().ok_or_else(|| format!("not applicable: {pointer:?} is not a string"))
+        };
+        let reference = text(&self.reference_pointer)?;
+        let status = text(&self.status_pointer)?;
+        let version = field(&self.version_pointer)?;
+        let version = version
+            .as_i64()
+            .or_else(|| version.as_str().and_then(|v| v.parse().ok()))
+            .ok_or_else(|| format!("not applicable: {:?} is not an integer version", self.version_pointer))?;
+        let listed = |list: &[String]| list.iter().any(|s| s == status);
+        let reported = if listed(&self.succeeded) {
+            Reported::Settled(Outcome::Succeeded)
+        } else if listed(&self.failed) {
+            Reported::Settled(Outcome::Failed)
+        } else if listed(&self.in_progress) {
+            Reported::InProgress
+        } else {
+            return Err(format!("not applicable: status {status:?} is not mapped"));
+        };
+        Ok(EventReport { provider: self.provider.clone(), reference: reference.to_owned(), reported, version })
+    }
 }
 
 /// The configured webhook sources, by integration name.
@@ -166,6 +227,8 @@ pub(crate) async fn receive<S: Store>(
         event_id: event_id.clone(),
         payload: body.to_vec(),
         headers: Value::Object(kept),
+        report: source.ledger.as_ref().map(|ledger| ledger.report(&body)),
+        forward: source.forward,
     };
     let Some(received) = state.ingest.store(event).await else {
         return Err(Problem::new(
@@ -174,6 +237,9 @@ pub(crate) async fn receive<S: Store>(
             "The store is unavailable; deliver again.",
         ));
     };
+    if received == Received::New && source.forward {
+        state.forward.notify_one();
+    }
     metrics::counter!(
         "failwell_webhook_received_total",
         "integration" => integration.clone(),
@@ -229,26 +295,46 @@ pub(crate) async fn feed<S: Store>(
     }
     let events = state.store.events_after(query.after, query.limit).await?;
     let next = events.last().map_or(query.after, |e| e.seq);
-    let events: Vec<Value> = events
-        .into_iter()
-        .map(|e| {
-            let mut view = json!({
-                "seq": e.seq,
-                "integration": e.integration,
-                "event_id": e.event_id,
-                "received_at_ms": e.received_at_ms,
-                "headers": e.headers,
-            });
-            match String::from_utf8(e.payload) {
-                Ok(text) => view["payload"] = json!(text),
-                Err(bytes) => {
-                    use base64::Engine;
-                    view["payload_base64"] =
-                        json!(base64::engine::general_purpose::STANDARD.encode(bytes.into_bytes()));
-                }
-            }
-            view
-        })
-        .collect();
+    let events: Vec<Value> = events.into_iter().map(event_view).collect();
     Ok(Json(json!({"events": events, "next": next})).into_response())
+}
+
+/// `GET /v1/events/{integration}/{event_id}`: one stored event with its
+/// history (stored, what it did to the ledger, each forwarding attempt)
+/// and its forwarding state.
+pub(crate) async fn event<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path((integration, event_id)): Path<(String, String)>,
+) -> Result<Response, Problem> {
+    let Some(record) = state.store.event(&integration, &event_id).await? else {
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            format!("No event {event_id:?} was received for {integration:?}."),
+        ));
+    };
+    let mut view = event_view(record.event);
+    view["history"] = json!(record.steps);
+    view["forward"] = json!({"state": record.forward_state, "attempts": record.forward_attempts});
+    Ok(Json(view).into_response())
+}
+
+/// An event as JSON: its body as `payload` when it is UTF-8 text (the
+/// exact bytes, as a JSON string), else as `payload_base64`.
+fn event_view(e: StoredEvent) -> Value {
+    let mut view = json!({
+        "seq": e.seq,
+        "integration": e.integration,
+        "event_id": e.event_id,
+        "received_at_ms": e.received_at_ms,
+        "headers": e.headers,
+    });
+    match String::from_utf8(e.payload) {
+        Ok(text) => view["payload"] = json!(text),
+        Err(bytes) => {
+            use base64::Engine;
+            view["payload_base64"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes.into_bytes()));
+        }
+    }
+    view
 }

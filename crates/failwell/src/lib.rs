@@ -55,12 +55,19 @@ impl Server {
     pub async fn start(config: Config, listener: TcpListener) -> Result<Self, StartError> {
         let addr = listener.local_addr().map_err(StartError::Listener)?;
         let store = SqliteStore::open(&config.database_url, config.synchronous).await?;
-        let engine = Engine::start(store.clone(), config.providers.clone(), config.relay, config.reconciler);
+        let engine = Engine::start(
+            store.clone(),
+            config.providers.clone(),
+            config.forwards,
+            config.relay,
+            config.reconciler,
+        );
         let state = Arc::new(api::AppState {
             store: store.clone(),
             providers: config.providers,
             wake: engine.waker(),
             webhooks: config.webhooks,
+            forward: engine.forward_waker(),
             ingest: inbox::Ingest::start(store.clone()),
         });
         let bulkhead = Bulkhead::new("api", config.api.bulkhead).map_err(StartError::Limits)?;

@@ -5,6 +5,7 @@
 //! WAL mode with a busy timeout. Batch statements pass id lists as a JSON
 //! array (`json_each`) instead of building SQL strings.
 
+mod inbox;
 mod outbox;
 mod rows;
 mod store;

@@ -11,8 +11,8 @@ use super::writes::{apply, insert_attempt, set_operation};
 use crate::Store;
 use crate::error::{Context, StoreError};
 use crate::model::{
-    AttemptKind, AttemptRow, Claimed, Completion, Counts, NewEvent, NewOperation, Operation, OperationStatus,
-    Received, Reconciled, Resolution, StoredEvent, Submitted,
+    AttemptKind, AttemptRow, Claimed, ClaimedForward, Completion, Counts, EventRecord, ForwardCompletion,
+    NewEvent, NewOperation, Operation, OperationStatus, Received, Reconciled, Resolution, StoredEvent, Submitted,
 };
 
 impl Store for SqliteStore {
@@ -304,7 +304,10 @@ impl Store for SqliteStore {
                (SELECT COUNT(*) FROM operations WHERE status = 'unknown') AS unknown, \
                (SELECT COUNT(*) FROM outbox WHERE state = 'dead') AS dead_letters, \
                (SELECT COUNT(*) FROM attempts WHERE kind = 'call') AS attempts, \
-               (SELECT COUNT(*) FROM inbox_events) AS inbox_events",
+               (SELECT COUNT(*) FROM inbox_events) AS inbox_events, \
+               (SELECT COUNT(*) FROM inbox_steps WHERE effect = 'resolved') AS resolved_by_events, \
+               (SELECT COUNT(*) FROM forwards WHERE state = 'pending') AS forwards_pending, \
+               (SELECT COUNT(*) FROM forwards WHERE state = 'dead') AS forward_dead_letters",
         )
         .fetch_one(&self.reader)
         .await
@@ -318,56 +321,38 @@ impl Store for SqliteStore {
             dead_letters: n("dead_letters"),
             attempts: n("attempts"),
             inbox_events: n("inbox_events"),
+            resolved_by_events: n("resolved_by_events"),
+            forwards_pending: n("forwards_pending"),
+            forward_dead_letters: n("forward_dead_letters"),
         })
     }
 
     async fn receive(&self, events: Vec<NewEvent>, now_ms: i64) -> Result<Vec<Received>, StoreError> {
-        let mut tx = self.begin().await?;
-        let mut received = Vec::with_capacity(events.len());
-        for event in &events {
-            let inserted = sqlx::query(
-                "INSERT INTO inbox_events (integration, event_id, payload, headers, received_at_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (integration, event_id) DO NOTHING",
-            )
-            .bind(&event.integration)
-            .bind(&event.event_id)
-            .bind(&event.payload)
-            .bind(event.headers.to_string())
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await
-            .context("storing a webhook event")?;
-            received.push(if inserted.rows_affected() == 1 { Received::New } else { Received::Duplicate });
-        }
-        tx.commit().await.context("committing webhook events")?;
-        Ok(received)
+        self.receive_events(events, now_ms).await
     }
 
     async fn events_after(&self, after: i64, limit: u32) -> Result<Vec<StoredEvent>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT seq, integration, event_id, payload, headers, received_at_ms FROM inbox_events \
-             WHERE seq > ?1 ORDER BY seq LIMIT ?2",
-        )
-        .bind(after)
-        .bind(i64::from(limit))
-        .fetch_all(&self.reader)
-        .await
-        .context("reading the event feed")?;
-        rows.iter()
-            .map(|r| {
-                let headers: String = r.get("headers");
-                Ok(StoredEvent {
-                    seq: r.get("seq"),
-                    integration: r.get("integration"),
-                    event_id: r.get("event_id"),
-                    payload: r.get("payload"),
-                    headers: serde_json::from_str(&headers).map_err(|e| StoreError::Corrupt {
-                        what: "inbox event",
-                        detail: format!("headers are not JSON: {e}"),
-                    })?,
-                    received_at_ms: r.get("received_at_ms"),
-                })
-            })
-            .collect()
+        self.stored_events_after(after, limit).await
+    }
+
+    async fn event(&self, integration: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
+        self.event_record(integration, event_id).await
+    }
+
+    async fn claim_forwards(
+        &self,
+        now_ms: i64,
+        limit: u32,
+        lease_ms: u64,
+    ) -> Result<Vec<ClaimedForward>, StoreError> {
+        self.claim_due_forwards(now_ms, limit, lease_ms).await
+    }
+
+    async fn complete_forwards(
+        &self,
+        completions: Vec<ForwardCompletion>,
+        now_ms: i64,
+    ) -> Result<Vec<bool>, StoreError> {
+        self.complete_claimed_forwards(completions, now_ms).await
     }
 }

@@ -3,9 +3,11 @@ use serde_json::json;
 
 use super::*;
 use crate::{
-    AttemptKind, AttemptRecord, Completion, NewEvent, NewOperation, OperationStatus, Received, Reconciled,
-    Resolution, Store, StoreError, Submitted, Transition,
+    AttemptKind, AttemptRecord, Completion, EventReport, ForwardCompletion, ForwardTransition, LedgerEffect,
+    NewEvent, NewOperation, OperationStatus, Received, Reconciled, Resolution, Store, StoreError, Submitted,
+    Transition,
 };
+use failwell_policy::Reported;
 
 async fn store() -> (tempfile::TempDir, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();
@@ -295,6 +297,8 @@ async fn a_webhook_event_is_stored_once_however_often_it_comes() {
         event_id: "evt_1".into(),
         payload: payload.to_vec(),
         headers: json!({"stripe-signature": "t=1,v1=00"}),
+        report: None,
+        forward: false,
     };
     let body = "{\"amount\": 12345678901234567890, \"note\": \"caf\u{e9} \u{1f600}\"}".as_bytes();
     assert_eq!(s.receive(vec![event(body)], 10).await.unwrap(), vec![Received::New]);
@@ -334,4 +338,120 @@ async fn a_webhook_event_is_stored_once_however_often_it_comes() {
     assert_eq!(feed[0].headers["stripe-signature"], "t=1,v1=00");
     assert_eq!(s.events_after(feed[0].seq, 10).await.unwrap()[0].event_id, "evt_2");
     assert!(s.events_after(feed[1].seq, 10).await.unwrap().is_empty());
+}
+
+fn reported(event_id: &str, reference: &str, reported: Reported, version: i64) -> NewEvent {
+    NewEvent {
+        integration: "sim".into(),
+        event_id: event_id.into(),
+        payload: event_id.as_bytes().to_vec(),
+        headers: json!({}),
+        report: Some(Ok(EventReport {
+            provider: "payments".into(),
+            reference: reference.into(),
+            reported,
+            version,
+        })),
+        forward: false,
+    }
+}
+
+async fn effects(s: &SqliteStore, event_id: &str) -> Vec<Option<LedgerEffect>> {
+    let record = s.event("sim", event_id).await.unwrap().unwrap();
+    record.steps.iter().filter(|step| step.kind == "ledger").map(|step| step.effect).collect()
+}
+
+#[tokio::test]
+async fn events_settle_operations_monotonically_and_close_their_messages() {
+    let (_d, s) = store().await;
+    s.submit(new_op("a", 1000), 0).await.unwrap();
+    let claimed = s.claim(1, 1, 60_000).await.unwrap().remove(0);
+    // The provider's events overtake the relay's own attempt.
+    let pending = reported("evt_p", "ref-a", Reported::InProgress, 1);
+    let succeeded = reported("evt_s", "ref-a", Reported::Settled(Outcome::Succeeded), 2);
+    s.receive(vec![pending.clone()], 2).await.unwrap();
+    assert_eq!(effects(&s, "evt_p").await, vec![Some(LedgerEffect::Noted)]);
+    assert_eq!(s.operation("a").await.unwrap().unwrap().status, OperationStatus::Pending);
+    s.receive(vec![succeeded], 3).await.unwrap();
+    assert_eq!(effects(&s, "evt_s").await, vec![Some(LedgerEffect::Resolved)]);
+    let op = s.operation("a").await.unwrap().unwrap();
+    assert_eq!(op.status, OperationStatus::Succeeded);
+    // The attempt in flight lost its lease: its timeout cannot make it unknown.
+    let late = Completion {
+        outbox_id: claimed.outbox_id,
+        operation_id: op.id,
+        lease_token: claimed.lease_token,
+        attempt: Some(record(Outcome::Unknown)),
+        transition: Transition::Unknown { error: "timeout".into(), reconcile_at_ms: 5 },
+    };
+    assert_eq!(s.complete(vec![late], 4).await.unwrap(), vec![false]);
+    assert_eq!(s.operation("a").await.unwrap().unwrap().status, OperationStatus::Succeeded);
+    assert!(s.claim(1_000_000, 10, 1000).await.unwrap().is_empty(), "nothing left to deliver");
+    // An older event redelivered, or a newer one in progress, never regresses it.
+    let again = NewEvent { event_id: "evt_p2".into(), ..pending };
+    s.receive(vec![again], 5).await.unwrap();
+    assert_eq!(effects(&s, "evt_p2").await, vec![Some(LedgerEffect::Stale)]);
+    s.receive(vec![reported("evt_p3", "ref-a", Reported::InProgress, 9)], 6).await.unwrap();
+    assert_eq!(effects(&s, "evt_p3").await, vec![Some(LedgerEffect::WouldRegress)]);
+    assert_eq!(s.operation("a").await.unwrap().unwrap().status, OperationStatus::Succeeded);
+    s.receive(vec![reported("evt_x", "ref-nobody", Reported::InProgress, 1)], 7).await.unwrap();
+    assert_eq!(effects(&s, "evt_x").await, vec![Some(LedgerEffect::NoOperation)]);
+    let counts = s.counts().await.unwrap();
+    assert_eq!((counts.resolved_by_events, counts.succeeded), (1, 1));
+}
+
+#[tokio::test]
+async fn an_event_resolves_an_unknown_operation() {
+    let (_d, s) = store().await;
+    s.submit(new_op("u", 1000), 0).await.unwrap();
+    let claimed = s.claim(1, 1, 60_000).await.unwrap().remove(0);
+    let unknown = Completion {
+        outbox_id: claimed.outbox_id,
+        operation_id: claimed.operation.id,
+        lease_token: claimed.lease_token,
+        attempt: Some(record(Outcome::Unknown)),
+        transition: Transition::Unknown { error: "timeout".into(), reconcile_at_ms: 100 },
+    };
+    assert_eq!(s.complete(vec![unknown], 2).await.unwrap(), vec![true]);
+    s.receive(vec![reported("evt_f", "ref-u", Reported::Settled(Outcome::Failed), 3)], 3).await.unwrap();
+    let op = s.operation("u").await.unwrap().unwrap();
+    assert_eq!(op.status, OperationStatus::Failed);
+    assert!(s.due_unknown(1_000_000, 10).await.unwrap().is_empty(), "no lookup left to make");
+    assert_eq!(effects(&s, "evt_f").await, vec![Some(LedgerEffect::Resolved)]);
+}
+
+#[tokio::test]
+async fn forwards_are_leased_retried_deferred_and_dead_lettered() {
+    let (_d, s) = store().await;
+    let event = NewEvent { forward: true, report: None, ..reported("evt_1", "r", Reported::InProgress, 1) };
+    s.receive(vec![event.clone(), event], 0).await.unwrap();
+    let first = s.claim_forwards(0, 10, 1000).await.unwrap();
+    assert_eq!(first.len(), 1, "one forward however many deliveries");
+    assert_eq!((first[0].attempts, first[0].event.payload.as_slice()), (1, b"evt_1".as_slice()));
+    assert!(s.claim_forwards(500, 10, 1000).await.unwrap().is_empty(), "leased");
+    let done = |c: &crate::ClaimedForward, transition| ForwardCompletion {
+        id: c.id,
+        lease_token: c.lease_token,
+        event_seq: c.event.seq,
+        step: None,
+        transition,
+    };
+    let retry = ForwardTransition::Retry { available_at_ms: 2000, delay_ms: 900, error: "HTTP 500".into() };
+    assert_eq!(s.complete_forwards(vec![done(&first[0], retry)], 1100).await.unwrap(), vec![true]);
+    assert!(s.claim_forwards(1999, 10, 1000).await.unwrap().is_empty(), "not due before its retry");
+    let second = s.claim_forwards(2000, 10, 1000).await.unwrap();
+    assert_eq!((second[0].attempts, second[0].previous_delay_ms), (2, 900));
+    // A result under the first claim's token is refused.
+    let stale = done(&first[0], ForwardTransition::Delivered);
+    assert_eq!(s.complete_forwards(vec![stale], 2001).await.unwrap(), vec![false]);
+    let defer = ForwardTransition::Defer { available_at_ms: 2500, reason: "breaker open".into() };
+    assert_eq!(s.complete_forwards(vec![done(&second[0], defer)], 2002).await.unwrap(), vec![true]);
+    let third = s.claim_forwards(2500, 10, 1000).await.unwrap();
+    assert_eq!(third[0].attempts, 2, "a deferral gives its attempt back");
+    let dead = ForwardTransition::DeadLetter { error: "HTTP 500".into() };
+    assert_eq!(s.complete_forwards(vec![done(&third[0], dead)], 2600).await.unwrap(), vec![true]);
+    let counts = s.counts().await.unwrap();
+    assert_eq!((counts.forwards_pending, counts.forward_dead_letters), (0, 1));
+    let record = s.event("sim", "evt_1").await.unwrap().unwrap();
+    assert_eq!((record.forward_state.as_deref(), record.forward_attempts), (Some("dead"), 2));
 }

@@ -76,6 +76,8 @@ pub struct Config {
     pub providers: Arc<Providers>,
     /// Webhook sources by integration name.
     pub webhooks: Arc<crate::inbox::Webhooks>,
+    /// Where webhook events are forwarded, by integration name.
+    pub forwards: Arc<failwell_engine::ForwardTargets>,
 }
 
 /// The top-level keys: only `FAILWELL_*` variables naming one of these are

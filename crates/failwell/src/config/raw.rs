@@ -44,6 +44,45 @@ pub(super) struct RawWebhook {
     pub(super) prefix: Option<String>,
     /// For `scheme = "hmac"`: a header with the provider's event id.
     pub(super) event_id_header: Option<String>,
+    pub(super) forward: Option<RawForward>,
+    pub(super) ledger: Option<RawLedger>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawForward {
+    pub(super) provider: String,
+    pub(super) path: String,
+    pub(super) secret: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLedger {
+    pub(super) provider: String,
+    pub(super) reference_pointer: String,
+    pub(super) status_pointer: String,
+    #[serde(default = "d_version_pointer")]
+    pub(super) version_pointer: String,
+    #[serde(default = "d_succeeded")]
+    pub(super) succeeded: Vec<String>,
+    #[serde(default = "d_failed")]
+    pub(super) failed: Vec<String>,
+    #[serde(default = "d_in_progress")]
+    pub(super) in_progress: Vec<String>,
+}
+
+fn d_version_pointer() -> String {
+    "/created".into()
+}
+fn d_succeeded() -> Vec<String> {
+    vec!["succeeded".into()]
+}
+fn d_failed() -> Vec<String> {
+    vec!["failed".into()]
+}
+fn d_in_progress() -> Vec<String> {
+    vec!["pending".into(), "processing".into()]
 }
 
 fn d_tolerance() -> u64 {

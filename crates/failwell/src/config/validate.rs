@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use failwell_engine::{
-    Encoding, LookupSpec, OperationSpec, ProviderClient, ProviderSpec, Providers, ReconcilerConfig,
-    RelayConfig,
+    Encoding, ForwardTarget, ForwardTargets, LookupSpec, OperationSpec, ProviderClient, ProviderSpec,
+    Providers, ReconcilerConfig, RelayConfig,
 };
 use failwell_policy::{
     Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, RetryBudgetConfig, RetryPolicy,
@@ -14,7 +14,9 @@ use failwell_policy::{
 };
 use failwell_store::Synchronous;
 
-use super::raw::{RawBreaker, RawBulkhead, RawConfig, RawProvider, RawRetryBudget, RawWebhook};
+use super::raw::{
+    RawBreaker, RawBulkhead, RawConfig, RawForward, RawLedger, RawProvider, RawRetryBudget, RawWebhook,
+};
 use super::{ApiLimits, Checker, Config, ConfigError, MAX_CONCURRENCY};
 
 pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, ConfigError> {
@@ -86,6 +88,15 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
             ProviderClient::new(spec).map_err(|e| c.invalid(format!("providers.{name}"), e.to_string()))?;
         providers.insert(name, client);
     }
+    let mut webhooks = crate::inbox::Webhooks::new();
+    let mut forwards = ForwardTargets::new();
+    for (name, w) in raw.webhooks {
+        let (source, forward) = webhook(c, &name, w, &providers)?;
+        webhooks.insert(name.clone(), source);
+        if let Some(forward) = forward {
+            forwards.insert(name, forward);
+        }
+    }
     Ok(Config {
         database_url: raw.database_url,
         synchronous,
@@ -95,12 +106,8 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
         relay,
         reconciler,
         providers: Arc::new(providers),
-        webhooks: Arc::new(
-            raw.webhooks
-                .into_iter()
-                .map(|(name, w)| Ok((name.clone(), webhook(c, &name, w)?)))
-                .collect::<Result<_, ConfigError>>()?,
-        ),
+        webhooks: Arc::new(webhooks),
+        forwards: Arc::new(forwards),
     })
 }
 
@@ -334,7 +341,13 @@ fn retry_budget(c: &Checker<'_>, name: &str, b: &RawRetryBudget) -> Result<Retry
     Ok(config)
 }
 
-fn webhook(c: &Checker<'_>, name: &str, w: RawWebhook) -> Result<crate::inbox::WebhookSource, ConfigError> {
+/// A webhook source, and where its events are forwarded (if anywhere).
+fn webhook(
+    c: &Checker<'_>,
+    name: &str,
+    w: RawWebhook,
+    providers: &Providers,
+) -> Result<(crate::inbox::WebhookSource, Option<ForwardTarget>), ConfigError> {
     use failwell_webhook::{Encoding, Scheme, Verifier};
     let key = |k: &str| format!("webhooks.{name}.{k}");
     let hmac_only = [
@@ -391,9 +404,65 @@ fn webhook(c: &Checker<'_>, name: &str, w: RawWebhook) -> Result<crate::inbox::W
     if w.max_body_bytes == 0 || w.max_body_bytes > 64 << 20 {
         return Err(c.invalid(key("max_body_bytes"), "must be between 1 and 67108864"));
     }
-    Ok(crate::inbox::WebhookSource {
+    let forward = w.forward.map(|f| forward(c, name, f, providers)).transpose()?;
+    let source = crate::inbox::WebhookSource {
         verifier,
         event_id_pointer: c.pointer(&key("event_id_pointer"), &w.event_id_pointer)?,
         max_body_bytes: w.max_body_bytes,
+        forward: forward.is_some(),
+        ledger: w.ledger.map(|l| ledger(c, name, l, providers)).transpose()?,
+    };
+    Ok((source, forward))
+}
+
+/// `[webhooks.NAME.forward]`: the application's endpoint, a configured provider.
+fn forward(
+    c: &Checker<'_>,
+    name: &str,
+    f: RawForward,
+    providers: &Providers,
+) -> Result<ForwardTarget, ConfigError> {
+    let key = |k: &str| format!("webhooks.{name}.forward.{k}");
+    let client = providers.get(&f.provider).cloned().ok_or_else(|| {
+        c.invalid(key("provider"), format!("{:?} is not a configured provider", f.provider))
+    })?;
+    if !f.path.starts_with('/') {
+        return Err(c.invalid(key("path"), format!("{:?} must start with '/'", f.path)));
+    }
+    if let Err(e) = failwell_webhook::standard_webhooks_signature(&f.secret, "check", 0, b"") {
+        return Err(c.invalid(key("secret"), format!("{e} (expected whsec_ followed by base64)")));
+    }
+    Ok(ForwardTarget { client, path: f.path, secret: f.secret })
+}
+
+/// `[webhooks.NAME.ledger]`: where an event says which operation it is
+/// about and what happened to it.
+fn ledger(
+    c: &Checker<'_>,
+    name: &str,
+    l: RawLedger,
+    providers: &Providers,
+) -> Result<crate::inbox::LedgerMapping, ConfigError> {
+    let key = |k: &str| format!("webhooks.{name}.ledger.{k}");
+    if !providers.contains_key(&l.provider) {
+        return Err(c.invalid(key("provider"), format!("{:?} is not a configured provider", l.provider)));
+    }
+    let lists = [("succeeded", &l.succeeded), ("failed", &l.failed), ("in_progress", &l.in_progress)];
+    for (i, (k, values)) in lists.iter().enumerate() {
+        if let Some((other, _)) = lists[i + 1..].iter().find(|(_, o)| o.iter().any(|v| values.contains(v))) {
+            return Err(c.invalid(key(k), format!("shares a status with {}", key(other))));
+        }
+    }
+    if l.succeeded.is_empty() && l.failed.is_empty() {
+        return Err(c.invalid(key("succeeded"), "succeeded and failed cannot both be empty"));
+    }
+    Ok(crate::inbox::LedgerMapping {
+        provider: l.provider,
+        reference_pointer: c.pointer(&key("reference_pointer"), &l.reference_pointer)?,
+        status_pointer: c.pointer(&key("status_pointer"), &l.status_pointer)?,
+        version_pointer: c.pointer(&key("version_pointer"), &l.version_pointer)?,
+        succeeded: l.succeeded,
+        failed: l.failed,
+        in_progress: l.in_progress,
     })
 }

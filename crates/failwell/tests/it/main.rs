@@ -7,4 +7,5 @@ mod crash;
 mod demo;
 mod faults;
 mod helpers;
+mod processing;
 mod webhook;

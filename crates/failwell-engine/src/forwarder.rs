@@ -1,0 +1,221 @@
+//! The forwarder: delivers each stored webhook event to the application,
+//! re-signed by failwell as Standard Webhooks, at least once.
+//!
+//! Forwards are queued in the transaction that stores the event, so no
+//! event is lost between receipt and delivery; the pump claims them under a
+//! lease like outbox messages. Every attempt carries the **provider's event
+//! id as `webhook-id`** (stable across attempts and replays, so the
+//! application deduplicates by it) and a fresh `webhook-timestamp`, so a
+//! late redelivery of an old event still verifies. The application is
+//! configured as a provider: its bulkhead and breaker guard the calls (an
+//! open breaker defers forwards without spending attempts), its classifier
+//! reads the answers, and [`failwell_policy::decide`] spaces the retries
+//! (`Retry-After` honoured) and ends them in a dead letter. Because the
+//! event id deduplicates, a timeout is retried like any other failure.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use failwell_policy::{Attempted, Decision, IdempotencyPolicy, decide};
+use failwell_store::{
+    ClaimedForward, EventStep, ForwardCompletion, ForwardTransition, Store, StoreError,
+};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::CallResult;
+use crate::pump::{Queue, RelayConfig, pump};
+use crate::{ProviderClient, now_ms};
+
+/// Where one integration's events go.
+#[derive(Clone, Debug)]
+pub struct ForwardTarget {
+    /// The application's endpoint as a provider: base URL, timeouts,
+    /// breaker, bulkhead, attempts, backoff and classification.
+    pub client: ProviderClient,
+    /// Path below the base URL, e.g. `/hooks/stripe`.
+    pub path: String,
+    /// The Standard Webhooks secret failwell signs with (`whsec_` followed
+    /// by base64), checked when the configuration is loaded.
+    pub secret: String,
+}
+
+/// Forward targets by integration name.
+pub type ForwardTargets = BTreeMap<String, ForwardTarget>;
+
+/// The forwarder (see the module docs).
+#[derive(Debug)]
+pub struct Forwarder<S> {
+    queue: Arc<ForwardQueue<S>>,
+    config: RelayConfig,
+    wake: Arc<Notify>,
+}
+
+impl<S: Store> Forwarder<S> {
+    /// A forwarder over `store` for `targets`, woken early through `wake`.
+    pub fn new(store: S, targets: Arc<ForwardTargets>, config: RelayConfig, wake: Arc<Notify>) -> Self {
+        Self { queue: Arc::new(ForwardQueue { store, targets }), config, wake }
+    }
+
+    /// Runs until `shutdown` is cancelled, then waits for the deliveries in
+    /// flight and their records.
+    pub async fn run(self, shutdown: CancellationToken) {
+        pump(self.queue, self.config, self.wake, shutdown).await;
+    }
+}
+
+#[derive(Debug)]
+struct ForwardQueue<S> {
+    store: S,
+    targets: Arc<ForwardTargets>,
+}
+
+impl<S: Store> Queue for ForwardQueue<S> {
+    type Item = ClaimedForward;
+    type Done = ForwardCompletion;
+    const WHAT: &'static str = "forwards";
+
+    fn claim(
+        &self,
+        now_ms: i64,
+        limit: u32,
+        lease_ms: u64,
+    ) -> impl Future<Output = Result<Vec<ClaimedForward>, StoreError>> + Send {
+        self.store.claim_forwards(now_ms, limit, lease_ms)
+    }
+
+    async fn work(self: Arc<Self>, forward: ClaimedForward) -> ForwardCompletion {
+        let integration = forward.event.integration.clone();
+        let completion = match self.targets.get(&integration) {
+            Some(target) => deliver(target, &forward).await,
+            None => {
+                let error = format!("no forward target is configured for {integration:?}");
+                let step = EventStep::new("forward", now_ms(), format!("dead letter: {error}"));
+                completion(&forward, Some(step), ForwardTransition::DeadLetter { error })
+            }
+        };
+        let result = match &completion.transition {
+            ForwardTransition::Delivered => "delivered",
+            ForwardTransition::Retry { .. } => "retry",
+            ForwardTransition::Defer { .. } => "deferred",
+            ForwardTransition::DeadLetter { .. } => "dead_letter",
+        };
+        metrics::counter!("failwell_forwards_total", "integration" => integration, "result" => result).increment(1);
+        completion
+    }
+
+    fn record(
+        &self,
+        done: Vec<ForwardCompletion>,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send {
+        self.store.complete_forwards(done, now_ms)
+    }
+}
+
+/// The headers of a Standard Webhooks delivery of `event_id` at
+/// `timestamp` (Unix seconds): `webhook-id`, `webhook-timestamp`,
+/// `webhook-signature`, the stored content type (JSON when none was kept).
+fn signed_headers(
+    target: &ForwardTarget,
+    forward: &ClaimedForward,
+    timestamp: u64,
+) -> Result<HeaderMap, String> {
+    let event = &forward.event;
+    let signature =
+        failwell_webhook::standard_webhooks_signature(&target.secret, &event.event_id, timestamp, &event.payload)
+            .map_err(|e| format!("cannot sign: {e}"))?;
+    let content_type = event.headers["content-type"].as_str().unwrap_or("application/json");
+    let value = |v: &str| HeaderValue::from_str(v).map_err(|e| format!("invalid header value {v:?}: {e}"));
+    let mut headers = HeaderMap::new();
+    headers.insert("webhook-id", value(&event.event_id)?);
+    headers.insert("webhook-timestamp", value(&timestamp.to_string())?);
+    headers.insert("webhook-signature", value(&signature)?);
+    headers.insert(CONTENT_TYPE, value(content_type)?);
+    headers.insert(USER_AGENT, HeaderValue::from_static("failwell"));
+    Ok(headers)
+}
+
+/// One delivery attempt of `forward` and what follows it.
+async fn deliver(target: &ForwardTarget, forward: &ClaimedForward) -> ForwardCompletion {
+    let client = &target.client;
+    let spec = client.spec();
+    let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let headers = match signed_headers(target, forward, timestamp) {
+        Ok(headers) => headers,
+        Err(error) => {
+            let step = EventStep::new("forward", now_ms(), format!("dead letter: {error}"));
+            return completion(forward, Some(step), ForwardTransition::DeadLetter { error });
+        }
+    };
+    let result = match client.deliver(&target.path, headers, forward.event.payload.clone()).await {
+        Ok(result) => result,
+        Err(rejected) => match client.wait_after(&rejected) {
+            // Nothing was sent: no step, the attempt is given back.
+            Some(wait) => {
+                let available_at_ms = now_ms() + wait.as_millis() as i64;
+                let reason = format!("deferred: {rejected}");
+                return completion(forward, None, ForwardTransition::Defer { available_at_ms, reason });
+            }
+            None => CallResult::cut_short(&rejected),
+        },
+    };
+    let status_code = result.response.as_ref().ok().map(|r| r.status);
+    let step = |detail: String| EventStep {
+        duration_ms: Some(result.duration.as_millis() as u64),
+        status_code,
+        ..EventStep::new("forward", result.started_at_ms, detail)
+    };
+    if result.is_success() {
+        let detail = format!("delivered (attempt {})", forward.attempts);
+        return completion(forward, Some(step(detail)), ForwardTransition::Delivered);
+    }
+    let error = result.describe(&spec.error_code_pointer);
+    let classification = spec.classifier.classify(result.observed(&spec.error_code_pointer));
+    let now = now_ms();
+    let attempted = Attempted {
+        attempts: forward.attempts,
+        age: Duration::from_millis((now - forward.event.received_at_ms).max(0) as u64),
+        key_age: Duration::ZERO,
+        previous_delay: Duration::from_millis(forward.previous_delay_ms),
+        effect_possible: false,
+    };
+    // The event id is an idempotency key the application honours for good.
+    let keyed = IdempotencyPolicy { header: Some("webhook-id".into()), key_ttl: Duration::MAX };
+    let (detail, transition) = match decide(&spec.retry, &keyed, classification, attempted, &mut rand::rng()) {
+        Decision::Retry { delay } => (
+            format!("{error}: retry in {} ms", delay.as_millis()),
+            ForwardTransition::Retry {
+                available_at_ms: now + delay.as_millis() as i64,
+                delay_ms: delay.as_millis() as u64,
+                error,
+            },
+        ),
+        Decision::Fail => {
+            let error = format!("refused by the application: {error}");
+            (format!("dead letter: {error}"), ForwardTransition::DeadLetter { error })
+        }
+        Decision::Unknown { reason } | Decision::DeadLetter { reason } => {
+            let error = format!("{reason}; last attempt: {error}");
+            (format!("dead letter: {error}"), ForwardTransition::DeadLetter { error })
+        }
+    };
+    completion(forward, Some(step(detail)), transition)
+}
+
+fn completion(
+    forward: &ClaimedForward,
+    step: Option<EventStep>,
+    transition: ForwardTransition,
+) -> ForwardCompletion {
+    ForwardCompletion {
+        id: forward.id,
+        lease_token: forward.lease_token,
+        event_seq: forward.event.seq,
+        step,
+        transition,
+    }
+}

@@ -1,0 +1,131 @@
+//! The loop shared by the relay and the forwarder: claim due items of a
+//! leased queue, work each once with bounded concurrency, record the
+//! results in batches through one writer.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use failwell_store::StoreError;
+use tokio::sync::{Notify, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::now_ms;
+
+/// Settings of a queue's pump (the relay's, the forwarder's).
+#[derive(Clone, Debug)]
+pub struct RelayConfig {
+    /// Items worked at once.
+    pub concurrency: usize,
+    /// Items claimed per query.
+    pub batch_size: u32,
+    /// How often to look for due items when not woken.
+    pub poll_interval: Duration,
+    /// How long a claim is exclusive; a crashed worker's items are taken
+    /// over after it. Must exceed the longest call's timeout.
+    pub lease: Duration,
+}
+
+/// A durable queue claimed under leases: what the pump drains.
+pub(crate) trait Queue: Send + Sync + 'static {
+    /// A claimed item.
+    type Item: Send + 'static;
+    /// The result of working one.
+    type Done: Send + 'static;
+    /// What the queue holds, for logs: `outbox messages`, `forwards`.
+    const WHAT: &'static str;
+
+    /// Claims up to `limit` due items under a lease of `lease_ms`.
+    fn claim(
+        &self,
+        now_ms: i64,
+        limit: u32,
+        lease_ms: u64,
+    ) -> impl Future<Output = Result<Vec<Self::Item>, StoreError>> + Send;
+
+    /// Works one item once and says what follows.
+    fn work(self: Arc<Self>, item: Self::Item) -> impl Future<Output = Self::Done> + Send;
+
+    /// Records results in one transaction; per result, whether it still
+    /// held its lease.
+    fn record(
+        &self,
+        done: Vec<Self::Done>,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
+}
+
+/// Drains `queue` until `shutdown` is cancelled, then waits for the items
+/// in flight and their records. Woken early through `wake`.
+pub(crate) async fn pump<Q: Queue>(queue: Arc<Q>, config: RelayConfig, wake: Arc<Notify>, shutdown: CancellationToken) {
+    let permits = Arc::new(Semaphore::new(config.concurrency));
+    let (done_tx, done_rx) = mpsc::channel(config.concurrency * 2);
+    let writer = tokio::spawn(write_results(queue.clone(), done_rx));
+    // Under load, claim in batches of at least a quarter of the limit rather
+    // than one item per freed slot: every claim is a write transaction.
+    let min_claim = (config.batch_size as usize).min(config.concurrency).div_ceil(4).max(1);
+    while !shutdown.is_cancelled() {
+        let want = (permits.available_permits() as u32).min(config.batch_size);
+        let claimed = if want == 0 {
+            Vec::new()
+        } else {
+            let lease_ms = config.lease.as_millis() as u64;
+            queue.claim(now_ms(), want, lease_ms).await.unwrap_or_else(|e| {
+                tracing::error!(error = %e, "claiming {} failed", Q::WHAT);
+                Vec::new()
+            })
+        };
+        // All that was asked for came: more may be due right away.
+        let more_due = want > 0 && claimed.len() as u32 == want;
+        for item in claimed {
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                break;
+            };
+            let (queue, done) = (queue.clone(), done_tx.clone());
+            tokio::spawn(async move {
+                let result = queue.work(item).await;
+                let _ = done.send(result).await;
+                drop(permit);
+            });
+        }
+        let saturated = permits.available_permits() < min_claim;
+        if more_due && !saturated {
+            continue;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = wake.notified(), if !saturated => {}
+            _ = tokio::time::sleep(config.poll_interval), if !more_due => {}
+            _ = permits.acquire_many(min_claim as u32), if saturated => {}
+        }
+    }
+    // Wait for the items in flight, then let the writer drain.
+    let _ = permits.acquire_many(config.concurrency as u32).await;
+    drop(done_tx);
+    if let Err(e) = writer.await {
+        tracing::error!(error = %e, "the result writer of {} ended abnormally", Q::WHAT);
+    }
+}
+
+/// Records results in batches of whatever has arrived.
+async fn write_results<Q: Queue>(queue: Arc<Q>, mut done: mpsc::Receiver<Q::Done>) {
+    let mut batch = Vec::new();
+    while done.recv_many(&mut batch, 256).await > 0 {
+        let results = std::mem::take(&mut batch);
+        let count = results.len();
+        match queue.record(results, now_ms()).await {
+            Ok(applied) => {
+                let lost = applied.iter().filter(|a| !**a).count();
+                if lost > 0 {
+                    tracing::warn!(
+                        lost,
+                        "results for {} arrived after their lease was taken over; history kept, state untouched",
+                        Q::WHAT
+                    );
+                }
+            }
+            // The items stay leased; after the lease they are claimed again.
+            Err(e) => tracing::error!(error = %e, count, "recording results for {} failed", Q::WHAT),
+        }
+    }
+}

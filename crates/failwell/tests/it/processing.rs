@@ -1,0 +1,262 @@
+//! What happens to a received webhook event: it is applied to the
+//! operations ledger once and monotonically, and forwarded to the
+//! application re-signed as Standard Webhooks, at least once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use failwell_webhook::{Scheme, Verifier, stripe_signature};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::helpers::{Gateway, simulator};
+
+const PROVIDER_SECRET: &str = "whsec_provider";
+const APP_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// The application's webhook endpoint: verifies each delivery with the
+/// Standard Webhooks scheme, keeps it, and answers 500 to the first
+/// `refuse` deliveries (all of them with `usize::MAX`).
+#[derive(Clone)]
+struct App {
+    url: String,
+    received: Arc<Mutex<Vec<(HeaderMap, Bytes)>>>,
+}
+
+async fn app(refuse: usize) -> App {
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let verifier = Verifier::new(Scheme::StandardWebhooks, &[APP_SECRET.into()], Some(Duration::from_secs(60)))
+        .unwrap();
+    let kept = received.clone();
+    let handler = move |headers: HeaderMap, body: Bytes| {
+        let (kept, refused, verifier) = (kept.clone(), refused.clone(), verifier.clone());
+        async move {
+            if verifier.verify(&headers, &body, SystemTime::now()).is_err() {
+                return StatusCode::BAD_REQUEST;
+            }
+            kept.lock().await.push((headers, body));
+            if refused.fetch_add(1, Ordering::SeqCst) < refuse { StatusCode::INTERNAL_SERVER_ERROR } else { StatusCode::OK }
+        }
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let router = axum::Router::new().route("/hooks", axum::routing::post(handler));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    App { url, received }
+}
+
+/// `[providers.app]` and `[webhooks.sim]` (Stripe-signed, forwarded to
+/// `app` when given, mapped to the `payments` ledger).
+fn sources(app: Option<&App>) -> String {
+    let mut text = String::new();
+    if let Some(app) = app {
+        text += &format!(
+            "[providers.app]\nbase_url = \"{}\"\ntimeout_ms = 1000\nmax_attempts = 3\n\
+             backoff = {{ schedule_ms = [50, 100] }}\n\n",
+            app.url
+        );
+    }
+    text += &format!("[webhooks.sim]\nscheme = \"stripe\"\nsecrets = [\"{PROVIDER_SECRET}\"]\n");
+    text += "ledger = { provider = \"payments\", reference_pointer = \"/data/object/reference\", \
+             status_pointer = \"/data/object/status\", version_pointer = \"/data/object/version\" }\n";
+    if app.is_some() {
+        text += &format!("forward = {{ provider = \"app\", path = \"/hooks\", secret = \"{APP_SECRET}\" }}\n");
+    }
+    text
+}
+
+/// The simulator's kind of event about `reference`.
+fn event(id: &str, reference: &str, status: &str, version: i64) -> Vec<u8> {
+    let object = json!({"object": "charge", "reference": reference, "status": status, "version": version});
+    // Bytes no serializer would produce, to show they are kept verbatim.
+    format!("{{\"id\":\"{id}\",  \"type\":\"charge.{status}\", \"note\":\"caf\u{e9} \u{1f600}\",\"data\":{{\"object\":{object}}}}}")
+        .into_bytes()
+}
+
+async fn deliver(gw: &Gateway, body: &[u8]) -> Value {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let r = gw
+        .http
+        .post(format!("{}/webhooks/sim", gw.base))
+        .header("Stripe-Signature", stripe_signature(PROVIDER_SECRET, now, body))
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.json().await.unwrap()
+}
+
+async fn record(gw: &Gateway, event_id: &str) -> Value {
+    let r = gw.http.get(format!("{}/v1/events/sim/{event_id}", gw.base)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    r.json().await.unwrap()
+}
+
+/// Polls the event until its forward is no longer pending.
+async fn forwarded(gw: &Gateway, event_id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let record = record(gw, event_id).await;
+        if record["forward"]["state"] != "pending" {
+            return record;
+        }
+        assert!(Instant::now() < deadline, "not forwarded: {record:#}\n{}", gw.log());
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn steps<'a>(record: &'a Value, kind: &str) -> Vec<&'a Value> {
+    record["history"].as_array().unwrap().iter().filter(|s| s["kind"] == kind).collect()
+}
+
+#[tokio::test]
+async fn an_event_is_forwarded_re_signed_under_its_own_id_until_the_app_takes_it() {
+    let sim = simulator(|_| {}).await;
+    let app = app(2).await;
+    let gw = Gateway::start_with(&sim.base_url(), "", &sources(Some(&app))).await;
+    let body = event("evt_1", "nobody", "succeeded", 1);
+    deliver(&gw, &body).await;
+    let record = forwarded(&gw, "evt_1").await;
+    assert_eq!(record["forward"], json!({"state": "done", "attempts": 3}), "{record:#}");
+    let received = app.received.lock().await;
+    assert_eq!(received.len(), 3, "two refusals, then taken");
+    for (headers, delivered) in received.iter() {
+        assert_eq!(headers["webhook-id"], "evt_1", "the provider's event id, on every attempt");
+        assert_eq!(delivered.as_ref(), body.as_slice(), "the body byte for byte");
+        assert_eq!(headers["content-type"], "application/json");
+    }
+    let forwards = steps(&record, "forward");
+    assert_eq!(forwards.len(), 3, "{record:#}");
+    assert_eq!(forwards[0]["status_code"], 500);
+    assert!(forwards[0]["detail"].as_str().unwrap().contains("retry in 50 ms"), "{record:#}");
+    assert_eq!((forwards[2]["status_code"].as_u64(), forwards[2]["detail"].as_str()), (Some(200), Some("delivered (attempt 3)")));
+    // Not one of our operations: recorded as such, nothing else happens.
+    assert_eq!(steps(&record, "ledger")[0]["effect"], "no_operation");
+}
+
+#[tokio::test]
+async fn a_forward_the_app_keeps_refusing_becomes_a_dead_letter() {
+    let sim = simulator(|_| {}).await;
+    let app = app(usize::MAX).await;
+    let gw = Gateway::start_with(&sim.base_url(), "", &sources(Some(&app))).await;
+    deliver(&gw, &event("evt_dead", "nobody", "succeeded", 1)).await;
+    let record = forwarded(&gw, "evt_dead").await;
+    assert_eq!(record["forward"], json!({"state": "dead", "attempts": 3}), "{record:#}");
+    let last = *steps(&record, "forward").last().unwrap();
+    assert!(last["detail"].as_str().unwrap().starts_with("dead letter: "), "{record:#}");
+    assert_eq!(gw.counts().await["forward_dead_letters"], 1);
+}
+
+#[tokio::test]
+async fn sixty_four_concurrent_deliveries_take_effect_once() {
+    let sim = simulator(|_| {}).await;
+    sim.set_down(true);
+    let app = app(0).await;
+    let gw = Gateway::start_with(&sim.base_url(), "max_attempts = 100", &sources(Some(&app))).await;
+    assert_eq!(gw.charge("o1", 1000).await.status(), 201);
+    let body = event("evt_once", "o1", "succeeded", 2);
+    let deliveries: Vec<_> = (0..64)
+        .map(|_| {
+            let (http, base, body) = (gw.http.clone(), gw.base.clone(), body.clone());
+            tokio::spawn(async move {
+                let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+                let r = http
+                    .post(format!("{base}/webhooks/sim"))
+                    .header("Stripe-Signature", stripe_signature(PROVIDER_SECRET, now, &body))
+                    .body(body)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 200);
+                r.json::<Value>().await.unwrap()["received"].as_str().unwrap().to_owned()
+            })
+        })
+        .collect();
+    let mut new = 0;
+    for d in deliveries {
+        new += usize::from(d.await.unwrap() == "new");
+    }
+    assert_eq!(new, 1, "one delivery stored it, 63 were duplicates");
+    let record = forwarded(&gw, "evt_once").await;
+    assert_eq!(record["forward"]["state"], "done");
+    let ledger = steps(&record, "ledger");
+    assert_eq!(ledger.len(), 1, "{record:#}");
+    assert_eq!(ledger[0]["effect"], "resolved");
+    let op = gw.operation("o1").await;
+    assert_eq!(op["status"], "succeeded", "{op:#}");
+    assert_eq!(gw.counts().await["resolved_by_events"], 1);
+    // Give a second forward every chance to show up before counting.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(app.received.lock().await.len(), 1, "one forward");
+}
+
+#[tokio::test]
+async fn a_thousand_events_delivered_three_times_in_any_order_end_at_the_newest() {
+    let sim = simulator(|_| {}).await;
+    // The provider never answers: only the events can settle anything.
+    sim.set_down(true);
+    let extra = "max_attempts = 1000\nbackoff = { base_ms = 1000, cap_ms = 5000, jitter = \"full\" }";
+    let gw = Gateway::start_with(&sim.base_url(), extra, &sources(None)).await;
+    let operations = 250;
+    let mut expected = Vec::new();
+    let mut events = Vec::new();
+    for i in 0..operations {
+        let key = format!("op{i}");
+        assert_eq!(gw.charge(&key, 1000).await.status(), 201);
+        // Four events per operation, versions 1 to 4: some settle it (the
+        // last two report the outcome), some leave it in progress.
+        let statuses = match i % 5 {
+            0 => ["pending", "processing", "pending", "processing"],
+            1 | 2 => ["pending", "processing", "succeeded", "succeeded"],
+            _ => ["pending", "processing", "failed", "failed"],
+        };
+        expected.push((key.clone(), if statuses[3] == "processing" { "pending" } else { statuses[3] }));
+        for (v, status) in statuses.iter().enumerate() {
+            events.push(event(&format!("evt_{i}_{v}"), &key, status, v as i64 + 1));
+        }
+    }
+    assert_eq!(events.len(), 1000);
+    let mut deliveries: Vec<Vec<u8>> = events.iter().chain(&events).chain(&events).cloned().collect();
+    deliveries.shuffle(&mut rand::rngs::StdRng::seed_from_u64(42));
+    let deliveries = Arc::new(Mutex::new(deliveries));
+    let workers: Vec<_> = (0..16)
+        .map(|_| {
+            let (deliveries, http, base) = (deliveries.clone(), gw.http.clone(), gw.base.clone());
+            tokio::spawn(async move {
+                let mut new = 0;
+                while let Some(body) = deliveries.lock().await.pop() {
+                    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+                    let r = http
+                        .post(format!("{base}/webhooks/sim"))
+                        .header("Stripe-Signature", stripe_signature(PROVIDER_SECRET, now, &body))
+                        .body(body)
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(r.status(), 200);
+                    new += usize::from(r.json::<Value>().await.unwrap()["received"] == "new");
+                }
+                new
+            })
+        })
+        .collect();
+    let mut new = 0;
+    for w in workers {
+        new += w.await.unwrap();
+    }
+    assert_eq!(new, 1000, "each event stored once, 2,000 duplicates absorbed");
+    for (key, status) in &expected {
+        let op = gw.operation(key).await;
+        assert_eq!(op["status"], *status, "{op:#}");
+    }
+    let counts = gw.counts().await;
+    assert_eq!(counts["inbox_events"], 1000);
+    assert_eq!(counts["resolved_by_events"], (operations / 5 * 4) as u64, "each settled operation resolved once");
+}
