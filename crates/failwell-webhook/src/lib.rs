@@ -11,6 +11,11 @@
 //!
 //! Signatures are compared in constant time (`hmac::Mac::verify_slice`).
 //!
+//! The sending side, for simulators and tests, signs with the same code:
+//! [`stripe_signature`] gives a `Stripe-Signature` value and
+//! [`standard_webhooks_signature`] a `webhook-signature` value, which the
+//! matching [`Verifier`] accepts.
+//!
 //! | scheme | header(s) | signed bytes | secret |
 //! |---|---|---|---|
 //! | [`Scheme::Stripe`] | `Stripe-Signature: t=<unix>,v1=<hex>[,v1=…]` | `{t}.{body}` | the `whsec_…` string, literally |
@@ -26,4 +31,7 @@
 
 mod signature;
 
-pub use signature::{Encoding, Scheme, SecretError, Verified, Verifier, VerifyError};
+pub use signature::{
+    Encoding, Scheme, SecretError, Verified, Verifier, VerifyError, standard_webhooks_signature,
+    stripe_signature,
+};

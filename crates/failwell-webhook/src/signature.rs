@@ -1,4 +1,4 @@
-//! The schemes and their verification; see the crate docs.
+//! The schemes, their verification and the signing of deliveries; see the crate docs.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -160,18 +160,7 @@ impl Verifier {
         let keys = secrets
             .iter()
             .enumerate()
-            .map(|(index, secret)| {
-                if secret.is_empty() {
-                    return Err(SecretError::Empty { index });
-                }
-                match scheme {
-                    Scheme::StandardWebhooks => {
-                        let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
-                        BASE64.decode(encoded).map_err(|_| SecretError::NotBase64 { index })
-                    }
-                    _ => Ok(secret.as_bytes().to_vec()),
-                }
-            })
+            .map(|(index, secret)| hmac_key(&scheme, secret, index))
             .collect::<Result<_, _>>()?;
         Ok(Self { scheme, keys, tolerance })
     }
@@ -245,7 +234,7 @@ impl Verifier {
             return Err(malformed(HEADER, "no v1= signature"));
         }
         self.fresh(timestamp, now)?;
-        self.matches(&signatures, &[timestamp.to_string().as_bytes(), b".", body])?;
+        self.matches(&signatures, &stripe_signed(&timestamp.to_string(), body))?;
         Ok(Verified { event_id: None, timestamp: Some(timestamp) })
     }
 
@@ -269,7 +258,7 @@ impl Verifier {
             return Err(malformed("webhook-signature", "no v1 signature"));
         }
         self.fresh(timestamp, now)?;
-        self.matches(&signatures, &[id.as_bytes(), b".", raw_timestamp.as_bytes(), b".", body])?;
+        self.matches(&signatures, &standard_signed(id, raw_timestamp, body))?;
         Ok(Verified { event_id: Some(id.to_owned()), timestamp: Some(timestamp) })
     }
 
@@ -296,14 +285,80 @@ impl Verifier {
     /// under any active key, each compared in constant time.
     fn matches(&self, signatures: &[Vec<u8>], parts: &[&[u8]]) -> Result<(), VerifyError> {
         for key in &self.keys {
-            let Ok(mut mac) = HmacSha256::new_from_slice(key) else { continue };
-            parts.iter().for_each(|p| mac.update(p));
+            let mac = mac(key, parts);
             if signatures.iter().any(|signature| mac.clone().verify_slice(signature).is_ok()) {
                 return Ok(());
             }
         }
         Err(VerifyError::NoMatchingSignature)
     }
+}
+
+/// The `Stripe-Signature` header value for `body` sent at `timestamp`
+/// (seconds since the Unix epoch): `t=<timestamp>,v1=<hex>`, where `<hex>` is
+/// the lowercase hex HMAC-SHA256 of `{timestamp}.{body}` keyed with `secret`
+/// used literally (the whole `whsec_…` string, not decoded), as described in
+/// Stripe's docs, "Verify webhook signatures manually". [`Verifier`] with
+/// [`Scheme::Stripe`] and the same secret accepts it.
+pub fn stripe_signature(secret: &str, timestamp: u64, body: &[u8]) -> String {
+    let timestamp = timestamp.to_string();
+    let signature = mac(secret.as_bytes(), &stripe_signed(&timestamp, body)).finalize().into_bytes();
+    format!("t={timestamp},v1={}", hex::encode(signature))
+}
+
+/// The Standard Webhooks `webhook-signature` header value for the message
+/// `id` (the `webhook-id` header) sent at `timestamp` (the `webhook-timestamp`
+/// header, seconds since the Unix epoch): `v1,<base64>`, where `<base64>` is
+/// the padded standard base64 HMAC-SHA256 of `{id}.{timestamp}.{body}` keyed
+/// with `secret` base64-decoded after stripping an optional `whsec_` prefix
+/// (standardwebhooks.com specification, "Signature scheme"). [`Verifier`]
+/// with [`Scheme::StandardWebhooks`] and the same secret accepts it.
+///
+/// Errors like [`Verifier::new`] with this one secret: [`SecretError::Empty`]
+/// or [`SecretError::NotBase64`], both with `index` 0.
+pub fn standard_webhooks_signature(
+    secret: &str,
+    id: &str,
+    timestamp: u64,
+    body: &[u8],
+) -> Result<String, SecretError> {
+    let key = hmac_key(&Scheme::StandardWebhooks, secret, 0)?;
+    let signature = mac(&key, &standard_signed(id, &timestamp.to_string(), body)).finalize().into_bytes();
+    Ok(format!("v1,{}", BASE64.encode(signature)))
+}
+
+/// The HMAC key of `secret` for `scheme`: Standard Webhooks secrets are
+/// base64-decoded after an optional `whsec_` prefix, the others used
+/// literally. `index` is the secret's position, for the error.
+fn hmac_key(scheme: &Scheme, secret: &str, index: usize) -> Result<Vec<u8>, SecretError> {
+    if secret.is_empty() {
+        return Err(SecretError::Empty { index });
+    }
+    match scheme {
+        Scheme::StandardWebhooks => {
+            let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
+            BASE64.decode(encoded).map_err(|_| SecretError::NotBase64 { index })
+        }
+        _ => Ok(secret.as_bytes().to_vec()),
+    }
+}
+
+/// The bytes Stripe signs, in order: `{timestamp}.{body}`.
+fn stripe_signed<'a>(timestamp: &'a str, body: &'a [u8]) -> [&'a [u8]; 3] {
+    [timestamp.as_bytes(), b".", body]
+}
+
+/// The bytes Standard Webhooks signs, in order: `{id}.{timestamp}.{body}`.
+fn standard_signed<'a>(id: &'a str, timestamp: &'a str, body: &'a [u8]) -> [&'a [u8]; 5] {
+    [id.as_bytes(), b".", timestamp.as_bytes(), b".", body]
+}
+
+/// HMAC-SHA256 keyed with `key` over the concatenated `parts`, not yet finalized.
+fn mac(key: &[u8], parts: &[&[u8]]) -> HmacSha256 {
+    // HMAC accepts keys of any length (longer ones are hashed first).
+    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length");
+    parts.iter().for_each(|p| mac.update(p));
+    mac
 }
 
 fn malformed(header: &'static str, reason: &str) -> VerifyError {

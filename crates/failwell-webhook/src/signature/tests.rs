@@ -18,9 +18,12 @@ fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
 }
 
 fn hmac_hex(key: &[u8], parts: &[&[u8]]) -> String {
-    let mut mac = HmacSha256::new_from_slice(key).unwrap();
-    parts.iter().for_each(|p| mac.update(p));
-    hex::encode(mac.finalize().into_bytes())
+    hex::encode(mac(key, parts).finalize().into_bytes())
+}
+
+/// The `v1` hex of a `Stripe-Signature` value made by [`stripe_signature`].
+fn stripe_v1(header: &str) -> &str {
+    header.split_once(",v1=").unwrap().1
 }
 
 const FIVE_MIN: Option<Duration> = Some(Duration::from_secs(300));
@@ -54,6 +57,65 @@ fn standard_webhooks_reference_vector() {
 }
 
 #[test]
+fn standard_webhooks_signing_matches_the_reference_vector() {
+    let signed = standard_webhooks_signature(
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "msg_p5jXN8AQM9LWM0D4loKWxJek",
+        1_614_265_330,
+        br#"{"test": 2432232314}"#,
+    );
+    assert_eq!(signed.as_deref(), Ok("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="));
+    // The prefix is optional, as for the verifier.
+    assert_eq!(
+        standard_webhooks_signature(
+            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            1_614_265_330,
+            br#"{"test": 2432232314}"#
+        ),
+        signed
+    );
+    assert_eq!(
+        standard_webhooks_signature("whsec_!!", "m", 1, b"{}"),
+        Err(SecretError::NotBase64 { index: 0 })
+    );
+    assert_eq!(standard_webhooks_signature("", "m", 1, b"{}"), Err(SecretError::Empty { index: 0 }));
+}
+
+#[test]
+fn signed_deliveries_verify_and_a_changed_byte_does_not() {
+    let body = "{\"id\":\"evt_1\",\"note\":\"caf\u{e9} \u{1f600}\"}".as_bytes();
+    let mut changed = body.to_vec();
+    changed[3] ^= 1;
+    let now = at(1_700_000_000);
+
+    let secret = "whsec_test_secret";
+    let stripe = Verifier::new(Scheme::Stripe, &[secret.into()], FIVE_MIN).unwrap();
+    let h = headers(&[("stripe-signature", &stripe_signature(secret, 1_700_000_000, body))]);
+    assert_eq!(stripe.verify(&h, body, now).unwrap().timestamp, Some(1_700_000_000));
+    assert_eq!(stripe.verify(&h, &changed, now), Err(VerifyError::NoMatchingSignature));
+    let other = headers(&[("stripe-signature", &stripe_signature("whsec_other", 1_700_000_000, body))]);
+    assert_eq!(stripe.verify(&other, body, now), Err(VerifyError::NoMatchingSignature));
+
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let standard = Verifier::new(Scheme::StandardWebhooks, &[secret.into()], FIVE_MIN).unwrap();
+    let signature = standard_webhooks_signature(secret, "msg_1", 1_700_000_000, body).unwrap();
+    let h = headers(&[
+        ("webhook-id", "msg_1"),
+        ("webhook-timestamp", "1700000000"),
+        ("webhook-signature", &signature),
+    ]);
+    assert_eq!(standard.verify(&h, body, now).unwrap().event_id.as_deref(), Some("msg_1"));
+    assert_eq!(standard.verify(&h, &changed, now), Err(VerifyError::NoMatchingSignature));
+    let h = headers(&[
+        ("webhook-id", "msg_2"),
+        ("webhook-timestamp", "1700000000"),
+        ("webhook-signature", &signature),
+    ]);
+    assert_eq!(standard.verify(&h, body, now), Err(VerifyError::NoMatchingSignature), "the id is signed");
+}
+
+#[test]
 fn github_documented_example() {
     let v = Verifier::new(Scheme::GitHub, &["It's a Secret to Everybody".into()], None).unwrap();
     let h = headers(&[
@@ -70,9 +132,10 @@ fn stripe_uses_the_secret_literally_and_accepts_any_v1() {
     let secret = "whsec_test_secret";
     let body = "{\"id\":\"evt_1\",\"amount\":12345678901234567890,\"note\":\"caf\u{e9} \u{1f600} \\u2028\"}"
         .as_bytes();
-    let sig = hmac_hex(secret.as_bytes(), &[b"1700000000.", body]);
+    let signed = stripe_signature(secret, 1_700_000_000, body);
+    assert_eq!(stripe_v1(&signed), hmac_hex(secret.as_bytes(), &[b"1700000000.", body]));
     let v = Verifier::new(Scheme::Stripe, &[secret.into()], FIVE_MIN).unwrap();
-    let header = format!("t=1700000000,v1={},v1={sig},v0=ignored", "ab".repeat(32));
+    let header = format!("t=1700000000,v1={},v1={},v0=ignored", "ab".repeat(32), stripe_v1(&signed));
     let ok = v.verify(&headers(&[("stripe-signature", &header)]), body, at(1_700_000_100)).unwrap();
     assert_eq!(ok.timestamp, Some(1_700_000_000));
     // A secret base64-decoded (as Standard Webhooks does) would not verify.
@@ -94,9 +157,7 @@ fn rotation_accepts_any_active_secret() {
 #[test]
 fn shopify_and_generic_hmac() {
     let body = b"{\"id\":1}";
-    let mut mac = HmacSha256::new_from_slice(b"shh").unwrap();
-    mac.update(body);
-    let raw = mac.finalize().into_bytes();
+    let raw = mac(b"shh", &[body]).finalize().into_bytes();
     let b64 = BASE64.encode(raw);
     let v = Verifier::new(Scheme::Shopify, &["shh".into()], None).unwrap();
     let h = headers(&[("x-shopify-hmac-sha256", &b64), ("x-shopify-webhook-id", "w-1")]);
@@ -162,9 +223,8 @@ fn secrets_are_checked() {
 
 #[test]
 fn tolerance_none_disables_the_timestamp_check() {
-    let sig = hmac_hex(b"s", &[b"5.", b"{}"]);
     let v = Verifier::new(Scheme::Stripe, &["s".into()], None).unwrap();
-    let h = headers(&[("stripe-signature", &format!("t=5,v1={sig}"))]);
+    let h = headers(&[("stripe-signature", &stripe_signature("s", 5, b"{}"))]);
     assert!(v.verify(&h, b"{}", at(2_000_000_000)).is_ok());
 }
 
