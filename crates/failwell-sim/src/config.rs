@@ -1,4 +1,5 @@
-//! Simulator configuration, fault profiles and the deterministic fault schedule.
+//! Simulator configuration, fault profiles and the deterministic fault and
+//! webhook delivery schedules.
 //!
 //! This file owns the *contract* the demo reports rely on: which profiles exist,
 //! with which probabilities they inject which faults, and how the `(fault,
@@ -128,11 +129,29 @@ pub struct SimConfig {
     pub retry_after_secs: u64,
     /// Length of the 503 window of [`Profile::Outage`], from start (default 3 s).
     pub outage: Duration,
+    /// Where to deliver webhook events (default `None`: no events are sent).
+    /// See [`planned_webhooks`] for how deliveries misbehave.
+    pub webhooks: Option<WebhookTarget>,
+}
+
+/// The receiver of the simulator's webhooks.
+///
+/// For every committed charge the simulator `POST`s Stripe-like events to
+/// `url` with `Content-Type: application/json` and a `Stripe-Signature`
+/// header (`t=<unix seconds>,v1=<hex>`, see [`failwell_webhook::stripe_signature`])
+/// made with `secret` and a fresh timestamp at each delivery.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WebhookTarget {
+    /// The full URL events are posted to, e.g. `http://127.0.0.1:8080/webhooks/sim`.
+    pub url: String,
+    /// The Stripe endpoint secret, `whsec_…`, used literally as the HMAC key.
+    pub secret: String,
 }
 
 impl SimConfig {
     /// A configuration with the given profile and seed and the documented defaults:
-    /// `key_ttl` 24 h, `decline_suffix` 2, `hang` 30 s, `retry_after_secs` 1, `outage` 3 s.
+    /// `key_ttl` 24 h, `decline_suffix` 2, `hang` 30 s, `retry_after_secs` 1, `outage` 3 s,
+    /// `webhooks` `None` (no events sent).
     pub fn new(profile: Profile, seed: u64) -> Self {
         SimConfig {
             profile,
@@ -142,6 +161,7 @@ impl SimConfig {
             hang: Duration::from_secs(30),
             retry_after_secs: 1,
             outage: Duration::from_secs(3),
+            webhooks: None,
         }
     }
 }
@@ -172,6 +192,80 @@ pub fn planned(config: &SimConfig, reference: &str, n: u64) -> (Fault, Duration)
             (fault, latency)
         }
     }
+}
+
+/// When the copies of one charge's webhook events are sent, as offsets from
+/// its commit. Returned by [`planned_webhooks`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WebhookPlan {
+    /// The copies of `charge.pending` (succeeded charges only): 1 to 3
+    /// offsets, the original first; a copy is never sent before the original.
+    pub pending: Vec<Duration>,
+    /// The copies of the final event, `charge.succeeded` or `charge.failed`;
+    /// same shape as `pending`.
+    pub outcome: Vec<Duration>,
+}
+
+impl WebhookPlan {
+    /// True when `charge.pending` is planned to arrive after the final event
+    /// (its original is sent later than the final event's original).
+    pub fn reordered(&self) -> bool {
+        self.pending.first() > self.outcome.first()
+    }
+
+    /// Extra copies beyond one per event, for a charge that emits
+    /// `charge.pending` (`succeeded`) or only the final event.
+    pub fn duplicates(&self, succeeded: bool) -> u64 {
+        let extra = |copies: &[Duration]| copies.len().saturating_sub(1) as u64;
+        extra(&self.outcome) + if succeeded { extra(&self.pending) } else { 0 }
+    }
+}
+
+/// How the profile delivers the webhook events of a charge for `reference`
+/// (see [`WebhookTarget`]); the event sequence itself does not depend on it.
+///
+/// Per event, `charge.pending` then the final event, the original's delay from
+/// the commit is drawn, then whether it is duplicated, then each extra copy:
+/// * [`Profile::Calm`]: delay uniform 0–50 ms; 5 % of events are sent twice.
+/// * [`Profile::Stormy`] and [`Profile::Outage`]: delay uniform 0–1500 ms, so
+///   an event may arrive before or after the charge's own answer and
+///   `charge.pending` after `charge.succeeded` about half the time
+///   ([`WebhookPlan::reordered`]); 25 % of events are sent 2 or 3 times (even
+///   odds).
+///
+/// An extra copy is sent together with the original (concurrently) half the
+/// time, otherwise after it, by a fresh delay drawn from the same range.
+/// Copies answered other than 2xx, or failing in transport, are redelivered on
+/// their own (200 ms, 400 ms, 800 ms, … apart, 6 tries in all).
+///
+/// A pure function of `(seed, profile, reference)`: the same hashing as
+/// [`planned`], with the reference prefixed by the marker `"\0webhook\0"` and
+/// `n` = 0, so one reference's charges share their plan.
+pub fn planned_webhooks(config: &SimConfig, reference: &str) -> WebhookPlan {
+    let mut rng = schedule_rng(config, &[b"\0webhook\0", reference.as_bytes()].concat(), 0);
+    let (max_delay_us, duplicated) = match config.profile {
+        Profile::Calm => (50_000, 0.05),
+        Profile::Stormy | Profile::Outage => (1_500_000, 0.25),
+    };
+    let copies = |rng: &mut StdRng| {
+        let original = Duration::from_micros(rng.random_range(0..=max_delay_us));
+        let count = if !rng.random_bool(duplicated) {
+            1
+        } else if config.profile == Profile::Calm {
+            2
+        } else {
+            rng.random_range(2..=3)
+        };
+        let mut offsets = vec![original];
+        for _ in 1..count {
+            let later = if rng.random_bool(0.5) { 0 } else { rng.random_range(0..=max_delay_us) };
+            offsets.push(original + Duration::from_micros(later));
+        }
+        offsets
+    };
+    let pending = copies(&mut rng);
+    let outcome = copies(&mut rng);
+    WebhookPlan { pending, outcome }
 }
 
 /// Latency of the `n`-th lookup (`GET /v1/charges...`), drawn from the profile's

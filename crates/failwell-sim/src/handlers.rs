@@ -2,8 +2,8 @@
 //! injection and idempotency, and the `/_sim` control routes.
 //!
 //! Handlers sequence the steps (count, latency, pre-commit faults, idempotency
-//! and commit, post-commit faults); the decisions themselves live in `state.rs`
-//! and `config.rs`. Connection resets are only *requested* here: the accept loop
+//! and commit, webhook emission, post-commit faults); the decisions themselves
+//! live in `state.rs` and `config.rs`, webhook delivery in `webhooks.rs`. Connection resets are only *requested* here: the accept loop
 //! in `server.rs` performs them. Nothing here listens on sockets.
 
 use std::sync::Arc;
@@ -131,7 +131,14 @@ async fn commit_and_answer(
 ) -> Response {
     let hold = matches!(fault, Fault::TimeoutAfterCommit | Fault::ResetAfterCommit);
     let (reply, replayed, _guard) = match state.admit(key.as_deref(), &params, hold) {
-        Admission::Fresh(reply, guard) => (reply, false, guard),
+        Admission::Fresh(charge, reply, guard) => {
+            // Right at the commit, before any post-commit fault: when the answer
+            // is lost, the webhooks still tell the truth.
+            if let Some(webhooks) = &state.webhooks {
+                webhooks.emit(&state.config, &charge);
+            }
+            (reply, false, guard)
+        }
         Admission::Replay(reply) => (reply, true, None),
         Admission::Reused => {
             return Reply::error(

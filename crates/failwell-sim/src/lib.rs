@@ -7,6 +7,15 @@
 //! scripts only), chosen per request by [`planned`] from the seed
 //! and [`Profile`], or by a per-reference script. `/_sim/effects` counts what
 //! really happened so that clients can be compared ([`Effects::double_effects`]).
+//!
+//! With [`SimConfig::webhooks`] set, it also delivers webhooks as providers do,
+//! at least once: every committed charge emits Stripe-like events, signed with
+//! a `Stripe-Signature` header, and [`planned_webhooks`] delays, duplicates
+//! (some copies concurrently) and reorders them, deterministically from the
+//! seed, so some arrive before the charge's own answer and some after. Events
+//! are emitted at the commit, so a charge whose answer hangs or is reset still
+//! sends them. Copies answered other than 2xx are redelivered with backoff and
+//! counted in [`WebhookStats`]; [`Simulator::wait_webhooks`] waits for the last ones.
 //! It deliberately is not a payment processor: no persistence (state is in
 //! memory and dies with the simulator), no auth, no customers or refunds, and no
 //! CLI (the `failwell` binary wraps [`serve`]).
@@ -19,6 +28,18 @@
 //!   503 when down or in an outage, no other faults).
 //! * `GET /_sim/effects`, `PUT /_sim/script/{reference}` (JSON array of [`Fault`]
 //!   names), `PUT /_sim/down` (`{"down": bool}`) — control, never faulted.
+//!
+//! Webhooks sent (`POST` to [`WebhookTarget::url`], `Content-Type:
+//! application/json`, `Stripe-Signature: t=<unix s>,v1=<hex>` with a fresh
+//! timestamp per delivery): for a succeeded charge `charge.pending` (charge
+//! `version` 1, status `pending`) then `charge.succeeded` (version 2); for a
+//! declined one `charge.failed` (version 2). Body, byte for byte the same on
+//! every delivery of an event:
+//! `{"id":"evt_<24 hex>","object":"event","type":"charge.succeeded","created":<unix s>,
+//! "data":{"object":{"id":"ch_<24 hex>","object":"charge","status":"succeeded",
+//! "reference":"…","amount":1000,"currency":"eur","version":2}}}`. Up to 32
+//! deliveries run at once (connect timeout 1 s, total 5 s); a copy is tried
+//! at most 6 times, 200 ms, 400 ms, 800 ms, … apart.
 
 mod api;
 mod config;
@@ -28,7 +49,11 @@ mod server;
 mod state;
 #[cfg(test)]
 mod tests;
+mod webhooks;
 
-pub use config::{Fault, Profile, SimConfig, UnknownProfile, planned};
+pub use config::{
+    Fault, Profile, SimConfig, UnknownProfile, WebhookPlan, WebhookTarget, planned, planned_webhooks,
+};
 pub use server::{Simulator, serve};
 pub use state::{Effects, ReferenceEffects};
+pub use webhooks::WebhookStats;

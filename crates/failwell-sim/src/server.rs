@@ -27,6 +27,7 @@ use tower::ServiceExt;
 use crate::config::{Fault, SimConfig};
 use crate::handlers::router;
 use crate::state::{Effects, SimState};
+use crate::webhooks::Webhooks;
 
 /// Per-connection reset signal, found in request extensions.
 #[derive(Clone, Debug)]
@@ -39,8 +40,8 @@ impl ConnReset {
     }
 }
 
-/// A running simulator on a TCP listener. Dropping it stops the server too (like
-/// [`Simulator::shutdown`], but without waiting).
+/// A running simulator on a TCP listener. Dropping it stops the server and its
+/// webhook deliveries too (like [`Simulator::shutdown`], but without waiting).
 #[derive(Debug)]
 pub struct Simulator {
     addr: SocketAddr,
@@ -51,11 +52,14 @@ pub struct Simulator {
 
 impl Simulator {
     /// Spawns the server on `listener` and returns at once. The outage window of
-    /// [`crate::Profile::Outage`] starts now. Fails only if the listener's local
-    /// address cannot be read. Must be called inside a Tokio runtime.
+    /// [`crate::Profile::Outage`] starts now. Fails if the listener's local
+    /// address cannot be read, or (`InvalidInput`) if the webhook URL does not
+    /// parse or its HTTP client cannot be built. Must be called inside a Tokio
+    /// runtime.
     pub async fn start(config: SimConfig, listener: TcpListener) -> std::io::Result<Simulator> {
         let addr = listener.local_addr()?;
-        let state = Arc::new(SimState::new(config));
+        let webhooks = config.webhooks.clone().map(Webhooks::new).transpose()?.map(Arc::new);
+        let state = Arc::new(SimState::new(config, webhooks));
         let (stop, stopped) = oneshot::channel();
         let task = tokio::spawn(accept_loop(listener, router(Arc::clone(&state)), stopped));
         tracing::debug!(%addr, "failwell simulator started");
@@ -99,12 +103,32 @@ impl Simulator {
         self.state.set_down(down);
     }
 
+    /// Waits until no webhook event is in flight (every copy of every event
+    /// emitted so far delivered or given up); true if so before `timeout`,
+    /// false otherwise. True at once without [`SimConfig::webhooks`]. Events of
+    /// charges committing meanwhile are waited for too.
+    pub async fn wait_webhooks(&self, timeout: Duration) -> bool {
+        match &self.state.webhooks {
+            Some(webhooks) => webhooks.wait_idle(timeout).await,
+            None => true,
+        }
+    }
+
     /// Stops accepting, aborts every open connection (hanging handlers are dropped,
-    /// not awaited) and waits for the server task to end.
+    /// not awaited) and waits for the server task to end. Webhook copies not yet
+    /// being sent are abandoned (see [`Simulator::wait_webhooks`] to let them finish).
     pub async fn shutdown(mut self) {
         drop(self.stop.take());
         if let Some(task) = self.task.take() {
             let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Simulator {
+    fn drop(&mut self) {
+        if let Some(webhooks) = &self.state.webhooks {
+            webhooks.stop();
         }
     }
 }

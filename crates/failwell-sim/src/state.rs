@@ -1,10 +1,10 @@
 //! Shared simulator state: charges, the idempotency-key store, per-reference
-//! counters, fault scripts and down mode.
+//! counters, fault scripts, down mode and the webhook sender.
 //!
 //! Every mutation happens under one mutex and no `.await` ever runs while it is
 //! held, so check-and-commit is atomic. This file decides *what* is committed and
 //! replayed; it deliberately does no sleeping, no HTTP and no fault delivery
-//! (see `handlers.rs` and `server.rs`).
+//! (see `handlers.rs`, `server.rs` and, for webhooks, `webhooks.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,10 +14,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
-use crate::api::{Charge, Reply};
+use crate::api::{Charge, Reply, derived_id};
 use crate::config::{Fault, Profile, SimConfig, lookup_latency, planned};
+use crate::webhooks::{WebhookStats, Webhooks};
 
 /// Counters of what the simulator did, as served by `GET /_sim/effects` and
 /// [`crate::Simulator::effects`].
@@ -31,6 +31,8 @@ pub struct Effects {
     pub declined: u64,
     /// The same counters per `reference` (only requests whose reference parsed).
     pub by_reference: BTreeMap<String, ReferenceEffects>,
+    /// Webhook deliveries (all zero without [`crate::SimConfig::webhooks`]).
+    pub webhooks: WebhookStats,
 }
 
 /// Per-reference counters inside [`Effects`].
@@ -65,9 +67,10 @@ pub(crate) struct ChargeParams {
 /// Outcome of [`SimState::admit`].
 #[derive(Debug)]
 pub(crate) enum Admission {
-    /// Processed now (charge created, succeeded or declined). If a key was given and
-    /// `hold` was set, the key stays in flight until the returned guard is dropped.
-    Fresh(Reply, Option<InFlightGuard>),
+    /// Processed now (the charge created, succeeded or declined, and its
+    /// answer). If a key was given and `hold` was set, the key stays in flight
+    /// until the returned guard is dropped.
+    Fresh(Charge, Reply, Option<InFlightGuard>),
     /// The key's stored answer, to be sent with `Idempotent-Replayed: true`.
     Replay(Reply),
     /// Same key, different parameters.
@@ -104,6 +107,8 @@ struct Inner {
 /// The state shared by all connections of one simulator.
 pub(crate) struct SimState {
     pub config: SimConfig,
+    /// The sender of [`SimConfig::webhooks`], if set.
+    pub webhooks: Option<Arc<Webhooks>>,
     started: Instant,
     down: AtomicBool,
     lookups: AtomicU64,
@@ -111,10 +116,11 @@ pub(crate) struct SimState {
 }
 
 impl SimState {
-    /// Fresh state; the outage window starts now.
-    pub fn new(config: SimConfig) -> Self {
+    /// Fresh state sending webhooks with `webhooks`; the outage window starts now.
+    pub fn new(config: SimConfig, webhooks: Option<Arc<Webhooks>>) -> Self {
         SimState {
             config,
+            webhooks,
             started: Instant::now(),
             down: AtomicBool::new(false),
             lookups: AtomicU64::new(0),
@@ -170,7 +176,9 @@ impl SimState {
 
     /// Snapshot of the counters.
     pub fn effects(&self) -> Effects {
-        self.lock().effects.clone()
+        let mut effects = self.lock().effects.clone();
+        effects.webhooks = self.webhooks.as_ref().map(|w| w.stats()).unwrap_or_default();
+        effects
     }
 
     /// The charge with this id.
@@ -201,9 +209,9 @@ impl SimState {
                 KeyState::Completed(reply) => Admission::Replay(reply.clone()),
             };
         }
-        let reply = self.create_charge(&mut inner, params);
+        let (charge, reply) = self.create_charge(&mut inner, params);
         let Some(key) = key else {
-            return Admission::Fresh(reply, None);
+            return Admission::Fresh(charge, reply, None);
         };
         inner.serial += 1;
         let serial = inner.serial;
@@ -215,20 +223,14 @@ impl SimState {
         };
         let entry = KeyEntry { fingerprint: params.clone(), state, created_at: Instant::now(), serial };
         inner.keys.insert(key.to_owned(), entry);
-        Admission::Fresh(reply, guard)
+        Admission::Fresh(charge, reply, guard)
     }
 
-    fn create_charge(&self, inner: &mut Inner, params: &ChargeParams) -> Reply {
+    fn create_charge(&self, inner: &mut Inner, params: &ChargeParams) -> (Charge, Reply) {
         let declined = params.amount % 100 == u64::from(self.config.decline_suffix);
         let seq = inner.charges.len() as u64;
-        let mut hasher = Sha256::new();
-        hasher.update(self.config.seed.to_le_bytes());
-        hasher.update(b"charge");
-        hasher.update(seq.to_le_bytes());
-        let digest = hasher.finalize();
-        let id: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
         let charge = Charge {
-            id: format!("ch_{id}"),
+            id: derived_id("ch", &[&self.config.seed.to_le_bytes(), b"charge", &seq.to_le_bytes()]),
             object: "charge",
             amount: params.amount,
             currency: params.currency.clone(),
@@ -258,8 +260,8 @@ impl SimState {
         } else {
             Reply::new(StatusCode::OK, serde_json::to_value(&charge).unwrap_or_default())
         };
-        inner.charges.push(charge);
-        reply
+        inner.charges.push(charge.clone());
+        (charge, reply)
     }
 }
 

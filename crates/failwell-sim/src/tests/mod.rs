@@ -7,3 +7,4 @@ mod faults;
 mod helpers;
 mod idempotency;
 mod lookups;
+mod webhooks;
