@@ -19,9 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use failwell_policy::{Attempted, Decision, IdempotencyPolicy, decide};
-use failwell_store::{
-    ClaimedForward, EventStep, ForwardCompletion, ForwardTransition, Store, StoreError,
-};
+use failwell_store::{ClaimedForward, EventStep, ForwardCompletion, ForwardTransition, Store, StoreError};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -103,7 +101,8 @@ impl<S: Store> Queue for ForwardQueue<S> {
             ForwardTransition::Defer { .. } => "deferred",
             ForwardTransition::DeadLetter { .. } => "dead_letter",
         };
-        metrics::counter!("failwell_forwards_total", "integration" => integration, "result" => result).increment(1);
+        metrics::counter!("failwell_forwards_total", "integration" => integration, "result" => result)
+            .increment(1);
         completion
     }
 
@@ -125,9 +124,13 @@ fn signed_headers(
     timestamp: u64,
 ) -> Result<HeaderMap, String> {
     let event = &forward.event;
-    let signature =
-        failwell_webhook::standard_webhooks_signature(&target.secret, &event.event_id, timestamp, &event.payload)
-            .map_err(|e| format!("cannot sign: {e}"))?;
+    let signature = failwell_webhook::standard_webhooks_signature(
+        &target.secret,
+        &event.event_id,
+        timestamp,
+        &event.payload,
+    )
+    .map_err(|e| format!("cannot sign: {e}"))?;
     let content_type = event.headers["content-type"].as_str().unwrap_or("application/json");
     let value = |v: &str| HeaderValue::from_str(v).map_err(|e| format!("invalid header value {v:?}: {e}"));
     let mut headers = HeaderMap::new();
@@ -185,7 +188,8 @@ async fn deliver(target: &ForwardTarget, forward: &ClaimedForward) -> ForwardCom
     };
     // The event id is an idempotency key the application honours for good.
     let keyed = IdempotencyPolicy { header: Some("webhook-id".into()), key_ttl: Duration::MAX };
-    let (detail, transition) = match decide(&spec.retry, &keyed, classification, attempted, &mut rand::rng()) {
+    let (detail, transition) = match decide(&spec.retry, &keyed, classification, attempted, &mut rand::rng())
+    {
         Decision::Retry { delay } => (
             format!("{error}: retry in {} ms", delay.as_millis()),
             ForwardTransition::Retry {

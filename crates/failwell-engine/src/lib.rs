@@ -9,9 +9,9 @@
 //! own, and it knows no SQL and no HTTP server.
 
 pub mod client;
-pub mod forwarder;
 #[cfg(test)]
 mod fixtures;
+pub mod forwarder;
 pub mod provider;
 mod pump;
 pub mod reconciler;
@@ -23,8 +23,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use client::{CallRequest, CallResult, ClientError, Guards, ProviderClient};
 pub use forwarder::{ForwardTarget, ForwardTargets, Forwarder};
 pub use provider::{Encoding, LookupSpec, OperationSpec, ProviderSpec, Providers};
-pub use reconciler::{Reconciler, ReconcilerConfig};
 pub use pump::RelayConfig;
+pub use reconciler::{Reconciler, ReconcilerConfig};
 pub use relay::Relay;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;

@@ -57,7 +57,12 @@ pub(crate) trait Queue: Send + Sync + 'static {
 
 /// Drains `queue` until `shutdown` is cancelled, then waits for the items
 /// in flight and their records. Woken early through `wake`.
-pub(crate) async fn pump<Q: Queue>(queue: Arc<Q>, config: RelayConfig, wake: Arc<Notify>, shutdown: CancellationToken) {
+pub(crate) async fn pump<Q: Queue>(
+    queue: Arc<Q>,
+    config: RelayConfig,
+    wake: Arc<Notify>,
+    shutdown: CancellationToken,
+) {
     let permits = Arc::new(Semaphore::new(config.concurrency));
     let (done_tx, done_rx) = mpsc::channel(config.concurrency * 2);
     let writer = tokio::spawn(write_results(queue.clone(), done_rx));
@@ -117,9 +122,12 @@ async fn write_results<Q: Queue>(queue: Arc<Q>, mut done: mpsc::Receiver<Q::Done
             Ok(applied) => {
                 let lost = applied.iter().filter(|a| !**a).count();
                 if lost > 0 {
-                    tracing::warn!(
+                    // Normal when a webhook settled an operation while its
+                    // call was in flight; otherwise a worker outlived its lease.
+                    tracing::info!(
                         lost,
-                        "results for {} arrived after their lease was taken over; history kept, state untouched",
+                        "results for {} arrived after they were settled elsewhere or their lease was \
+                         taken over; history kept, state untouched",
                         Q::WHAT
                     );
                 }

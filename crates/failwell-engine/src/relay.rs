@@ -21,8 +21,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::CallResult;
-use crate::pump::{Queue, RelayConfig, pump};
 use crate::provider::Providers;
+use crate::pump::{Queue, RelayConfig, pump};
 use crate::{ProviderClient, now_ms};
 
 /// The outbox relay (see the module docs).

@@ -106,7 +106,11 @@ mod tests {
             (OPEN, settled(Outcome::Unknown), 1, EventEffect::Note),
         ];
         for (ledger, reported, version, expected) in cases {
-            assert_eq!(apply_event(ledger, reported, version), expected, "{ledger:?} {reported:?} v{version}");
+            assert_eq!(
+                apply_event(ledger, reported, version),
+                expected,
+                "{ledger:?} {reported:?} v{version}"
+            );
         }
     }
 
@@ -124,7 +128,9 @@ mod tests {
             let mut ledger = OPEN;
             for (reported, version) in deliveries {
                 match apply_event(ledger, reported, version) {
-                    EventEffect::Settle(outcome) => ledger = Ledger { settled: Some(outcome), version: Some(version) },
+                    EventEffect::Settle(outcome) => {
+                        ledger = Ledger { settled: Some(outcome), version: Some(version) }
+                    }
                     EventEffect::Note => ledger.version = Some(version),
                     EventEffect::Stale | EventEffect::WouldRegress => {}
                 }

@@ -486,7 +486,8 @@ pub enum Received {
 /// One step in an event's history.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct EventStep {
-    /// `stored`, `ledger` or `forward`.
+    /// `ledger` (what the event did to an operation) or `forward` (an
+    /// attempt to deliver it to the application).
     pub kind: String,
     /// When, ms since epoch.
     pub at_ms: i64,

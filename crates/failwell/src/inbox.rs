@@ -70,7 +70,8 @@ impl LedgerMapping {
     /// What the event `body` reports, or why it reports nothing this
     /// mapping can apply (not JSON, a field missing, an unmapped status).
     pub fn report(&self, body: &[u8]) -> Result<EventReport, String> {
-        let event: Value = serde_json::from_slice(body).map_err(|e| format!("not applicable: not JSON ({e})"))?;
+        let event: Value =
+            serde_json::from_slice(body).map_err(|e| format!("not applicable: not JSON ({e})"))?;
         let field = |pointer: &str| {
             event.pointer(pointer).ok_or_else(|| format!("not applicable: nothing at {pointer:?}"))
         };
@@ -94,7 +95,12 @@ impl LedgerMapping {
         } else {
             return Err(format!("not applicable: status {status:?} is not mapped"));
         };
-        Ok(EventReport { provider: self.provider.clone(), reference: reference.to_owned(), reported, version })
+        Ok(EventReport {
+            provider: self.provider.clone(),
+            reference: reference.to_owned(),
+            reported,
+            version,
+        })
     }
 }
 
@@ -300,8 +306,8 @@ pub(crate) async fn feed<S: Store>(
 }
 
 /// `GET /v1/events/{integration}/{event_id}`: one stored event with its
-/// history (stored, what it did to the ledger, each forwarding attempt)
-/// and its forwarding state.
+/// history after it was stored (what it did to the ledger, each forwarding
+/// attempt) and its forwarding state.
 pub(crate) async fn event<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     Path((integration, event_id)): Path<(String, String)>,
@@ -333,7 +339,8 @@ fn event_view(e: StoredEvent) -> Value {
         Ok(text) => view["payload"] = json!(text),
         Err(bytes) => {
             use base64::Engine;
-            view["payload_base64"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes.into_bytes()));
+            view["payload_base64"] =
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes.into_bytes()));
         }
     }
     view

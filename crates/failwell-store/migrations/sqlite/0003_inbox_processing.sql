@@ -5,12 +5,12 @@
 -- event applied to an operation: an event not newer than it changes nothing.
 ALTER TABLE operations ADD COLUMN event_version INTEGER;
 
--- Append-only history of each event: stored, what it did to the ledger,
--- every forwarding attempt.
+-- Append-only history of each event after it was stored (its
+-- received_at_ms): what it did to the ledger, every forwarding attempt.
 CREATE TABLE inbox_steps (
     id            INTEGER PRIMARY KEY,
     event_seq     INTEGER NOT NULL REFERENCES inbox_events (seq),
-    kind          TEXT    NOT NULL CHECK (kind IN ('stored', 'ledger', 'forward')),
+    kind          TEXT    NOT NULL CHECK (kind IN ('ledger', 'forward')),
     at_ms         INTEGER NOT NULL,
     duration_ms   INTEGER,
     status_code   INTEGER,

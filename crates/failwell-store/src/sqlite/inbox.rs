@@ -39,13 +39,14 @@ impl SqliteStore {
                 received.push(Received::Duplicate);
                 continue;
             };
-            let stored = EventStep::new("stored", now_ms, format!("stored {:?}", event.event_id));
-            insert_step(&mut tx, seq, &stored).await?;
             match &event.report {
                 None => {}
                 Some(Ok(report)) => apply_report(&mut tx, seq, report, now_ms).await?,
                 Some(Err(why)) => {
-                    let step = EventStep { effect: Some(LedgerEffect::NotApplicable), ..EventStep::new("ledger", now_ms, why.clone()) };
+                    let step = EventStep {
+                        effect: Some(LedgerEffect::NotApplicable),
+                        ..EventStep::new("ledger", now_ms, why.clone())
+                    };
                     insert_step(&mut tx, seq, &step).await?;
                 }
             }
@@ -66,7 +67,11 @@ impl SqliteStore {
         Ok(received)
     }
 
-    pub(super) async fn stored_events_after(&self, after: i64, limit: u32) -> Result<Vec<StoredEvent>, StoreError> {
+    pub(super) async fn stored_events_after(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
         let rows = sqlx::query(
             "SELECT seq, integration, event_id, payload, headers, received_at_ms FROM inbox_events \
              WHERE seq > ?1 ORDER BY seq LIMIT ?2",
@@ -217,20 +222,24 @@ async fn apply_report(
     report: &EventReport,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    let row = sqlx::query("SELECT id, status, event_version FROM operations WHERE provider = ?1 AND reference = ?2")
-        .bind(&report.provider)
-        .bind(&report.reference)
-        .fetch_optional(&mut *conn)
-        .await
-        .context("finding an event's operation")?;
+    let row = sqlx::query(
+        "SELECT id, status, event_version FROM operations WHERE provider = ?1 AND reference = ?2",
+    )
+    .bind(&report.provider)
+    .bind(&report.reference)
+    .fetch_optional(&mut *conn)
+    .await
+    .context("finding an event's operation")?;
     let Some(row) = row else {
         let detail = format!("no {:?} operation has reference {:?}", report.provider, report.reference);
-        let step = EventStep { effect: Some(LedgerEffect::NoOperation), ..EventStep::new("ledger", now_ms, detail) };
+        let step =
+            EventStep { effect: Some(LedgerEffect::NoOperation), ..EventStep::new("ledger", now_ms, detail) };
         return insert_step(conn, seq, &step).await;
     };
     let id: i64 = row.get("id");
     let status: String = row.get("status");
-    let status = OperationStatus::parse(&status).ok_or(StoreError::Corrupt { what: "status", detail: status })?;
+    let status =
+        OperationStatus::parse(&status).ok_or(StoreError::Corrupt { what: "status", detail: status })?;
     let settled = match status {
         OperationStatus::Succeeded => Some(Outcome::Succeeded),
         OperationStatus::Failed => Some(Outcome::Failed),
@@ -280,7 +289,8 @@ async fn apply_report(
         EventEffect::Stale => LedgerEffect::Stale,
         EventEffect::WouldRegress => LedgerEffect::WouldRegress,
     };
-    let detail = format!("{} (version {}, operation was {})", effect.describe(), report.version, status.as_str());
+    let detail =
+        format!("{} (version {}, operation was {})", effect.describe(), report.version, status.as_str());
     let step = EventStep {
         operation_id: Some(id),
         effect: Some(recorded),

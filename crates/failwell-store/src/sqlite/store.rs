@@ -12,7 +12,8 @@ use crate::Store;
 use crate::error::{Context, StoreError};
 use crate::model::{
     AttemptKind, AttemptRow, Claimed, ClaimedForward, Completion, Counts, EventRecord, ForwardCompletion,
-    NewEvent, NewOperation, Operation, OperationStatus, Received, Reconciled, Resolution, StoredEvent, Submitted,
+    NewEvent, NewOperation, Operation, OperationStatus, Received, Reconciled, Resolution, StoredEvent,
+    Submitted,
 };
 
 impl Store for SqliteStore {

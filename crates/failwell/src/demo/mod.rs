@@ -12,10 +12,11 @@ mod naive;
 mod report;
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use failwell_sim::{Effects, Profile, SimConfig, Simulator};
+use failwell_sim::{Effects, Profile, SimConfig, Simulator, WebhookTarget};
 use failwell_store::{NewOperation, Operation, OperationStatus, Outbox, Store};
 use hdrhistogram::Histogram;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
@@ -24,7 +25,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 pub use naive::{Belief, NaiveResult};
-pub use report::{Figures, Report};
+pub use report::{Figures, Report, WebhookFigures};
 
 use crate::Server;
 
@@ -62,6 +63,9 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(600);
 /// orders arrive as one burst, so the retry budget is wider than the
 /// default: a budget relative to recent first attempts would otherwise hold
 /// the tail of retries, once the burst is over, to its floor per second.
+/// The secret the demo's provider signs its webhooks with (Stripe scheme).
+const WEBHOOK_SECRET: &str = "whsec_failwell_demo";
+
 fn demo_config(base_url: &str, database_url: &str, concurrency: usize) -> String {
     let settings = format!(
         "connect_timeout_ms = 500\ntimeout_ms = {TIMEOUT_MS}\nmax_attempts = 10\ndeadline_ms = 300000\n\
@@ -86,6 +90,11 @@ lease_ms = 30000
 [reconciler]
 interval_ms = 100
 batch_size = 64
+
+[webhooks.sim]
+scheme = "stripe"
+secrets = ["{WEBHOOK_SECRET}"]
+ledger = {{ provider = "payments", reference_pointer = "/data/object/reference", status_pointer = "/data/object/status", version_pointer = "/data/object/version" }}
 
 {provider}"#,
         provider = simulator_provider(base_url, &settings)
@@ -134,8 +143,18 @@ pub fn orders(count: usize, seed: u64) -> Vec<Order> {
         .collect()
 }
 
-async fn simulator(profile: Profile, seed: u64) -> anyhow::Result<Simulator> {
+/// A simulator; `webhooks_to` is failwell's address for the provider's
+/// signed webhooks (none for the naive client).
+async fn simulator(
+    profile: Profile,
+    seed: u64,
+    webhooks_to: Option<SocketAddr>,
+) -> anyhow::Result<Simulator> {
     let mut config = SimConfig::new(profile, seed);
+    config.webhooks = webhooks_to.map(|addr| WebhookTarget {
+        url: format!("http://{addr}/webhooks/sim"),
+        secret: WEBHOOK_SECRET.into(),
+    });
     // Long enough that every client times out first, short enough to free sockets.
     config.hang = Duration::from_millis(TIMEOUT_MS * 5);
     let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind the simulator")?;
@@ -157,14 +176,16 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     let orders = orders(args.orders, args.seed);
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
     let database_url = format!("sqlite://{}", dir.path().join("demo.db").display());
-    let sim_failwell = simulator(args.profile, args.seed).await?;
+    let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind the API")?;
+    let api = listener.local_addr().context("cannot read the API's address")?;
+    let sim_failwell = simulator(args.profile, args.seed, Some(api)).await?;
     eprintln!(
-        "failwell demo: {} orders, profile {}, seed {}; both clients time out after {TIMEOUT_MS} ms",
+        "failwell demo: {} orders, profile {}, seed {}; both clients time out after {TIMEOUT_MS} ms; \
+         the provider also sends failwell signed webhooks (duplicated, reordered, delayed)",
         args.orders, args.profile, args.seed
     );
     let config =
         crate::config::from_toml(&demo_config(&sim_failwell.base_url(), &database_url, args.concurrency))?;
-    let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind the API")?;
     let server = Server::start(config, listener).await.context("cannot start failwell")?;
     let multi = MultiProgress::new();
     let placed = bar(&multi, orders.len(), "failwell: orders placed");
@@ -193,26 +214,40 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
         placing.as_secs_f64(),
         orders.len() as f64 / placing.as_secs_f64()
     );
-    let counts = loop {
+    loop {
         let counts = store.counts().await?;
         settled.set_position(counts.succeeded + counts.failed);
         settled.set_message(format!("{} unknown, {} pending", counts.unknown, counts.pending));
         if counts.pending + counts.unknown == 0 || start.elapsed() > SETTLE_LIMIT {
-            break counts;
+            break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    }
     let failwell_elapsed = start.elapsed();
     settled.finish();
+    // The last webhooks may still be on their way (delayed, redelivered).
+    if !sim_failwell.wait_webhooks(Duration::from_secs(60)).await {
+        eprintln!("some webhooks were still in flight after 60 s");
+    }
+    let counts = store.counts().await?;
     let mut operations = Vec::with_capacity(orders.len());
     for order in &orders {
         operations.push((order, store.operation(&order.reference).await?));
     }
     server.shutdown().await;
-    let failwell = failwell_figures(&operations, &sim_failwell.effects(), counts.attempts, failwell_elapsed);
+    let effects = sim_failwell.effects();
+    let failwell = failwell_figures(&operations, &effects, counts.attempts, failwell_elapsed);
+    let accepted = effects.webhooks.deliveries.saturating_sub(effects.webhooks.refused);
+    let webhooks = WebhookFigures {
+        sent: effects.webhooks.events,
+        deliveries: accepted,
+        received: counts.inbox_events,
+        duplicates_absorbed: accepted.saturating_sub(counts.inbox_events),
+        resolved_by_webhook: counts.resolved_by_events,
+    };
 
     // Started now, so an outage window hits the naive client as it hit failwell.
-    let sim_naive = simulator(args.profile, args.seed).await?;
+    let sim_naive = simulator(args.profile, args.seed, None).await?;
     let start = Instant::now();
     let tick = naive_bar.clone();
     let results = naive::run(
@@ -227,7 +262,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     naive_bar.finish();
     sim_failwell.shutdown().await;
     sim_naive.shutdown().await;
-    Ok(Report { failwell, naive })
+    Ok(Report { failwell, naive, webhooks })
 }
 
 /// Writes one order and its outbox message in one transaction.

@@ -45,6 +45,29 @@ pub struct Figures {
     pub elapsed_s: f64,
 }
 
+/// What the provider's webhooks did during failwell's run (the naive client
+/// receives none). Definitions:
+/// - `sent`: distinct events the provider emitted;
+/// - `deliveries`: deliveries failwell accepted (answered 2xx);
+/// - `received`: events failwell stored, each once;
+/// - `duplicates_absorbed`: accepted deliveries of an event already stored
+///   (`deliveries - received`), which took no further effect;
+/// - `resolved_by_webhook`: operations an event settled while their outcome
+///   was still open (pending or unknown) at failwell.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct WebhookFigures {
+    /// Distinct events the provider emitted.
+    pub sent: u64,
+    /// Deliveries failwell accepted.
+    pub deliveries: u64,
+    /// Events stored.
+    pub received: u64,
+    /// Deliveries of an event already stored.
+    pub duplicates_absorbed: u64,
+    /// Operations settled by an event while open.
+    pub resolved_by_webhook: u64,
+}
+
 /// The demo's result: failwell and the naive client on the same faults.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
@@ -52,6 +75,8 @@ pub struct Report {
     pub failwell: Figures,
     /// The naive client's figures.
     pub naive: Figures,
+    /// The provider's webhooks to failwell.
+    pub webhooks: WebhookFigures,
 }
 
 impl Report {
@@ -81,6 +106,13 @@ impl Report {
         for (label, a, b) in rows {
             let _ = writeln!(out, "{label:<22}{a:>12}{b:>12}");
         }
+        let w = &self.webhooks;
+        let _ = writeln!(
+            out,
+            "webhooks to failwell: {} sent, {} received once each, {} duplicate deliveries absorbed, \
+             {} operations resolved by webhook",
+            w.sent, w.received, w.duplicates_absorbed, w.resolved_by_webhook
+        );
         let verdict = if self.failwell_held() {
             "failwell: 0 double effects, 0 lost, 0 unknown remaining"
         } else {

@@ -203,6 +203,7 @@ async fn api_with(
         providers: std::sync::Arc::new(failwell_engine::Providers::new()),
         wake: std::sync::Arc::default(),
         webhooks: std::sync::Arc::default(),
+        forward: std::sync::Arc::default(),
     });
     (dir, failwell::api::router(state, 65_536, bulkhead, timeout))
 }

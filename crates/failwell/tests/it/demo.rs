@@ -40,7 +40,16 @@ async fn stormy_demo_keeps_failwells_promises_and_is_reproducible() {
     let (code, first) = demo(&["--orders", "300", "--seed", "5", "--profile", "stormy"]).await;
     assert_eq!(code, Some(0), "{first:#}");
     let object = first.as_object().unwrap();
-    assert_eq!(object.keys().collect::<Vec<_>>(), ["failwell", "naive"]);
+    assert_eq!(object.keys().collect::<Vec<_>>(), ["failwell", "naive", "webhooks"]);
+    // The provider's webhooks: duplicated and reordered, each stored once,
+    // and some settle an operation before failwell's own calls or lookups.
+    let w = &first["webhooks"];
+    let n = |key: &str| w[key].as_u64().unwrap();
+    assert!(n("sent") > 300, "a pending and an outcome event per charge: {w:#}");
+    assert_eq!(n("received"), n("sent"), "every event stored once: {w:#}");
+    assert!(n("duplicates_absorbed") > 0, "{w:#}");
+    assert_eq!(n("deliveries"), n("received") + n("duplicates_absorbed"));
+    assert!(n("resolved_by_webhook") > 0, "{w:#}");
     for side in ["failwell", "naive"] {
         let mut keys: Vec<&str> = first[side].as_object().unwrap().keys().map(String::as_str).collect();
         keys.sort_unstable();

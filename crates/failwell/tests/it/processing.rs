@@ -31,8 +31,8 @@ struct App {
 async fn app(refuse: usize) -> App {
     let received = Arc::new(Mutex::new(Vec::new()));
     let refused = Arc::new(AtomicUsize::new(0));
-    let verifier = Verifier::new(Scheme::StandardWebhooks, &[APP_SECRET.into()], Some(Duration::from_secs(60)))
-        .unwrap();
+    let verifier =
+        Verifier::new(Scheme::StandardWebhooks, &[APP_SECRET.into()], Some(Duration::from_secs(60))).unwrap();
     let kept = received.clone();
     let handler = move |headers: HeaderMap, body: Bytes| {
         let (kept, refused, verifier) = (kept.clone(), refused.clone(), verifier.clone());
@@ -41,7 +41,11 @@ async fn app(refuse: usize) -> App {
                 return StatusCode::BAD_REQUEST;
             }
             kept.lock().await.push((headers, body));
-            if refused.fetch_add(1, Ordering::SeqCst) < refuse { StatusCode::INTERNAL_SERVER_ERROR } else { StatusCode::OK }
+            if refused.fetch_add(1, Ordering::SeqCst) < refuse {
+                StatusCode::INTERNAL_SERVER_ERROR
+            } else {
+                StatusCode::OK
+            }
         }
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -66,7 +70,8 @@ fn sources(app: Option<&App>) -> String {
     text += "ledger = { provider = \"payments\", reference_pointer = \"/data/object/reference\", \
              status_pointer = \"/data/object/status\", version_pointer = \"/data/object/version\" }\n";
     if app.is_some() {
-        text += &format!("forward = {{ provider = \"app\", path = \"/hooks\", secret = \"{APP_SECRET}\" }}\n");
+        text +=
+            &format!("forward = {{ provider = \"app\", path = \"/hooks\", secret = \"{APP_SECRET}\" }}\n");
     }
     text
 }
@@ -136,7 +141,10 @@ async fn an_event_is_forwarded_re_signed_under_its_own_id_until_the_app_takes_it
     assert_eq!(forwards.len(), 3, "{record:#}");
     assert_eq!(forwards[0]["status_code"], 500);
     assert!(forwards[0]["detail"].as_str().unwrap().contains("retry in 50 ms"), "{record:#}");
-    assert_eq!((forwards[2]["status_code"].as_u64(), forwards[2]["detail"].as_str()), (Some(200), Some("delivered (attempt 3)")));
+    assert_eq!(
+        (forwards[2]["status_code"].as_u64(), forwards[2]["detail"].as_str()),
+        (Some(200), Some("delivered (attempt 3)"))
+    );
     // Not one of our operations: recorded as such, nothing else happens.
     assert_eq!(steps(&record, "ledger")[0]["effect"], "no_operation");
 }
@@ -258,5 +266,9 @@ async fn a_thousand_events_delivered_three_times_in_any_order_end_at_the_newest(
     }
     let counts = gw.counts().await;
     assert_eq!(counts["inbox_events"], 1000);
-    assert_eq!(counts["resolved_by_events"], (operations / 5 * 4) as u64, "each settled operation resolved once");
+    assert_eq!(
+        counts["resolved_by_events"],
+        (operations / 5 * 4) as u64,
+        "each settled operation resolved once"
+    );
 }
