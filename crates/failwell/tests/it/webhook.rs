@@ -154,30 +154,6 @@ max_body_bytes = 1024
     }
 
     #[tokio::test]
-    async fn sixty_four_concurrent_deliveries_of_one_event_store_one_row() {
-        let (_sim, gw) = gateway().await;
-        let body = b"{\"action\":\"closed\"}";
-        let signature = format!("sha256={}", sign("It's a Secret to Everybody", &[body]));
-        let gw = std::sync::Arc::new(gw);
-        let deliveries: Vec<_> = (0..64)
-            .map(|_| {
-                let (gw, signature) = (gw.clone(), signature.clone());
-                tokio::spawn(async move {
-                    let r = github(&gw, "d-64", body, Some(signature)).await;
-                    assert_eq!(r.status(), 200);
-                    r.json::<Value>().await.unwrap()["received"].as_str().unwrap().to_owned()
-                })
-            })
-            .collect();
-        let mut new = 0;
-        for d in deliveries {
-            new += usize::from(d.await.unwrap() == "new");
-        }
-        assert_eq!(new, 1, "exactly one delivery stored the event");
-        assert_eq!(gw.counts().await["inbox_events"], 1);
-    }
-
-    #[tokio::test]
     async fn each_refusal_has_its_own_problem_and_stores_nothing() {
         let (_sim, gw) = gateway().await;
         let body = b"{}";
