@@ -321,7 +321,9 @@ pub(crate) async fn event<S: Store>(
     };
     let mut view = event_view(record.event);
     view["history"] = json!(record.steps);
-    view["forward"] = json!({"state": record.forward_state, "attempts": record.forward_attempts});
+    view["forward"] = record
+        .forward_state
+        .map_or(Value::Null, |state| json!({"state": state, "attempts": record.forward_attempts}));
     Ok(Json(view).into_response())
 }
 

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use failwell::demo::{self, DemoArgs};
-use failwell_sim::{Profile, SimConfig};
+use failwell_sim::{Profile, SimConfig, WebhookTarget};
 use tokio::net::TcpListener;
 
 /// Integrations that fail well: no double charges, no lost events, no
@@ -41,6 +41,13 @@ enum Command {
         /// How long an idempotency key is remembered, in ms.
         #[arg(long, default_value_t = 86_400_000)]
         key_ttl_ms: u64,
+        /// Send Stripe-signed webhooks (charge.pending, charge.succeeded,
+        /// charge.failed) to this URL, e.g. http://127.0.0.1:8080/webhooks/sim.
+        #[arg(long, requires = "webhook_secret")]
+        webhook_url: Option<String>,
+        /// The secret the webhooks are signed with (Stripe scheme, e.g. whsec_...).
+        #[arg(long, requires = "webhook_url")]
+        webhook_secret: Option<String>,
     },
     /// Deliver N orders through a faulty provider with failwell and with a
     /// naive client, and compare.
@@ -125,11 +132,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             server.shutdown().await;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Sim { listen, profile, seed, key_ttl_ms } => {
+        Command::Sim { listen, profile, seed, key_ttl_ms, webhook_url, webhook_secret } => {
             let listener =
                 TcpListener::bind(&listen).await.with_context(|| format!("cannot listen on {listen}"))?;
             let mut config = SimConfig::new(profile, seed);
             config.key_ttl = std::time::Duration::from_millis(key_ttl_ms);
+            config.webhooks =
+                webhook_url.zip(webhook_secret).map(|(url, secret)| WebhookTarget { url, secret });
             eprintln!("provider simulator ({profile}, seed {seed}) on http://{}", listener.local_addr()?);
             failwell_sim::serve(config, listener).await.context("simulator failed")?;
             Ok(ExitCode::SUCCESS)
