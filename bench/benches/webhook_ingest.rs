@@ -1,7 +1,9 @@
 //! Webhook ingest on loopback: signed deliveries to `failwell serve`'s
 //! `POST /webhooks/{integration}` (verified, then committed to SQLite before
 //! the answer), beside a bare axum handler that answers 200 without
-//! verifying or storing anything (the upper bound), in the same run.
+//! verifying or storing anything (the upper bound), in the same run; then
+//! the same with the event applied to the ledger and forwarded (the
+//! forwarder delivering each event to the bare handler meanwhile).
 //!
 //! `cargo bench --manifest-path bench/Cargo.toml --bench webhook_ingest`
 //! prints requests/s and p50/p99 latency of the answer for each. Settings:
@@ -18,6 +20,12 @@ use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 
 const SECRET: &str = "ingest-benchmark-secret";
+/// Where the events say which charge they are about (none of them is one
+/// of failwell's operations: each is recorded as such).
+const LEDGER: &str = "{ provider = \"app\", reference_pointer = \"/charge/id\", status_pointer = \"/action\", \
+                      version_pointer = \"/charge/amount\", succeeded = [\"completed\"] }";
+/// The Standard Webhooks secret events are forwarded with.
+const FORWARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -82,7 +90,7 @@ async fn drive(url: String, concurrency: usize, seconds: u64) -> (f64, Histogram
 
 fn report(label: &str, (rate, h): (f64, Histogram<u64>)) {
     println!(
-        "{label:<44} {rate:>9.0} req/s   p50 {:>6.2} ms   p99 {:>6.2} ms",
+        "{label:<62} {rate:>9.0} req/s   p50 {:>6.2} ms   p99 {:>6.2} ms",
         h.value_at_quantile(0.5) as f64 / 1000.0,
         h.value_at_quantile(0.99) as f64 / 1000.0
     );
@@ -96,7 +104,8 @@ async fn main() {
     let synchronous: String = env_or("INGEST_SYNCHRONOUS", "full".to_string());
 
     let bare = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let bare_url = format!("http://{}/webhooks/gh", bare.local_addr().unwrap());
+    let bare_addr = bare.local_addr().unwrap();
+    let bare_url = format!("http://{bare_addr}/webhooks/gh");
     let app = axum::Router::new().route("/webhooks/gh", axum::routing::post(|| async { "ok" }));
     tokio::spawn(async move { axum::serve(bare, app).await });
 
@@ -106,8 +115,13 @@ async fn main() {
         &config,
         format!(
             "database_url = \"sqlite://{}\"\nsqlite_synchronous = \"{synchronous}\"\nlisten = \"127.0.0.1:0\"\n\n\
-             [webhooks.gh]\nscheme = \"github\"\nsecrets = [\"{SECRET}\"]\n",
-            dir.path().join("ingest.db").display()
+             [webhooks.gh]\nscheme = \"github\"\nsecrets = [\"{SECRET}\"]\n\n\
+             [providers.app]\nbase_url = \"http://{bare}\"\n\n\
+             [webhooks.ledger]\nscheme = \"github\"\nsecrets = [\"{SECRET}\"]\nledger = {LEDGER}\n\n\
+             [webhooks.processed]\nscheme = \"github\"\nsecrets = [\"{SECRET}\"]\nledger = {LEDGER}\n\
+             forward = {{ provider = \"app\", path = \"/webhooks/gh\", secret = \"{FORWARD_SECRET}\" }}\n",
+            dir.path().join("ingest.db").display(),
+            bare = bare_addr,
         ),
     )
     .unwrap();
@@ -115,6 +129,8 @@ async fn main() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = failwell::Server::start(config, listener).await.unwrap();
     let failwell_url = format!("http://{}/webhooks/gh", server.addr());
+    let ledger_url = format!("http://{}/webhooks/ledger", server.addr());
+    let processed_url = format!("http://{}/webhooks/processed", server.addr());
 
     println!(
         "webhook ingest, {concurrency} concurrent clients, {seconds} s each (after 1 s warm-up), loopback"
@@ -123,6 +139,14 @@ async fn main() {
     report(
         &format!("failwell: verify + SQLite commit ({synchronous})"),
         drive(failwell_url, concurrency, seconds).await,
+    );
+    report(
+        &format!("failwell: + ledger step ({synchronous})"),
+        drive(ledger_url, concurrency, seconds).await,
+    );
+    report(
+        &format!("failwell: + ledger step + forward queued and delivered ({synchronous})"),
+        drive(processed_url, concurrency, seconds).await,
     );
     server.shutdown().await;
 }
