@@ -1,9 +1,11 @@
 //! The webhook inbox on SQLite: storing events once, applying them to the
 //! operations ledger in the same transaction, and the forwarding queue.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
 use failwell_policy::{EventEffect, Ledger, Outcome, apply_event};
+use serde_json::{Value, json};
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 
@@ -15,56 +17,70 @@ use crate::model::{
 };
 
 impl SqliteStore {
+    /// Stores a batch of events in a fixed number of statements, whatever
+    /// its size: one insert of every event, one read of the operations the
+    /// new events name, one update of those that change, one close of their
+    /// outbox messages, one insert of the history steps and one of the
+    /// forwards. The ledger rule runs in between, in arrival order, on the
+    /// rows read under the transaction's write lock.
     pub(super) async fn receive_events(
         &self,
         events: Vec<NewEvent>,
         now_ms: i64,
     ) -> Result<Vec<Received>, StoreError> {
         let mut tx = self.begin().await?;
-        let mut received = Vec::with_capacity(events.len());
-        for event in &events {
-            let seq: Option<i64> = sqlx::query_scalar(
-                "INSERT INTO inbox_events (integration, event_id, payload, headers, received_at_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (integration, event_id) DO NOTHING RETURNING seq",
-            )
-            .bind(&event.integration)
-            .bind(&event.event_id)
-            .bind(&event.payload)
-            .bind(event.headers.to_string())
-            .bind(now_ms)
-            .fetch_optional(&mut *tx)
-            .await
-            .context("storing a webhook event")?;
-            let Some(seq) = seq else {
-                received.push(Received::Duplicate);
-                continue;
-            };
-            match &event.report {
-                None => {}
-                Some(Ok(report)) => apply_report(&mut tx, seq, report, now_ms).await?,
-                Some(Err(why)) => {
-                    let step = EventStep {
-                        effect: Some(LedgerEffect::NotApplicable),
-                        ..EventStep::new("ledger", now_ms, why.clone())
-                    };
-                    insert_step(&mut tx, seq, &step).await?;
+        let rows: Vec<Value> = events
+            .iter()
+            .map(|e| json!([e.integration, e.event_id, hex::encode(&e.payload), e.headers.to_string()]))
+            .collect();
+        // `WHERE true` lets SQLite parse the upsert after a SELECT.
+        let inserted = sqlx::query(
+            "INSERT INTO inbox_events (integration, event_id, payload, headers, received_at_ms) \
+             SELECT value ->> 0, value ->> 1, unhex(value ->> 2), value ->> 3, ?2 FROM json_each(?1) WHERE true \
+             ON CONFLICT (integration, event_id) DO NOTHING RETURNING seq, integration, event_id",
+        )
+        .bind(Value::Array(rows).to_string())
+        .bind(now_ms)
+        .fetch_all(&mut *tx)
+        .await
+        .context("storing webhook events")?;
+        let mut new: HashMap<(String, String), i64> =
+            inserted.iter().map(|r| ((r.get("integration"), r.get("event_id")), r.get("seq"))).collect();
+        // The first delivery of each inserted event is the new one; any
+        // other, in this batch or later, is a duplicate.
+        let fresh: Vec<Option<i64>> =
+            events.iter().map(|e| new.remove(&(e.integration.clone(), e.event_id.clone()))).collect();
+        let mut steps = Vec::new();
+        let reports: Vec<(i64, &EventReport)> = events
+            .iter()
+            .zip(&fresh)
+            .filter_map(|(e, seq)| match (seq, &e.report) {
+                (Some(seq), Some(Ok(report))) => Some((*seq, report)),
+                (Some(seq), Some(Err(why))) => {
+                    let step = EventStep::new("ledger", now_ms, why.clone());
+                    steps.push((*seq, EventStep { effect: Some(LedgerEffect::NotApplicable), ..step }));
+                    None
                 }
-            }
-            if event.forward {
-                sqlx::query(
-                    "INSERT INTO forwards (event_seq, available_at_ms, created_at_ms, updated_at_ms) \
-                     VALUES (?1, ?2, ?2, ?2)",
-                )
-                .bind(seq)
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await
-                .context("queueing an event for forwarding")?;
-            }
-            received.push(Received::New);
+                _ => None,
+            })
+            .collect();
+        apply_reports(&mut tx, &reports, &mut steps, now_ms).await?;
+        insert_steps(&mut tx, &steps).await?;
+        let forwards: Vec<i64> =
+            events.iter().zip(&fresh).filter(|(e, _)| e.forward).filter_map(|(_, seq)| *seq).collect();
+        if !forwards.is_empty() {
+            sqlx::query(
+                "INSERT INTO forwards (event_seq, available_at_ms, created_at_ms, updated_at_ms) \
+                 SELECT value, ?2, ?2, ?2 FROM json_each(?1)",
+            )
+            .bind(serde_json::to_string(&forwards).unwrap_or_default())
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await
+            .context("queueing events for forwarding")?;
         }
         tx.commit().await.context("committing webhook events")?;
-        Ok(received)
+        Ok(fresh.iter().map(|seq| if seq.is_some() { Received::New } else { Received::Duplicate }).collect())
     }
 
     pub(super) async fn stored_events_after(
@@ -174,147 +190,202 @@ impl SqliteStore {
         now_ms: i64,
     ) -> Result<Vec<bool>, StoreError> {
         let mut tx = self.begin().await?;
-        let mut applied = Vec::with_capacity(completions.len());
-        for c in &completions {
-            if let Some(step) = &c.step {
-                insert_step(&mut tx, c.event_seq, step).await?;
-            }
-            let (state, available_at, delay, error, dead_at, given_back) = match &c.transition {
-                ForwardTransition::Delivered => ("done", None, None, None, None, 0),
-                ForwardTransition::Retry { available_at_ms, delay_ms, error } => {
-                    ("pending", Some(*available_at_ms), Some(*delay_ms as i64), Some(error), None, 0)
-                }
-                ForwardTransition::Defer { available_at_ms, reason } => {
-                    ("pending", Some(*available_at_ms), None, Some(reason), None, 1)
-                }
-                ForwardTransition::DeadLetter { error } => ("dead", None, None, Some(error), Some(now_ms), 0),
-            };
-            let moved = sqlx::query(
-                "UPDATE forwards SET state = ?3, available_at_ms = COALESCE(?4, available_at_ms), \
-                 previous_delay_ms = COALESCE(?5, previous_delay_ms), last_error = ?6, dead_at_ms = ?7, \
-                 locked_until_ms = NULL, lease_token = NULL, attempts = attempts - ?8, updated_at_ms = ?9 \
-                 WHERE id = ?1 AND lease_token = ?2 AND state = 'pending'",
-            )
-            .bind(c.id)
-            .bind(c.lease_token)
-            .bind(state)
-            .bind(available_at)
-            .bind(delay)
-            .bind(error)
-            .bind(dead_at)
-            .bind(given_back)
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await
-            .context("completing a forward")?;
-            applied.push(moved.rows_affected() == 1);
-        }
+        let steps: Vec<(i64, EventStep)> =
+            completions.iter().filter_map(|c| c.step.clone().map(|step| (c.event_seq, step))).collect();
+        insert_steps(&mut tx, &steps).await?;
+        let rows: Vec<Value> = completions
+            .iter()
+            .map(|c| {
+                let (state, available_at, delay, error, dead_at, given_back) = match &c.transition {
+                    ForwardTransition::Delivered => ("done", None, None, None, None, 0),
+                    ForwardTransition::Retry { available_at_ms, delay_ms, error } => {
+                        ("pending", Some(*available_at_ms), Some(*delay_ms), Some(error), None, 0)
+                    }
+                    ForwardTransition::Defer { available_at_ms, reason } => {
+                        ("pending", Some(*available_at_ms), None, Some(reason), None, 1)
+                    }
+                    ForwardTransition::DeadLetter { error } => {
+                        ("dead", None, None, Some(error), Some(now_ms), 0)
+                    }
+                };
+                json!([c.id, c.lease_token, state, available_at, delay, error, dead_at, given_back])
+            })
+            .collect();
+        // Each transition applies only while the forward carries its claim's
+        // lease token (compare-and-set); RETURNING says which did.
+        let moved: HashSet<i64> = sqlx::query_scalar(
+            "UPDATE forwards SET state = u.value ->> 2, \
+             available_at_ms = COALESCE(u.value ->> 3, available_at_ms), \
+             previous_delay_ms = COALESCE(u.value ->> 4, previous_delay_ms), last_error = u.value ->> 5, \
+             dead_at_ms = u.value ->> 6, locked_until_ms = NULL, lease_token = NULL, \
+             attempts = attempts - (u.value ->> 7), updated_at_ms = ?2 \
+             FROM json_each(?1) u \
+             WHERE forwards.id = u.value ->> 0 AND forwards.lease_token = u.value ->> 1 AND forwards.state = 'pending' \
+             RETURNING forwards.id",
+        )
+        .bind(Value::Array(rows).to_string())
+        .bind(now_ms)
+        .fetch_all(&mut *tx)
+        .await
+        .context("completing forwards")?
+        .into_iter()
+        .collect();
+        let applied = completions.iter().map(|c| moved.contains(&c.id)).collect();
         tx.commit().await.context("committing forward results")?;
         Ok(applied)
     }
 }
 
-/// Applies one event's report to the operation it names, under the write
-/// lock of the transaction (SQLite has one writer), and records what it did.
-async fn apply_report(
-    conn: &mut SqliteConnection,
-    seq: i64,
-    report: &EventReport,
-    now_ms: i64,
-) -> Result<(), StoreError> {
-    let row = sqlx::query(
-        "SELECT id, status, event_version FROM operations WHERE provider = ?1 AND reference = ?2",
-    )
-    .bind(&report.provider)
-    .bind(&report.reference)
-    .fetch_optional(&mut *conn)
-    .await
-    .context("finding an event's operation")?;
-    let Some(row) = row else {
-        let detail = format!("no {:?} operation has reference {:?}", report.provider, report.reference);
-        let step =
-            EventStep { effect: Some(LedgerEffect::NoOperation), ..EventStep::new("ledger", now_ms, detail) };
-        return insert_step(conn, seq, &step).await;
-    };
-    let id: i64 = row.get("id");
-    let status: String = row.get("status");
-    let status =
-        OperationStatus::parse(&status).ok_or(StoreError::Corrupt { what: "status", detail: status })?;
-    let settled = match status {
-        OperationStatus::Succeeded => Some(Outcome::Succeeded),
-        OperationStatus::Failed => Some(Outcome::Failed),
-        OperationStatus::Pending | OperationStatus::Unknown => None,
-    };
-    let ledger = Ledger { settled, version: row.get("event_version") };
-    let effect = apply_event(ledger, report.reported, report.version);
-    let recorded = match effect {
-        EventEffect::Settle(outcome) => {
-            sqlx::query(
-                "UPDATE operations SET status = ?2, event_version = ?3, last_error = NULL, \
-                 next_reconcile_at_ms = NULL, updated_at_ms = ?4 WHERE id = ?1",
-            )
-            .bind(id)
-            .bind(OperationStatus::from(outcome).as_str())
-            .bind(report.version)
-            .bind(now_ms)
-            .execute(&mut *conn)
-            .await
-            .context("settling an operation by event")?;
-            // Nothing more to deliver; an attempt in flight loses its lease,
-            // so its late result cannot overwrite what the provider said.
-            sqlx::query(
-                "UPDATE outbox SET state = 'done', in_flight = 0, locked_until_ms = NULL, lease_token = NULL, \
-                 updated_at_ms = ?2 WHERE operation_id = ?1 AND state <> 'done'",
-            )
-            .bind(id)
-            .bind(now_ms)
-            .execute(&mut *conn)
-            .await
-            .context("closing a settled operation's message")?;
-            match settled {
-                None => LedgerEffect::Resolved,
-                Some(before) if before == outcome => LedgerEffect::Confirmed,
-                Some(_) => LedgerEffect::Changed,
-            }
-        }
-        EventEffect::Note => {
-            sqlx::query("UPDATE operations SET event_version = ?2 WHERE id = ?1")
-                .bind(id)
-                .bind(report.version)
-                .execute(&mut *conn)
-                .await
-                .context("noting an event's version")?;
-            LedgerEffect::Noted
-        }
-        EventEffect::Stale => LedgerEffect::Stale,
-        EventEffect::WouldRegress => LedgerEffect::WouldRegress,
-    };
-    let detail =
-        format!("{} (version {}, operation was {})", effect.describe(), report.version, status.as_str());
-    let step = EventStep {
-        operation_id: Some(id),
-        effect: Some(recorded),
-        ..EventStep::new("ledger", now_ms, detail)
-    };
-    insert_step(conn, seq, &step).await
+/// One operation as the events of a batch find and leave it.
+struct LedgerRow {
+    id: i64,
+    status: OperationStatus,
+    version: Option<i64>,
+    changed: bool,
+    settled: bool,
 }
 
-async fn insert_step(conn: &mut SqliteConnection, seq: i64, step: &EventStep) -> Result<(), StoreError> {
+/// Applies the new events' reports, in arrival order, to the operations
+/// they name (read once, under the write lock), writes the operations that
+/// changed and closes the outbox messages of those an event settled, and
+/// adds a ledger step per report to `steps`.
+async fn apply_reports(
+    conn: &mut SqliteConnection,
+    reports: &[(i64, &EventReport)],
+    steps: &mut Vec<(i64, EventStep)>,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    if reports.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<Value> = reports.iter().map(|(_, r)| json!([r.provider, r.reference])).collect();
+    let rows = sqlx::query(
+        "SELECT o.id, o.provider, o.reference, o.status, o.event_version FROM json_each(?1) k \
+         JOIN operations o ON o.provider = k.value ->> 0 AND o.reference = k.value ->> 1",
+    )
+    .bind(Value::Array(keys).to_string())
+    .fetch_all(&mut *conn)
+    .await
+    .context("finding the events' operations")?;
+    let mut ledger: HashMap<(String, String), LedgerRow> = HashMap::with_capacity(rows.len());
+    for r in &rows {
+        let status: String = r.get("status");
+        let status =
+            OperationStatus::parse(&status).ok_or(StoreError::Corrupt { what: "status", detail: status })?;
+        let row = LedgerRow {
+            id: r.get("id"),
+            status,
+            version: r.get("event_version"),
+            changed: false,
+            settled: false,
+        };
+        ledger.insert((r.get("provider"), r.get("reference")), row);
+    }
+    for (seq, report) in reports {
+        let Some(row) = ledger.get_mut(&(report.provider.clone(), report.reference.clone())) else {
+            let detail = format!("no {:?} operation has reference {:?}", report.provider, report.reference);
+            let step = EventStep::new("ledger", now_ms, detail);
+            steps.push((*seq, EventStep { effect: Some(LedgerEffect::NoOperation), ..step }));
+            continue;
+        };
+        let before = match row.status {
+            OperationStatus::Succeeded => Some(Outcome::Succeeded),
+            OperationStatus::Failed => Some(Outcome::Failed),
+            OperationStatus::Pending | OperationStatus::Unknown => None,
+        };
+        let effect =
+            apply_event(Ledger { settled: before, version: row.version }, report.reported, report.version);
+        let detail = format!(
+            "{} (version {}, operation was {})",
+            effect.describe(),
+            report.version,
+            row.status.as_str()
+        );
+        let recorded = match effect {
+            EventEffect::Settle(outcome) => {
+                (row.status, row.version, row.changed, row.settled) =
+                    (OperationStatus::from(outcome), Some(report.version), true, true);
+                match before {
+                    None => LedgerEffect::Resolved,
+                    Some(b) if b == outcome => LedgerEffect::Confirmed,
+                    Some(_) => LedgerEffect::Changed,
+                }
+            }
+            EventEffect::Note => {
+                (row.version, row.changed) = (Some(report.version), true);
+                LedgerEffect::Noted
+            }
+            EventEffect::Stale => LedgerEffect::Stale,
+            EventEffect::WouldRegress => LedgerEffect::WouldRegress,
+        };
+        let step = EventStep::new("ledger", now_ms, detail);
+        steps.push((*seq, EventStep { operation_id: Some(row.id), effect: Some(recorded), ..step }));
+    }
+    let changed: Vec<Value> = ledger
+        .values()
+        .filter(|row| row.changed)
+        .map(|row| json!([row.id, row.status.as_str(), row.version, row.settled]))
+        .collect();
+    if changed.is_empty() {
+        return Ok(());
+    }
+    // A settled operation needs no lookup and keeps no error; an attempt
+    // still in flight loses its lease, so its late result cannot overwrite
+    // what the provider said.
+    sqlx::query(
+        "UPDATE operations SET status = u.value ->> 1, event_version = u.value ->> 2, \
+         last_error = CASE WHEN u.value ->> 3 THEN NULL ELSE last_error END, \
+         next_reconcile_at_ms = CASE WHEN u.value ->> 3 THEN NULL ELSE next_reconcile_at_ms END, \
+         updated_at_ms = CASE WHEN u.value ->> 3 THEN ?2 ELSE updated_at_ms END \
+         FROM json_each(?1) u WHERE operations.id = u.value ->> 0",
+    )
+    .bind(Value::Array(changed.clone()).to_string())
+    .bind(now_ms)
+    .execute(&mut *conn)
+    .await
+    .context("applying events to operations")?;
+    sqlx::query(
+        "UPDATE outbox SET state = 'done', in_flight = 0, locked_until_ms = NULL, lease_token = NULL, \
+         updated_at_ms = ?2 WHERE state <> 'done' AND operation_id IN \
+         (SELECT value ->> 0 FROM json_each(?1) WHERE value ->> 3)",
+    )
+    .bind(Value::Array(changed).to_string())
+    .bind(now_ms)
+    .execute(&mut *conn)
+    .await
+    .context("closing settled operations' messages")?;
+    Ok(())
+}
+
+/// Appends history steps, `(event seq, step)`, in one statement.
+async fn insert_steps(conn: &mut SqliteConnection, steps: &[(i64, EventStep)]) -> Result<(), StoreError> {
+    if steps.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<Value> = steps
+        .iter()
+        .map(|(seq, s)| {
+            json!([
+                seq,
+                s.kind,
+                s.at_ms,
+                s.duration_ms,
+                s.status_code,
+                s.operation_id,
+                s.effect.map(|e| e.as_str()),
+                s.detail
+            ])
+        })
+        .collect();
     sqlx::query(
         "INSERT INTO inbox_steps (event_seq, kind, at_ms, duration_ms, status_code, operation_id, effect, detail) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, \
+         value ->> 7 FROM json_each(?1)",
     )
-    .bind(seq)
-    .bind(&step.kind)
-    .bind(step.at_ms)
-    .bind(step.duration_ms.map(|d| d as i64))
-    .bind(step.status_code.map(i64::from))
-    .bind(step.operation_id)
-    .bind(step.effect.map(|e| e.as_str()))
-    .bind(&step.detail)
+    .bind(Value::Array(rows).to_string())
     .execute(conn)
     .await
-    .context("appending to an event's history")?;
+    .context("appending to events' histories")?;
     Ok(())
 }
 
