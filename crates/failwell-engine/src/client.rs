@@ -180,6 +180,23 @@ pub enum ClientError {
     Budget(#[from] RetryBudgetConfigError),
 }
 
+/// What became of one attempt of queued work (see
+/// [`ProviderClient::attempt`]).
+#[derive(Clone, Debug)]
+pub enum Attempt {
+    /// The call was made (or cut short after it may have been sent).
+    Made(CallResult),
+    /// Nothing was sent: try again after `wait`, the attempt not spent.
+    Deferred {
+        /// How long to wait.
+        wait: Duration,
+        /// Why, for metrics: `retry_budget`, `breaker_open` or `bulkhead_full`.
+        kind: &'static str,
+        /// Why, as a sentence starting with `deferred: `.
+        reason: String,
+    },
+}
+
 /// One call to make through the provider's policy.
 #[derive(Clone, Debug)]
 pub enum CallRequest {
@@ -206,6 +223,8 @@ pub enum CallRequest {
         headers: reqwest::header::HeaderMap,
         /// The body, sent byte for byte.
         body: Vec<u8>,
+        /// The most the attempt may take (the time left before its deadline).
+        timeout: Duration,
     },
 }
 
@@ -290,15 +309,60 @@ impl ProviderClient {
 
     /// `POST`s `body` byte for byte with `headers` to `path` below the base
     /// URL, through the same bulkhead and breaker and under the same limits
-    /// as a call (the whole `timeout` as total). Errors like
-    /// [`call`](Self::call).
+    /// as a call, with a total of `min(timeout, provider timeout)`. Errors
+    /// like [`call`](Self::call).
     pub async fn deliver(
         &self,
         path: &str,
         headers: reqwest::header::HeaderMap,
         body: Vec<u8>,
+        timeout: Duration,
     ) -> Result<CallResult, Rejected> {
-        self.through_policy(CallRequest::Deliver { path: path.to_owned(), headers, body }).await
+        self.through_policy(CallRequest::Deliver { path: path.to_owned(), headers, body, timeout }).await
+    }
+
+    /// Makes one attempt of queued work (`call`, built by
+    /// [`call`](Self::call) or [`deliver`](Self::deliver)) under the
+    /// provider's retry budget (Finagle's RetryBudget): a `retry` is
+    /// withdrawn from the budget before it is sent, and past the budget it
+    /// is deferred until the budget's window turns (spread over half the
+    /// window, so a backlog of retries does not come back at once); a first
+    /// attempt deposits. A call the breaker or bulkhead did not let out is
+    /// deferred by [`wait_after`](Self::wait_after) and its withdrawal
+    /// refunded; one cut short after it may have been sent reads as a
+    /// timeout ([`CallResult::cut_short`]).
+    pub async fn attempt(
+        &self,
+        retry: bool,
+        call: impl Future<Output = Result<CallResult, Rejected>>,
+    ) -> Attempt {
+        let budget = &self.guards.budget;
+        if retry && !budget.try_withdraw() {
+            let ttl = self.spec().retry_budget.ttl;
+            let wait = ttl / 10 + rand::rng().random_range(Duration::ZERO..=ttl / 2);
+            let reason = format!("deferred: the retry budget of {:?} is spent", self.spec().name);
+            return Attempt::Deferred { wait, kind: "retry_budget", reason };
+        }
+        let result = match call.await {
+            Ok(result) => result,
+            Err(rejected) => match self.wait_after(&rejected) {
+                Some(wait) => {
+                    if retry {
+                        budget.refund();
+                    }
+                    let kind = match rejected {
+                        Rejected::BulkheadFull(_) => "bulkhead_full",
+                        _ => "breaker_open",
+                    };
+                    return Attempt::Deferred { wait, kind, reason: format!("deferred: {rejected}") };
+                }
+                None => CallResult::cut_short(&rejected),
+            },
+        };
+        if !retry {
+            budget.deposit();
+        }
+        Attempt::Made(result)
     }
 
     /// How long a call or lookup the policy did not let out (open breaker,
@@ -388,7 +452,9 @@ impl Service<CallRequest> for Sender {
                     Some(result) => result,
                     None => failed_before_send("the provider has no status lookup".into()),
                 },
-                CallRequest::Deliver { path, headers, body } => sender.deliver(&path, headers, body).await,
+                CallRequest::Deliver { path, headers, body, timeout } => {
+                    sender.deliver(&path, headers, body, timeout).await
+                }
             })
         })
     }
@@ -422,11 +488,17 @@ impl Sender {
         Some(self.execute(request, self.spec.timeouts.total).await)
     }
 
-    async fn deliver(&self, path: &str, headers: reqwest::header::HeaderMap, body: Vec<u8>) -> CallResult {
+    async fn deliver(
+        &self,
+        path: &str,
+        headers: reqwest::header::HeaderMap,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> CallResult {
         match self.spec.base_url.join(path) {
             Ok(url) => {
                 let request = self.http.post(url).headers(headers).body(body);
-                self.execute(request, self.spec.timeouts.total).await
+                self.execute(request, timeout.min(self.spec.timeouts.total)).await
             }
             Err(e) => failed_before_send(format!("invalid URL: {e}")),
         }

@@ -18,13 +18,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use failwell_policy::{Attempted, Decision, IdempotencyPolicy, decide};
-use failwell_store::{ClaimedForward, EventStep, ForwardCompletion, ForwardTransition, Store, StoreError};
+use failwell_policy::{Admission, Attempted, Decision, Due, IdempotencyPolicy, admit, decide};
+use failwell_store::{
+    ClaimedForward, EventStep, ForwardCompletion, ForwardTransition, Recorded, Store, StoreError,
+};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::CallResult;
+use crate::client::Attempt;
 use crate::pump::{Queue, RelayConfig, pump};
 use crate::{ProviderClient, now_ms};
 
@@ -89,10 +91,13 @@ impl<S: Store> Queue for ForwardQueue<S> {
         let integration = forward.event.integration.clone();
         let completion = match self.targets.get(&integration) {
             Some(target) => deliver(target, &forward).await,
+            // The configuration lost the target (renamed, or removed for a
+            // while): keep the forward, and look again in a minute.
             None => {
-                let error = format!("no forward target is configured for {integration:?}");
-                let step = EventStep::new("forward", now_ms(), format!("dead letter: {error}"));
-                completion(&forward, Some(step), ForwardTransition::DeadLetter { error })
+                let reason = format!("deferred: no forward target is configured for {integration:?}");
+                tracing::warn!(event = %forward.event.event_id, %reason, "forward not delivered");
+                let available_at_ms = now_ms() + 60_000;
+                completion(&forward, None, ForwardTransition::Defer { available_at_ms, reason })
             }
         };
         let result = match &completion.transition {
@@ -110,7 +115,7 @@ impl<S: Store> Queue for ForwardQueue<S> {
         &self,
         done: Vec<ForwardCompletion>,
         now_ms: i64,
-    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Vec<Recorded>, StoreError>> + Send {
         self.store.complete_forwards(done, now_ms)
     }
 }
@@ -131,21 +136,43 @@ fn signed_headers(
         &event.payload,
     )
     .map_err(|e| format!("cannot sign: {e}"))?;
-    let content_type = event.headers["content-type"].as_str().unwrap_or("application/json");
     let value = |v: &str| HeaderValue::from_str(v).map_err(|e| format!("invalid header value {v:?}: {e}"));
+    let content_type = event.headers["content-type"]
+        .as_str()
+        .and_then(|v| HeaderValue::from_str(v).ok())
+        .unwrap_or(HeaderValue::from_static("application/json"));
     let mut headers = HeaderMap::new();
     headers.insert("webhook-id", value(&event.event_id)?);
     headers.insert("webhook-timestamp", value(&timestamp.to_string())?);
     headers.insert("webhook-signature", value(&signature)?);
-    headers.insert(CONTENT_TYPE, value(content_type)?);
+    headers.insert(CONTENT_TYPE, content_type);
     headers.insert(USER_AGENT, HeaderValue::from_static("failwell"));
     Ok(headers)
 }
 
-/// One delivery attempt of `forward` and what follows it.
+/// The event id is an idempotency key the application honours for good.
+fn keyed() -> IdempotencyPolicy {
+    IdempotencyPolicy { header: Some("webhook-id".into()), key_ttl: Duration::MAX }
+}
+
+/// One delivery attempt of `forward` and what follows it: admitted by
+/// [`admit`] (attempts and deadline of the application's provider, counted
+/// from the event's receipt), made by [`ProviderClient::attempt`] (retry
+/// budget, bulkhead, breaker), judged by [`decide`].
 async fn deliver(target: &ForwardTarget, forward: &ClaimedForward) -> ForwardCompletion {
     let client = &target.client;
     let spec = client.spec();
+    let since_receipt = || Duration::from_millis((now_ms() - forward.event.received_at_ms).max(0) as u64);
+    let due =
+        Due { attempts: forward.attempts, interrupted: false, age: since_receipt(), key_age: Duration::ZERO };
+    let time_left = match admit(&spec.retry, &keyed(), due) {
+        Admission::Send { budget } => budget,
+        Admission::Unknown { reason, .. } | Admission::DeadLetter { reason, .. } => {
+            let step = EventStep::new("forward", now_ms(), format!("dead letter: {reason}"));
+            let error = reason.to_owned();
+            return completion(forward, Some(step), ForwardTransition::DeadLetter { error });
+        }
+    };
     let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let headers = match signed_headers(target, forward, timestamp) {
         Ok(headers) => headers,
@@ -154,17 +181,14 @@ async fn deliver(target: &ForwardTarget, forward: &ClaimedForward) -> ForwardCom
             return completion(forward, Some(step), ForwardTransition::DeadLetter { error });
         }
     };
-    let result = match client.deliver(&target.path, headers, forward.event.payload.clone()).await {
-        Ok(result) => result,
-        Err(rejected) => match client.wait_after(&rejected) {
-            // Nothing was sent: no step, the attempt is given back.
-            Some(wait) => {
-                let available_at_ms = now_ms() + wait.as_millis() as i64;
-                let reason = format!("deferred: {rejected}");
-                return completion(forward, None, ForwardTransition::Defer { available_at_ms, reason });
-            }
-            None => CallResult::cut_short(&rejected),
-        },
+    let send = client.deliver(&target.path, headers, forward.event.payload.clone(), time_left);
+    let result = match client.attempt(forward.attempts > 1, send).await {
+        Attempt::Made(result) => result,
+        // Nothing was sent: no step, the attempt is given back.
+        Attempt::Deferred { wait, reason, .. } => {
+            let available_at_ms = now_ms() + wait.as_millis() as i64;
+            return completion(forward, None, ForwardTransition::Defer { available_at_ms, reason });
+        }
     };
     let status_code = result.response.as_ref().ok().map(|r| r.status);
     let step = |detail: String| EventStep {
@@ -181,32 +205,30 @@ async fn deliver(target: &ForwardTarget, forward: &ClaimedForward) -> ForwardCom
     let now = now_ms();
     let attempted = Attempted {
         attempts: forward.attempts,
-        age: Duration::from_millis((now - forward.event.received_at_ms).max(0) as u64),
+        age: since_receipt(),
         key_age: Duration::ZERO,
         previous_delay: Duration::from_millis(forward.previous_delay_ms),
         effect_possible: false,
     };
-    // The event id is an idempotency key the application honours for good.
-    let keyed = IdempotencyPolicy { header: Some("webhook-id".into()), key_ttl: Duration::MAX };
-    let (detail, transition) = match decide(&spec.retry, &keyed, classification, attempted, &mut rand::rng())
-    {
-        Decision::Retry { delay } => (
-            format!("{error}: retry in {} ms", delay.as_millis()),
-            ForwardTransition::Retry {
-                available_at_ms: now + delay.as_millis() as i64,
-                delay_ms: delay.as_millis() as u64,
-                error,
-            },
-        ),
-        Decision::Fail => {
-            let error = format!("refused by the application: {error}");
-            (format!("dead letter: {error}"), ForwardTransition::DeadLetter { error })
-        }
-        Decision::Unknown { reason } | Decision::DeadLetter { reason } => {
-            let error = format!("{reason}; last attempt: {error}");
-            (format!("dead letter: {error}"), ForwardTransition::DeadLetter { error })
-        }
-    };
+    let (detail, transition) =
+        match decide(&spec.retry, &keyed(), classification, attempted, &mut rand::rng()) {
+            Decision::Retry { delay } => (
+                format!("{error}: retry in {} ms", delay.as_millis()),
+                ForwardTransition::Retry {
+                    available_at_ms: now + delay.as_millis() as i64,
+                    delay_ms: delay.as_millis() as u64,
+                    error,
+                },
+            ),
+            Decision::Fail => {
+                let error = format!("refused by the application: {error}");
+                (format!("dead letter: {error}"), ForwardTransition::DeadLetter { error })
+            }
+            Decision::Unknown { reason } | Decision::DeadLetter { reason } => {
+                let error = format!("{reason}; last attempt: {error}");
+                (format!("dead letter: {error}"), ForwardTransition::DeadLetter { error })
+            }
+        };
     completion(forward, Some(step(detail)), transition)
 }
 

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use failwell_store::StoreError;
+use failwell_store::{Recorded, StoreError};
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -46,13 +46,12 @@ pub(crate) trait Queue: Send + Sync + 'static {
     /// Works one item once and says what follows.
     fn work(self: Arc<Self>, item: Self::Item) -> impl Future<Output = Self::Done> + Send;
 
-    /// Records results in one transaction; per result, whether it still
-    /// held its lease.
+    /// Records results in one transaction; per result, what was recorded.
     fn record(
         &self,
         done: Vec<Self::Done>,
         now_ms: i64,
-    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Recorded>, StoreError>> + Send;
 }
 
 /// Drains `queue` until `shutdown` is cancelled, then waits for the items
@@ -119,17 +118,19 @@ async fn write_results<Q: Queue>(queue: Arc<Q>, mut done: mpsc::Receiver<Q::Done
         let results = std::mem::take(&mut batch);
         let count = results.len();
         match queue.record(results, now_ms()).await {
-            Ok(applied) => {
-                let lost = applied.iter().filter(|a| !**a).count();
+            Ok(recorded) => {
+                let count = |what: Recorded| recorded.iter().filter(|r| **r == what).count();
+                let (lost, settled) = (count(Recorded::LeaseLost), count(Recorded::SettledElsewhere));
                 if lost > 0 {
-                    // Normal when a webhook settled an operation while its
-                    // call was in flight; otherwise a worker outlived its lease.
-                    tracing::info!(
+                    tracing::warn!(
                         lost,
-                        "results for {} arrived after they were settled elsewhere or their lease was \
-                         taken over; history kept, state untouched",
+                        "results for {} arrived after their lease was taken over (a worker outlived its \
+                         lease); history kept, state untouched",
                         Q::WHAT
                     );
+                }
+                if settled > 0 {
+                    tracing::debug!(settled, "results for {} arrived after an event settled them", Q::WHAT);
                 }
             }
             // The items stay leased; after the lease they are claimed again.

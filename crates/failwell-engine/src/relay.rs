@@ -12,15 +12,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use failwell_policy::{
-    Admission, Attempted, Classification, Decision, Due, Outcome, Rejected, admit, decide,
+use failwell_policy::{Admission, Attempted, Classification, Decision, Due, Outcome, admit, decide};
+use failwell_store::{
+    AttemptKind, AttemptRecord, Claimed, Completion, Recorded, Store, StoreError, Transition,
 };
-use failwell_store::{AttemptKind, AttemptRecord, Claimed, Completion, Store, StoreError, Transition};
-use rand::Rng;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::CallResult;
+use crate::client::{Attempt, CallResult};
 use crate::provider::Providers;
 use crate::pump::{Queue, RelayConfig, pump};
 use crate::{ProviderClient, now_ms};
@@ -75,7 +74,7 @@ impl<S: Store> Queue for OutboxQueue<S> {
         &self,
         done: Vec<Completion>,
         now_ms: i64,
-    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Vec<Recorded>, StoreError>> + Send {
         self.store.complete(done, now_ms)
     }
 }
@@ -133,41 +132,11 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
             return completion(&message, record, Transition::DeadLetter { error: reason.into() });
         }
     };
-    // A retry is withdrawn from the provider's retry budget when it is about
-    // to be sent; past the budget it waits (without spending the attempt)
-    // for the budget's window to turn, so retries never exceed the budget's
-    // share of the provider's traffic.
-    // The wait is spread over half the window so that a backlog of retries
-    // does not come back all at once.
     let retry = message.attempts > 1 || message.interrupted;
-    if retry && !client.guards().budget.try_withdraw() {
-        let ttl = client.spec().retry_budget.ttl;
-        let wait = ttl / 10 + rand::rng().random_range(Duration::ZERO..=ttl / 2);
-        let reason = format!("deferred: the retry budget of {:?} is spent", op.provider);
-        return deferred(&message, wait, "retry_budget", reason);
+    match client.attempt(retry, client.call(operation, op, budget)).await {
+        Attempt::Made(result) => decide_after(client, &message, &result),
+        Attempt::Deferred { wait, kind, reason } => deferred(&message, wait, kind, reason),
     }
-    let result = match client.call(operation, op, budget).await {
-        Ok(result) => result,
-        Err(rejected) => match client.wait_after(&rejected) {
-            Some(wait) => {
-                // Nothing was sent: the retry goes back into the budget.
-                if retry {
-                    client.guards().budget.refund();
-                }
-                let kind = if matches!(rejected, Rejected::BulkheadFull(_)) {
-                    "bulkhead_full"
-                } else {
-                    "breaker_open"
-                };
-                return deferred(&message, wait, kind, format!("deferred: {rejected}"));
-            }
-            None => CallResult::cut_short(&rejected),
-        },
-    };
-    if !retry {
-        client.guards().budget.deposit();
-    }
-    decide_after(client, &message, &result)
 }
 
 /// Puts a message back for `wait` without spending its attempt or writing

@@ -4,12 +4,21 @@
 //! Providers deliver events at least once and in any order, so an event
 //! carries a **version** (the provider's creation time or object version,
 //! configured per integration) and only an event newer than the last one
-//! applied to an operation may change it. On top of that, a settled
-//! operation (`succeeded` or `failed`) never goes back: an event reporting
-//! the object still in progress is recorded as seen but changes nothing.
-//! A newer settling event wins over an older settled state (the provider
-//! knows best: a payment can fail after it looked done), and it resolves an
-//! operation whose outcome failwell did not know.
+//! applied to an operation may change it. Versions can tie (Stripe's
+//! `created` is in whole seconds, and `charge.pending` and
+//! `charge.succeeded` often share one): at a tie, an event that settles an
+//! operation still open wins, anything else is stale (repeated deliveries of
+//! one event never get here: the inbox keeps each event id once).
+//!
+//! A settled operation (`succeeded` or `failed`) never goes back: an event
+//! reporting the object still in progress is recorded but changes nothing.
+//! A newer settling event wins over an older settled state that came from an
+//! event (the provider knows best: a payment can fail after it looked done)
+//! and resolves an operation whose outcome failwell did not know. But when
+//! failwell's own call settled the operation and no event has been applied
+//! since, an event saying the opposite cannot be placed in time against the
+//! provider's answer: it is a [`EventEffect::Conflict`], recorded and left
+//! for reconciliation, never applied.
 
 use crate::Outcome;
 
@@ -47,6 +56,9 @@ pub enum EventEffect {
     /// Newer, but reports the object in progress while the operation is
     /// settled: nothing changes (a settled operation never goes back).
     WouldRegress,
+    /// Contradicts the outcome the provider gave failwell's own call, with
+    /// no event applied since to order them: nothing changes.
+    Conflict,
 }
 
 impl EventEffect {
@@ -57,6 +69,9 @@ impl EventEffect {
             Self::Note => "noted: in progress at the provider".into(),
             Self::Stale => "ignored: not newer than the event already applied".into(),
             Self::WouldRegress => "ignored: the operation is settled and never goes back".into(),
+            Self::Conflict => {
+                "conflict: contradicts the provider's answer to our call; left for reconciliation".into()
+            }
         }
     }
 }
@@ -64,11 +79,19 @@ impl EventEffect {
 /// Decides what an event of `version` reporting `reported` does to an
 /// operation in state `ledger` (see the module docs for the rules).
 pub fn apply_event(ledger: Ledger, reported: Reported, version: i64) -> EventEffect {
-    if ledger.version.is_some_and(|applied| applied >= version) {
-        return EventEffect::Stale;
+    let settles = matches!(reported, Reported::Settled(Outcome::Succeeded | Outcome::Failed));
+    match ledger.version {
+        Some(applied) if applied > version => return EventEffect::Stale,
+        Some(applied) if applied == version && !(settles && ledger.settled.is_none()) => {
+            return EventEffect::Stale;
+        }
+        _ => {}
     }
     match (reported, ledger.settled) {
         (Reported::Settled(Outcome::Unknown), _) => EventEffect::Note,
+        (Reported::Settled(outcome), Some(ours)) if ours != outcome && ledger.version.is_none() => {
+            EventEffect::Conflict
+        }
         (Reported::Settled(outcome), _) => EventEffect::Settle(outcome),
         (Reported::InProgress, Some(_)) => EventEffect::WouldRegress,
         (Reported::InProgress, None) => EventEffect::Note,
@@ -91,16 +114,23 @@ mod tests {
             (OPEN, settled(Succeeded), 1, EventEffect::Settle(Succeeded)),
             (OPEN, settled(Failed), 1, EventEffect::Settle(Failed)),
             (OPEN, Reported::InProgress, 1, EventEffect::Note),
-            // Versions: only newer events count; equal is a duplicate.
-            (at(None, Some(5)), settled(Succeeded), 5, EventEffect::Stale),
+            // Versions: only newer events count...
             (at(None, Some(5)), settled(Succeeded), 4, EventEffect::Stale),
+            (at(None, Some(5)), Reported::InProgress, 5, EventEffect::Stale),
+            // ...but at a tie, settling an open operation wins (pending and
+            // succeeded in the same second).
+            (at(None, Some(5)), settled(Succeeded), 5, EventEffect::Settle(Succeeded)),
+            (at(Some(Succeeded), Some(5)), settled(Failed), 5, EventEffect::Stale),
             (at(None, Some(5)), settled(Succeeded), 6, EventEffect::Settle(Succeeded)),
             // Never back to in progress, whatever the version.
             (at(Some(Succeeded), Some(2)), Reported::InProgress, 1, EventEffect::Stale),
             (at(Some(Succeeded), Some(2)), Reported::InProgress, 3, EventEffect::WouldRegress),
             (at(Some(Failed), None), Reported::InProgress, 3, EventEffect::WouldRegress),
-            // Settled by our own call (no version yet): the event confirms or corrects.
+            // Settled by our own call (no event applied yet): an event confirms
+            // it, but cannot be ordered against it to contradict it.
             (at(Some(Succeeded), None), settled(Succeeded), 1, EventEffect::Settle(Succeeded)),
+            (at(Some(Succeeded), None), settled(Failed), 1, EventEffect::Conflict),
+            // Once an event is applied, newer events order against it.
             (at(Some(Succeeded), Some(1)), settled(Failed), 2, EventEffect::Settle(Failed)),
             // An event cannot report "unknown": it is only noted.
             (OPEN, settled(Outcome::Unknown), 1, EventEffect::Note),
@@ -132,7 +162,7 @@ mod tests {
                         ledger = Ledger { settled: Some(outcome), version: Some(version) }
                     }
                     EventEffect::Note => ledger.version = Some(version),
-                    EventEffect::Stale | EventEffect::WouldRegress => {}
+                    EventEffect::Stale | EventEffect::WouldRegress | EventEffect::Conflict => {}
                 }
             }
             assert_eq!(ledger, Ledger { settled: Some(Failed), version: Some(3) });

@@ -20,7 +20,8 @@ pub use error::StoreError;
 pub use model::{
     AttemptKind, AttemptRecord, AttemptRow, Claimed, ClaimedForward, Completion, Counts, EventRecord,
     EventReport, EventStep, ForwardCompletion, ForwardTransition, LedgerEffect, NewEvent, NewOperation,
-    Operation, OperationStatus, Received, Reconciled, Resolution, StoredEvent, Submitted, Transition,
+    Operation, OperationStatus, Received, Reconciled, Recorded, Resolution, StoredEvent, Submitted,
+    Transition,
 };
 pub use sqlite::{Outbox, SqliteStore, Synchronous};
 
@@ -55,13 +56,14 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Writes the results of finished attempts, all in one transaction: each
     /// history row is appended, and each operation and message transition is
     /// applied only if the message still carries the claim's lease token.
-    /// Returns, per completion in order, whether its transition was applied
-    /// (`false`: the lease was lost, only the history row was written).
+    /// Returns, per completion in order, what was recorded
+    /// ([`Recorded::Applied`], or only the history row:
+    /// [`Recorded::LeaseLost`], [`Recorded::SettledElsewhere`]).
     fn complete(
         &self,
         completions: Vec<Completion>,
         now_ms: i64,
-    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Recorded>, StoreError>> + Send;
 
     /// Operations whose outcome is unknown and whose next reconciliation is
     /// due, oldest first, at most `limit`.
@@ -100,7 +102,8 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// "process anyway"). One result per event, in order.
     ///
     /// In the same transaction, a new event's [`EventReport`] is applied to
-    /// the operation it names, under that operation's row lock, by
+    /// the operation it names, with that operation locked against other
+    /// writers until the commit, by
     /// [`failwell_policy::apply_event`] (only a newer event changes it, a
     /// settled operation never goes back; settling one closes its outbox
     /// message), and a forward to the application is queued when asked for.
@@ -141,10 +144,10 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Records forwarding attempts, all in one transaction: each history
     /// step is appended, and each transition applied only if the forward
     /// still carries the claim's lease token. Returns, per completion,
-    /// whether its transition was applied.
+    /// [`Recorded::Applied`] or [`Recorded::LeaseLost`].
     fn complete_forwards(
         &self,
         completions: Vec<ForwardCompletion>,
         now_ms: i64,
-    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Recorded>, StoreError>> + Send;
 }

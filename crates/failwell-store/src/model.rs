@@ -365,6 +365,19 @@ pub struct Counts {
     pub forward_dead_letters: u64,
 }
 
+/// What recording a result did (a completion, a forward's result).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// The transition was applied (the claim's lease token still held).
+    Applied,
+    /// The claim's lease was taken over by a newer claim: only the history
+    /// was written. A worker outlived its lease.
+    LeaseLost,
+    /// A webhook event settled the operation meanwhile: only the history was
+    /// written (normal when a provider's event overtakes its answer).
+    SettledElsewhere,
+}
+
 /// A webhook delivery whose signature verified, to be stored before
 /// anything else happens to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -418,6 +431,9 @@ pub enum LedgerEffect {
     Stale,
     /// In progress while the operation is settled: never goes back.
     WouldRegress,
+    /// Contradicts the provider's answer to failwell's own call, with no
+    /// event applied since to order them: left for reconciliation.
+    Conflict,
     /// No operation of the provider has the reference.
     NoOperation,
     /// The event does not report on an operation (its fields are missing
@@ -435,6 +451,7 @@ impl LedgerEffect {
             Self::Noted => "noted",
             Self::Stale => "stale",
             Self::WouldRegress => "would_regress",
+            Self::Conflict => "conflict",
             Self::NoOperation => "no_operation",
             Self::NotApplicable => "not_applicable",
         }
@@ -448,6 +465,7 @@ impl LedgerEffect {
             Self::Noted,
             Self::Stale,
             Self::WouldRegress,
+            Self::Conflict,
             Self::NoOperation,
             Self::NotApplicable,
         ]

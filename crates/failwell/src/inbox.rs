@@ -23,6 +23,7 @@ use failwell_policy::{Outcome, Reported};
 use failwell_store::{EventReport, NewEvent, Received, Store, StoredEvent};
 use failwell_webhook::{Verifier, VerifyError};
 use serde_json::{Value, json};
+use tokio::sync::oneshot;
 
 use crate::api::{AppState, Problem};
 
@@ -111,52 +112,74 @@ pub type Webhooks = BTreeMap<String, WebhookSource>;
 const INGEST_QUEUE: usize = 4096;
 /// Events committed in one transaction, at most.
 const INGEST_BATCH: usize = 256;
+/// Bytes of bodies committed in one transaction, at most (a larger body
+/// goes alone): bounds the memory of a group commit and keeps it far below
+/// SQLite's 1 GB limit on a bound value.
+const INGEST_BATCH_BYTES: usize = 16 << 20;
 
 /// Group commit for webhook events: one writer task stores whatever
 /// deliveries arrived together in one transaction, and each delivery is
 /// answered once its transaction committed. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Ingest {
-    queue: tokio::sync::mpsc::Sender<(NewEvent, tokio::sync::oneshot::Sender<Option<Received>>)>,
+    queue: tokio::sync::mpsc::Sender<(NewEvent, oneshot::Sender<Option<Received>>)>,
 }
 
 impl Ingest {
     /// Starts the writer task on `store`; it ends when every handle is dropped.
     pub fn start<S: Store>(store: S) -> Self {
-        let (queue, mut waiting) = tokio::sync::mpsc::channel::<(
-            NewEvent,
-            tokio::sync::oneshot::Sender<Option<Received>>,
-        )>(INGEST_QUEUE);
+        let (queue, mut waiting) =
+            tokio::sync::mpsc::channel::<(NewEvent, oneshot::Sender<Option<Received>>)>(INGEST_QUEUE);
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(INGEST_BATCH);
             while waiting.recv_many(&mut batch, INGEST_BATCH).await > 0 {
-                let (events, replies): (Vec<_>, Vec<_>) = std::mem::take(&mut batch).into_iter().unzip();
-                let count = events.len();
-                match store.receive(events, failwell_engine::now_ms()).await {
-                    Ok(received) => {
-                        for (reply, r) in replies.into_iter().zip(received) {
-                            let _ = reply.send(Some(r));
-                        }
-                    }
-                    Err(e) => {
-                        // Nothing was committed: every delivery gets a 503
-                        // and the provider delivers again.
-                        tracing::error!(error = %e, count, "storing webhook events failed");
-                        for reply in replies {
-                            let _ = reply.send(None);
-                        }
-                    }
+                let mut arrived = std::mem::take(&mut batch).into_iter().peekable();
+                while arrived.peek().is_some() {
+                    // At most INGEST_BATCH_BYTES of bodies per transaction
+                    // (and always at least one delivery).
+                    let mut bytes = 0;
+                    let group: Vec<_> = std::iter::from_fn(|| {
+                        let next = arrived.next_if(|(event, _)| {
+                            bytes == 0 || bytes + event.payload.len() <= INGEST_BATCH_BYTES
+                        })?;
+                        bytes += next.0.payload.len().max(1);
+                        Some(next)
+                    })
+                    .collect();
+                    commit(&store, group).await;
                 }
             }
         });
         Self { queue }
     }
 
-    /// Stores `event` in the next group commit; `None` when the store failed.
+    /// Stores `event` in one of the next group commits; `None` when the
+    /// store failed.
     pub async fn store(&self, event: NewEvent) -> Option<Received> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
+        let (reply, answer) = oneshot::channel();
         self.queue.send((event, reply)).await.ok()?;
         answer.await.ok().flatten()
+    }
+}
+
+/// Commits one group of deliveries and answers each.
+async fn commit<S: Store>(store: &S, group: Vec<(NewEvent, oneshot::Sender<Option<Received>>)>) {
+    let (events, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
+    let count = events.len();
+    match store.receive(events, failwell_engine::now_ms()).await {
+        Ok(received) => {
+            for (reply, r) in replies.into_iter().zip(received) {
+                let _ = reply.send(Some(r));
+            }
+        }
+        Err(e) => {
+            // Nothing was committed: every delivery gets a 503 and the
+            // provider delivers again.
+            tracing::error!(error = %e, count, "storing webhook events failed");
+            for reply in replies {
+                let _ = reply.send(None);
+            }
+        }
     }
 }
 

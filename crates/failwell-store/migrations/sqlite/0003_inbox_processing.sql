@@ -17,10 +17,13 @@ CREATE TABLE inbox_steps (
     operation_id  INTEGER REFERENCES operations (id),
     -- For 'ledger' steps: what the event did (see `LedgerEffect`).
     effect        TEXT CHECK (effect IN ('resolved', 'changed', 'confirmed', 'noted', 'stale',
-                                         'would_regress', 'no_operation', 'not_applicable')),
+                                         'would_regress', 'conflict', 'no_operation',
+                                         'not_applicable')),
     detail        TEXT    NOT NULL
 );
 CREATE INDEX inbox_steps_event ON inbox_steps (event_seq, id);
+-- What the status counts read.
+CREATE INDEX inbox_steps_resolved ON inbox_steps (effect) WHERE effect = 'resolved';
 CREATE TRIGGER inbox_steps_no_update BEFORE UPDATE ON inbox_steps
 BEGIN SELECT RAISE(ABORT, 'inbox steps are append-only'); END;
 CREATE TRIGGER inbox_steps_no_delete BEFORE DELETE ON inbox_steps
@@ -45,3 +48,4 @@ CREATE TABLE forwards (
     updated_at_ms      INTEGER NOT NULL
 );
 CREATE INDEX forwards_due ON forwards (available_at_ms, id) WHERE state = 'pending';
+CREATE INDEX forwards_dead ON forwards (state) WHERE state = 'dead';

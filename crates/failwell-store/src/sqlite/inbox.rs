@@ -1,7 +1,7 @@
 //! The webhook inbox on SQLite: storing events once, applying them to the
 //! operations ledger in the same transaction, and the forwarding queue.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use failwell_policy::{EventEffect, Ledger, Outcome, apply_event};
@@ -13,7 +13,7 @@ use super::SqliteStore;
 use crate::error::{Context, StoreError};
 use crate::model::{
     ClaimedForward, EventRecord, EventReport, EventStep, ForwardCompletion, ForwardTransition, LedgerEffect,
-    NewEvent, OperationStatus, Received, StoredEvent,
+    NewEvent, OperationStatus, Received, Recorded, StoredEvent,
 };
 
 impl SqliteStore {
@@ -188,14 +188,41 @@ impl SqliteStore {
         &self,
         completions: Vec<ForwardCompletion>,
         now_ms: i64,
-    ) -> Result<Vec<bool>, StoreError> {
+    ) -> Result<Vec<Recorded>, StoreError> {
         let mut tx = self.begin().await?;
         let steps: Vec<(i64, EventStep)> =
             completions.iter().filter_map(|c| c.step.clone().map(|step| (c.event_seq, step))).collect();
         insert_steps(&mut tx, &steps).await?;
-        let rows: Vec<Value> = completions
+        // Each transition applies only while the forward still carries its
+        // claim's lease token (compare-and-set), read first so that each
+        // result is judged by its own token.
+        let ids: Vec<i64> = completions.iter().map(|c| c.id).collect();
+        let tokens: HashMap<i64, i64> = sqlx::query(
+            "SELECT id, lease_token FROM forwards WHERE state = 'pending' AND lease_token IS NOT NULL \
+             AND id IN (SELECT value FROM json_each(?1))",
+        )
+        .bind(serde_json::to_string(&ids).unwrap_or_default())
+        .fetch_all(&mut *tx)
+        .await
+        .context("reading forward leases")?
+        .iter()
+        .map(|r| (r.get("id"), r.get("lease_token")))
+        .collect();
+        let recorded: Vec<Recorded> = completions
             .iter()
             .map(|c| {
+                if tokens.get(&c.id) == Some(&c.lease_token) {
+                    Recorded::Applied
+                } else {
+                    Recorded::LeaseLost
+                }
+            })
+            .collect();
+        let rows: Vec<Value> = completions
+            .iter()
+            .zip(&recorded)
+            .filter(|(_, r)| **r == Recorded::Applied)
+            .map(|(c, _)| {
                 let (state, available_at, delay, error, dead_at, given_back) = match &c.transition {
                     ForwardTransition::Delivered => ("done", None, None, None, None, 0),
                     ForwardTransition::Retry { available_at_ms, delay_ms, error } => {
@@ -208,31 +235,24 @@ impl SqliteStore {
                         ("dead", None, None, Some(error), Some(now_ms), 0)
                     }
                 };
-                json!([c.id, c.lease_token, state, available_at, delay, error, dead_at, given_back])
+                json!([c.id, state, available_at, delay, error, dead_at, given_back])
             })
             .collect();
-        // Each transition applies only while the forward carries its claim's
-        // lease token (compare-and-set); RETURNING says which did.
-        let moved: HashSet<i64> = sqlx::query_scalar(
-            "UPDATE forwards SET state = u.value ->> 2, \
-             available_at_ms = COALESCE(u.value ->> 3, available_at_ms), \
-             previous_delay_ms = COALESCE(u.value ->> 4, previous_delay_ms), last_error = u.value ->> 5, \
-             dead_at_ms = u.value ->> 6, locked_until_ms = NULL, lease_token = NULL, \
-             attempts = attempts - (u.value ->> 7), updated_at_ms = ?2 \
-             FROM json_each(?1) u \
-             WHERE forwards.id = u.value ->> 0 AND forwards.lease_token = u.value ->> 1 AND forwards.state = 'pending' \
-             RETURNING forwards.id",
+        sqlx::query(
+            "UPDATE forwards SET state = u.value ->> 1, \
+             available_at_ms = COALESCE(u.value ->> 2, available_at_ms), \
+             previous_delay_ms = COALESCE(u.value ->> 3, previous_delay_ms), last_error = u.value ->> 4, \
+             dead_at_ms = u.value ->> 5, locked_until_ms = NULL, lease_token = NULL, \
+             attempts = attempts - (u.value ->> 6), updated_at_ms = ?2 \
+             FROM json_each(?1) u WHERE forwards.id = u.value ->> 0",
         )
         .bind(Value::Array(rows).to_string())
         .bind(now_ms)
-        .fetch_all(&mut *tx)
+        .execute(&mut *tx)
         .await
-        .context("completing forwards")?
-        .into_iter()
-        .collect();
-        let applied = completions.iter().map(|c| moved.contains(&c.id)).collect();
+        .context("completing forwards")?;
         tx.commit().await.context("committing forward results")?;
-        Ok(applied)
+        Ok(recorded)
     }
 }
 
@@ -317,6 +337,7 @@ async fn apply_reports(
             }
             EventEffect::Stale => LedgerEffect::Stale,
             EventEffect::WouldRegress => LedgerEffect::WouldRegress,
+            EventEffect::Conflict => LedgerEffect::Conflict,
         };
         let step = EventStep::new("ledger", now_ms, detail);
         steps.push((*seq, EventStep { operation_id: Some(row.id), effect: Some(recorded), ..step }));
@@ -344,10 +365,13 @@ async fn apply_reports(
     .execute(&mut *conn)
     .await
     .context("applying events to operations")?;
+    // A dead letter stays one unless the provider says the operation
+    // succeeded (replaying it then would be wrong).
     sqlx::query(
         "UPDATE outbox SET state = 'done', in_flight = 0, locked_until_ms = NULL, lease_token = NULL, \
-         updated_at_ms = ?2 WHERE state <> 'done' AND operation_id IN \
-         (SELECT value ->> 0 FROM json_each(?1) WHERE value ->> 3)",
+         dead_at_ms = NULL, updated_at_ms = ?2 FROM json_each(?1) u \
+         WHERE outbox.operation_id = u.value ->> 0 AND u.value ->> 3 \
+         AND (outbox.state = 'pending' OR (outbox.state = 'dead' AND u.value ->> 1 = 'succeeded'))",
     )
     .bind(Value::Array(changed).to_string())
     .bind(now_ms)

@@ -12,8 +12,8 @@ use crate::Store;
 use crate::error::{Context, StoreError};
 use crate::model::{
     AttemptKind, AttemptRow, Claimed, ClaimedForward, Completion, Counts, EventRecord, ForwardCompletion,
-    NewEvent, NewOperation, Operation, OperationStatus, Received, Reconciled, Resolution, StoredEvent,
-    Submitted,
+    NewEvent, NewOperation, Operation, OperationStatus, Received, Reconciled, Recorded, Resolution,
+    StoredEvent, Submitted,
 };
 
 impl Store for SqliteStore {
@@ -120,7 +120,7 @@ impl Store for SqliteStore {
             .collect()
     }
 
-    async fn complete(&self, completions: Vec<Completion>, now_ms: i64) -> Result<Vec<bool>, StoreError> {
+    async fn complete(&self, completions: Vec<Completion>, now_ms: i64) -> Result<Vec<Recorded>, StoreError> {
         let mut tx = self.begin().await?;
         let mut applied = Vec::with_capacity(completions.len());
         for c in &completions {
@@ -353,7 +353,7 @@ impl Store for SqliteStore {
         &self,
         completions: Vec<ForwardCompletion>,
         now_ms: i64,
-    ) -> Result<Vec<bool>, StoreError> {
+    ) -> Result<Vec<Recorded>, StoreError> {
         self.complete_claimed_forwards(completions, now_ms).await
     }
 }

@@ -4,8 +4,8 @@ use serde_json::json;
 use super::*;
 use crate::{
     AttemptKind, AttemptRecord, Completion, EventReport, ForwardCompletion, ForwardTransition, LedgerEffect,
-    NewEvent, NewOperation, OperationStatus, Received, Reconciled, Resolution, Store, StoreError, Submitted,
-    Transition,
+    NewEvent, NewOperation, OperationStatus, Received, Reconciled, Recorded, Resolution, Store, StoreError,
+    Submitted, Transition,
 };
 use failwell_policy::Reported;
 
@@ -108,7 +108,10 @@ async fn claim_leases_and_a_lost_lease_cannot_overwrite() {
         },
         ..late.clone()
     };
-    assert_eq!(s.complete(vec![late, fresh], 2_100).await.unwrap(), vec![false, true]);
+    assert_eq!(
+        s.complete(vec![late, fresh], 2_100).await.unwrap(),
+        vec![Recorded::LeaseLost, Recorded::Applied]
+    );
     let op = s.operation("k1").await.unwrap().unwrap();
     assert_eq!(op.status, OperationStatus::Succeeded);
     assert_eq!(op.provider_ref.as_deref(), Some("ch_1"));
@@ -133,10 +136,10 @@ async fn a_deferral_gives_the_attempt_back_and_writes_no_history() {
         attempt: None,
         transition: Transition::Defer { available_at_ms: 800, reason: "circuit breaker open".into() },
     };
-    assert_eq!(s.complete(vec![defer.clone()], 5).await.unwrap(), vec![true]);
+    assert_eq!(s.complete(vec![defer.clone()], 5).await.unwrap(), vec![Recorded::Applied]);
     assert_eq!(
         s.complete(vec![defer], 6).await.unwrap(),
-        vec![false],
+        vec![Recorded::LeaseLost],
         "the lease is gone: no second deferral"
     );
     assert!(s.claim(799, 1, 1_000).await.unwrap().is_empty(), "deferred until 800");
@@ -160,7 +163,7 @@ async fn retry_reschedules_and_dead_letter_parks() {
         attempt: Some(record(Outcome::Failed)),
         transition: Transition::Retry { available_at_ms: 300, delay_ms: 300, error: "503".into() },
     };
-    assert_eq!(s.complete(vec![retry], 5).await.unwrap(), vec![true]);
+    assert_eq!(s.complete(vec![retry], 5).await.unwrap(), vec![Recorded::Applied]);
     assert!(s.claim(299, 1, 1_000).await.unwrap().is_empty());
     let c = s.claim(300, 1, 1_000).await.unwrap().remove(0);
     assert_eq!((c.attempts, c.previous_delay_ms, c.interrupted), (2, 300, false));
@@ -384,7 +387,7 @@ async fn events_settle_operations_monotonically_and_close_their_messages() {
         attempt: Some(record(Outcome::Unknown)),
         transition: Transition::Unknown { error: "timeout".into(), reconcile_at_ms: 5 },
     };
-    assert_eq!(s.complete(vec![late], 4).await.unwrap(), vec![false]);
+    assert_eq!(s.complete(vec![late], 4).await.unwrap(), vec![Recorded::SettledElsewhere]);
     assert_eq!(s.operation("a").await.unwrap().unwrap().status, OperationStatus::Succeeded);
     assert!(s.claim(1_000_000, 10, 1000).await.unwrap().is_empty(), "nothing left to deliver");
     // An older event redelivered, or a newer one in progress, never regresses it.
@@ -412,7 +415,7 @@ async fn an_event_resolves_an_unknown_operation() {
         attempt: Some(record(Outcome::Unknown)),
         transition: Transition::Unknown { error: "timeout".into(), reconcile_at_ms: 100 },
     };
-    assert_eq!(s.complete(vec![unknown], 2).await.unwrap(), vec![true]);
+    assert_eq!(s.complete(vec![unknown], 2).await.unwrap(), vec![Recorded::Applied]);
     s.receive(vec![reported("evt_f", "ref-u", Reported::Settled(Outcome::Failed), 3)], 3).await.unwrap();
     let op = s.operation("u").await.unwrap().unwrap();
     assert_eq!(op.status, OperationStatus::Failed);
@@ -437,21 +440,108 @@ async fn forwards_are_leased_retried_deferred_and_dead_lettered() {
         transition,
     };
     let retry = ForwardTransition::Retry { available_at_ms: 2000, delay_ms: 900, error: "HTTP 500".into() };
-    assert_eq!(s.complete_forwards(vec![done(&first[0], retry)], 1100).await.unwrap(), vec![true]);
+    assert_eq!(
+        s.complete_forwards(vec![done(&first[0], retry)], 1100).await.unwrap(),
+        vec![Recorded::Applied]
+    );
     assert!(s.claim_forwards(1999, 10, 1000).await.unwrap().is_empty(), "not due before its retry");
     let second = s.claim_forwards(2000, 10, 1000).await.unwrap();
     assert_eq!((second[0].attempts, second[0].previous_delay_ms), (2, 900));
     // A result under the first claim's token is refused.
     let stale = done(&first[0], ForwardTransition::Delivered);
-    assert_eq!(s.complete_forwards(vec![stale], 2001).await.unwrap(), vec![false]);
+    assert_eq!(s.complete_forwards(vec![stale], 2001).await.unwrap(), vec![Recorded::LeaseLost]);
     let defer = ForwardTransition::Defer { available_at_ms: 2500, reason: "breaker open".into() };
-    assert_eq!(s.complete_forwards(vec![done(&second[0], defer)], 2002).await.unwrap(), vec![true]);
+    assert_eq!(
+        s.complete_forwards(vec![done(&second[0], defer)], 2002).await.unwrap(),
+        vec![Recorded::Applied]
+    );
     let third = s.claim_forwards(2500, 10, 1000).await.unwrap();
     assert_eq!(third[0].attempts, 2, "a deferral gives its attempt back");
     let dead = ForwardTransition::DeadLetter { error: "HTTP 500".into() };
-    assert_eq!(s.complete_forwards(vec![done(&third[0], dead)], 2600).await.unwrap(), vec![true]);
+    assert_eq!(
+        s.complete_forwards(vec![done(&third[0], dead)], 2600).await.unwrap(),
+        vec![Recorded::Applied]
+    );
     let counts = s.counts().await.unwrap();
     assert_eq!((counts.forwards_pending, counts.forward_dead_letters), (0, 1));
     let record = s.event("sim", "evt_1").await.unwrap().unwrap();
     assert_eq!((record.forward_state.as_deref(), record.forward_attempts), (Some("dead"), 2));
+}
+
+#[tokio::test]
+async fn one_batch_applies_its_events_in_arrival_order() {
+    let (_d, s) = store().await;
+    s.submit(new_op("b", 1000), 0).await.unwrap();
+    let batch = vec![
+        reported("evt_v2", "ref-b", Reported::Settled(Outcome::Succeeded), 2),
+        reported("evt_v1", "ref-b", Reported::InProgress, 1),
+        reported("evt_v3", "ref-b", Reported::Settled(Outcome::Failed), 3),
+    ];
+    s.receive(batch, 1).await.unwrap();
+    assert_eq!(effects(&s, "evt_v2").await, vec![Some(LedgerEffect::Resolved)]);
+    assert_eq!(effects(&s, "evt_v1").await, vec![Some(LedgerEffect::Stale)]);
+    assert_eq!(effects(&s, "evt_v3").await, vec![Some(LedgerEffect::Changed)]);
+    assert_eq!(s.operation("b").await.unwrap().unwrap().status, OperationStatus::Failed);
+    // A tie (Stripe's `created` is in seconds): settling an open operation wins.
+    s.submit(new_op("t", 1000), 2).await.unwrap();
+    let tie = vec![
+        reported("evt_t1", "ref-t", Reported::InProgress, 7),
+        reported("evt_t2", "ref-t", Reported::Settled(Outcome::Succeeded), 7),
+    ];
+    s.receive(tie, 3).await.unwrap();
+    assert_eq!(effects(&s, "evt_t2").await, vec![Some(LedgerEffect::Resolved)]);
+    assert_eq!(s.operation("t").await.unwrap().unwrap().status, OperationStatus::Succeeded);
+}
+
+#[tokio::test]
+async fn an_event_contradicting_our_own_answer_is_a_conflict_and_dead_letters_stay_unless_it_succeeded() {
+    let (_d, s) = store().await;
+    for key in ["ok", "dead"] {
+        s.submit(new_op(key, 1000), 0).await.unwrap();
+    }
+    let finish = |c: &crate::Claimed, transition| Completion {
+        outbox_id: c.outbox_id,
+        operation_id: c.operation.id,
+        lease_token: c.lease_token,
+        attempt: Some(record(Outcome::Failed)),
+        transition,
+    };
+    let claimed = s.claim(1, 2, 60_000).await.unwrap();
+    let by_key = |k: &str| claimed.iter().find(|c| c.operation.idempotency_key == k).unwrap();
+    let done = Transition::Succeeded { provider_ref: Some("ch_1".into()), response: None };
+    let dead = Transition::DeadLetter { error: "out of attempts".into() };
+    s.complete(vec![finish(by_key("ok"), done), finish(by_key("dead"), dead)], 2).await.unwrap();
+    // Our call said succeeded; an event says failed and nothing orders them.
+    s.receive(vec![reported("evt_c", "ref-ok", Reported::Settled(Outcome::Failed), 1)], 3).await.unwrap();
+    assert_eq!(effects(&s, "evt_c").await, vec![Some(LedgerEffect::Conflict)]);
+    assert_eq!(s.operation("ok").await.unwrap().unwrap().status, OperationStatus::Succeeded);
+    // The provider confirms the dead letter's failure: it stays a dead letter...
+    s.receive(vec![reported("evt_d1", "ref-dead", Reported::Settled(Outcome::Failed), 1)], 4).await.unwrap();
+    assert!(s.operation("dead").await.unwrap().unwrap().dead_letter);
+    // ...until the provider says it succeeded after all: replaying it would charge twice.
+    s.receive(vec![reported("evt_d2", "ref-dead", Reported::Settled(Outcome::Succeeded), 2)], 5)
+        .await
+        .unwrap();
+    let op = s.operation("dead").await.unwrap().unwrap();
+    assert_eq!((op.status, op.dead_letter), (OperationStatus::Succeeded, false));
+}
+
+#[tokio::test]
+async fn two_results_for_one_forward_in_one_batch_are_judged_by_their_own_lease() {
+    let (_d, s) = store().await;
+    let event = NewEvent { forward: true, report: None, ..reported("evt_f", "r", Reported::InProgress, 1) };
+    s.receive(vec![event], 0).await.unwrap();
+    let old = s.claim_forwards(0, 1, 100).await.unwrap().remove(0);
+    let new = s.claim_forwards(100, 1, 100).await.unwrap().remove(0);
+    let result = |c: &crate::ClaimedForward, transition| ForwardCompletion {
+        id: c.id,
+        lease_token: c.lease_token,
+        event_seq: c.event.seq,
+        step: None,
+        transition,
+    };
+    let retry = ForwardTransition::Retry { available_at_ms: 9_000, delay_ms: 1, error: "late".into() };
+    let batch = vec![result(&old, retry), result(&new, ForwardTransition::Delivered)];
+    assert_eq!(s.complete_forwards(batch, 150).await.unwrap(), vec![Recorded::LeaseLost, Recorded::Applied]);
+    assert_eq!(s.event("sim", "evt_f").await.unwrap().unwrap().forward_state.as_deref(), Some("done"));
 }

@@ -6,7 +6,7 @@ use serde_json::Value;
 use sqlx::sqlite::SqliteConnection;
 
 use crate::error::{Context, StoreError};
-use crate::model::{AttemptKind, AttemptRecord, Completion, OperationStatus, Transition};
+use crate::model::{AttemptKind, AttemptRecord, Completion, OperationStatus, Recorded, Transition};
 
 pub(super) async fn insert_attempt(
     conn: &mut SqliteConnection,
@@ -45,12 +45,13 @@ pub(super) async fn insert_attempt(
 }
 
 /// Applies a transition to the message (compare-and-set on the lease) and,
-/// if that succeeded, to its operation.
+/// if that succeeded, to its operation. When it did not, says why: an event
+/// settled the operation, or a newer claim took the lease over.
 pub(super) async fn apply(
     conn: &mut SqliteConnection,
     c: &Completion,
     now_ms: i64,
-) -> Result<bool, StoreError> {
+) -> Result<Recorded, StoreError> {
     let (state, available_at, delay, error, dead_at, given_back) = match &c.transition {
         Transition::Succeeded { .. } => ("done", None, None, None, None, 0),
         Transition::Failed { error, .. } | Transition::Unknown { error, .. } => {
@@ -84,7 +85,15 @@ pub(super) async fn apply(
     .await
     .context("completing an outbox message")?;
     if moved.rows_affected() == 0 {
-        return Ok(false);
+        let by_event: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM operations WHERE id = ?1 AND event_version IS NOT NULL \
+             AND status IN ('succeeded', 'failed'))",
+        )
+        .bind(c.operation_id)
+        .fetch_one(&mut *conn)
+        .await
+        .context("reading why a result came too late")?;
+        return Ok(if by_event { Recorded::SettledElsewhere } else { Recorded::LeaseLost });
     }
     let (status, provider_ref, response, error, reconcile_at) = match &c.transition {
         Transition::Succeeded { provider_ref, response } => {
@@ -112,7 +121,7 @@ pub(super) async fn apply(
         now_ms,
     )
     .await?;
-    Ok(true)
+    Ok(Recorded::Applied)
 }
 
 #[allow(clippy::too_many_arguments)]
