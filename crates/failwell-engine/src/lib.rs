@@ -3,7 +3,7 @@
 //! The [`relay`] claims outbox messages and calls providers through a
 //! [`client::ProviderClient`]; the [`reconciler`] resolves operations whose
 //! outcome is unknown by asking the provider; the [`forwarder`] delivers
-//! received webhook events to the application. Both are generic over
+//! received webhook events to the application. All three are generic over
 //! [`failwell_store::Store`] and take every decision from
 //! `failwell-policy`: this crate holds no retry or classification rule of its
 //! own, and it knows no SQL and no HTTP server.

@@ -65,6 +65,12 @@ pub struct LedgerMapping {
     pub failed: Vec<String>,
     /// Statuses meaning the object is still in progress.
     pub in_progress: Vec<String>,
+    /// Event types that report on operations (e.g. `charge.succeeded`);
+    /// empty: every type. Other events are recorded as not applicable, so a
+    /// refund's `succeeded` never settles the charge it refunds.
+    pub types: Vec<String>,
+    /// JSON pointer to the event's type, e.g. `/type`.
+    pub type_pointer: String,
 }
 
 impl LedgerMapping {
@@ -79,6 +85,12 @@ impl LedgerMapping {
         let text = |pointer: &str| {
             field(pointer)?.as_str().ok_or_else(|| format!("not applicable: {pointer:?} is not a string"))
         };
+        if !self.types.is_empty() {
+            let kind = text(&self.type_pointer)?;
+            if !self.types.iter().any(|t| t == kind) {
+                return Err(format!("not applicable: event type {kind:?} is not in types"));
+            }
+        }
         let reference = text(&self.reference_pointer)?;
         let status = text(&self.status_pointer)?;
         let version = field(&self.version_pointer)?;
@@ -369,4 +381,68 @@ fn event_view(e: StoredEvent) -> Value {
         }
     }
     view
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapping(types: &[&str]) -> LedgerMapping {
+        LedgerMapping {
+            provider: "payments".into(),
+            reference_pointer: "/data/object/reference".into(),
+            status_pointer: "/data/object/status".into(),
+            version_pointer: "/created".into(),
+            succeeded: vec!["succeeded".into()],
+            failed: vec!["failed".into()],
+            in_progress: vec!["pending".into()],
+            types: types.iter().map(|t| t.to_string()).collect(),
+            type_pointer: "/type".into(),
+        }
+    }
+
+    fn event(kind: &str, status: &str, created: &str) -> Vec<u8> {
+        format!(
+            r#"{{"type":"{kind}","created":{created},"data":{{"object":{{"reference":"o-1","status":"{status}"}}}}}}"#
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn an_event_reports_what_its_fields_say_or_why_not() {
+        let report = mapping(&[]).report(&event("charge.succeeded", "succeeded", "1700000000")).unwrap();
+        assert_eq!(
+            (report.reference.as_str(), report.reported, report.version),
+            ("o-1", Reported::Settled(Outcome::Succeeded), 1_700_000_000)
+        );
+        let quoted = mapping(&[]).report(&event("charge.pending", "pending", "\"42\"")).unwrap();
+        assert_eq!((quoted.reported, quoted.version), (Reported::InProgress, 42));
+        let refused = [
+            (mapping(&[]).report(b"not json"), "not applicable: not JSON"),
+            (
+                mapping(&[]).report(&event("x", "refunded", "1")),
+                "not applicable: status \"refunded\" is not mapped",
+            ),
+            (
+                mapping(&[]).report(&event("x", "succeeded", "1.5")),
+                "not applicable: \"/created\" is not an integer",
+            ),
+            (
+                mapping(&[]).report(&event("x", "succeeded", "null")),
+                "not applicable: \"/created\" is not an integer",
+            ),
+            (
+                mapping(&[]).report(br#"{"created":1}"#),
+                "not applicable: nothing at \"/data/object/reference\"",
+            ),
+            (
+                mapping(&["charge.succeeded"]).report(&event("refund.succeeded", "succeeded", "1")),
+                "not applicable: event type \"refund.succeeded\" is not in types",
+            ),
+        ];
+        for (result, reason) in refused {
+            let why = result.unwrap_err();
+            assert!(why.starts_with(reason), "{why:?} does not start with {reason:?}");
+        }
+    }
 }

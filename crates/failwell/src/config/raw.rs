@@ -70,6 +70,14 @@ pub(super) struct RawLedger {
     pub(super) failed: Vec<String>,
     #[serde(default = "d_in_progress")]
     pub(super) in_progress: Vec<String>,
+    #[serde(default)]
+    pub(super) types: Vec<String>,
+    #[serde(default = "d_type_pointer")]
+    pub(super) type_pointer: String,
+}
+
+fn d_type_pointer() -> String {
+    "/type".into()
 }
 
 fn d_version_pointer() -> String {

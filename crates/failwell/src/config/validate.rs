@@ -426,8 +426,8 @@ fn forward(
     let client = providers.get(&f.provider).cloned().ok_or_else(|| {
         c.invalid(key("provider"), format!("{:?} is not a configured provider", f.provider))
     })?;
-    if !f.path.starts_with('/') {
-        return Err(c.invalid(key("path"), format!("{:?} must start with '/'", f.path)));
+    if !f.path.starts_with('/') || client.spec().base_url.join(&f.path).is_err() {
+        return Err(c.invalid(key("path"), format!("{:?} is not a path starting with '/'", f.path)));
     }
     if let Err(e) = failwell_webhook::standard_webhooks_signature(&f.secret, "check", 0, b"") {
         return Err(c.invalid(key("secret"), format!("{e} (expected whsec_ followed by base64)")));
@@ -449,18 +449,35 @@ fn ledger(
     }
     let lists = [("succeeded", &l.succeeded), ("failed", &l.failed), ("in_progress", &l.in_progress)];
     for (i, (k, values)) in lists.iter().enumerate() {
-        if let Some((other, _)) = lists[i + 1..].iter().find(|(_, o)| o.iter().any(|v| values.contains(v))) {
-            return Err(c.invalid(key(k), format!("shares a status with {}", key(other))));
+        for (other, others) in &lists[i + 1..] {
+            if let Some(shared) = values.iter().find(|v| others.contains(v)) {
+                return Err(c.invalid(
+                    key(k),
+                    format!(
+                        "{shared:?} is also in {} (given or by default): a status has one meaning",
+                        key(other)
+                    ),
+                ));
+            }
         }
     }
     if l.succeeded.is_empty() && l.failed.is_empty() {
         return Err(c.invalid(key("succeeded"), "succeeded and failed cannot both be empty"));
     }
+    // An empty pointer is the whole event: never a reference, status or version.
+    let pointer = |k: &str, value: &str| {
+        if value.is_empty() {
+            return Err(c.invalid(key(k), "must point into the event, e.g. \"/data/object/status\""));
+        }
+        c.pointer(&key(k), value)
+    };
     Ok(crate::inbox::LedgerMapping {
         provider: l.provider,
-        reference_pointer: c.pointer(&key("reference_pointer"), &l.reference_pointer)?,
-        status_pointer: c.pointer(&key("status_pointer"), &l.status_pointer)?,
-        version_pointer: c.pointer(&key("version_pointer"), &l.version_pointer)?,
+        reference_pointer: pointer("reference_pointer", &l.reference_pointer)?,
+        status_pointer: pointer("status_pointer", &l.status_pointer)?,
+        version_pointer: pointer("version_pointer", &l.version_pointer)?,
+        type_pointer: pointer("type_pointer", &l.type_pointer)?,
+        types: l.types,
         succeeded: l.succeeded,
         failed: l.failed,
         in_progress: l.in_progress,

@@ -59,12 +59,13 @@ const TIMEOUT_MS: u64 = 1_000;
 /// as unknown.
 const SETTLE_LIMIT: Duration = Duration::from_secs(600);
 
+/// The secret the demo's provider signs its webhooks with (Stripe scheme).
+const WEBHOOK_SECRET: &str = "whsec_failwell_demo";
+
 /// The failwell configuration of the demo, pointing at `base_url`. The
 /// orders arrive as one burst, so the retry budget is wider than the
 /// default: a budget relative to recent first attempts would otherwise hold
 /// the tail of retries, once the burst is over, to its floor per second.
-/// The secret the demo's provider signs its webhooks with (Stripe scheme).
-const WEBHOOK_SECRET: &str = "whsec_failwell_demo";
 
 fn demo_config(base_url: &str, database_url: &str, concurrency: usize) -> String {
     let settings = format!(

@@ -344,4 +344,45 @@ fn webhook_sources_are_checked() {
         &[],
         &["key `webhooks.h.header`: scheme = \"hmac\" needs the signature header"],
     );
+    let source = "[webhooks.s]\nscheme = \"stripe\"\nsecrets = [\"whsec_x\"]\n";
+    let ledger = |fields: &str| format!("{source}[webhooks.s.ledger]\n{fields}\n");
+    let mapped = "reference_pointer = \"/r\"\nstatus_pointer = \"/s\"";
+    for (section, message) in [
+        (
+            ledger(&format!("provider = \"bank\"\n{mapped}")),
+            "key `webhooks.s.ledger.provider`: \"bank\" is not a configured provider",
+        ),
+        (
+            ledger(&format!("provider = \"payments\"\n{mapped}\nfailed = [\"pending\"]")),
+            "key `webhooks.s.ledger.failed`: \"pending\" is also in webhooks.s.ledger.in_progress (given or by default)",
+        ),
+        (
+            ledger("provider = \"payments\"\nreference_pointer = \"\"\nstatus_pointer = \"/s\""),
+            "key `webhooks.s.ledger.reference_pointer`: must point into the event",
+        ),
+        (
+            ledger(&format!("provider = \"payments\"\n{mapped}\nversion_pointer = \"created\"")),
+            "key `webhooks.s.ledger.version_pointer`: \"created\" is not a JSON pointer",
+        ),
+        (
+            format!(
+                "{source}forward = {{ provider = \"app\", path = \"/h\", secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\" }}\n"
+            ),
+            "key `webhooks.s.forward.provider`: \"app\" is not a configured provider",
+        ),
+        (
+            format!(
+                "{source}forward = {{ provider = \"payments\", path = \"h\", secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\" }}\n"
+            ),
+            "key `webhooks.s.forward.path`: \"h\" is not a path starting with '/'",
+        ),
+        (
+            format!(
+                "{source}forward = {{ provider = \"payments\", path = \"/h\", secret = \"whsec_!!\" }}\n"
+            ),
+            "key `webhooks.s.forward.secret`: secret 0 is not base64",
+        ),
+    ] {
+        refused(move |t: String| t + "\n" + &section, &[], &[&format!("{{file}}: {message}")]);
+    }
 }

@@ -48,7 +48,7 @@ async fn stormy_demo_keeps_failwells_promises_and_is_reproducible() {
     assert!(n("sent") > 300, "a pending and an outcome event per charge: {w:#}");
     assert_eq!(n("received"), n("sent"), "every event stored once: {w:#}");
     assert!(n("duplicates_absorbed") > 0, "{w:#}");
-    assert_eq!(n("deliveries"), n("received") + n("duplicates_absorbed"));
+    assert!(n("deliveries") > n("sent"), "the provider delivered some events more than once: {w:#}");
     assert!(n("resolved_by_webhook") > 0, "{w:#}");
     for side in ["failwell", "naive"] {
         let mut keys: Vec<&str> = first[side].as_object().unwrap().keys().map(String::as_str).collect();
