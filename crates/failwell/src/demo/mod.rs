@@ -66,7 +66,6 @@ const WEBHOOK_SECRET: &str = "whsec_failwell_demo";
 /// orders arrive as one burst, so the retry budget is wider than the
 /// default: a budget relative to recent first attempts would otherwise hold
 /// the tail of retries, once the burst is over, to its floor per second.
-
 fn demo_config(base_url: &str, database_url: &str, concurrency: usize) -> String {
     let settings = format!(
         "connect_timeout_ms = 500\ntimeout_ms = {TIMEOUT_MS}\nmax_attempts = 10\ndeadline_ms = 300000\n\
