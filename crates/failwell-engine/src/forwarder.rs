@@ -104,7 +104,10 @@ impl<S: Store> Queue for ForwardQueue<S> {
             ForwardTransition::Delivered => "delivered",
             ForwardTransition::Retry { .. } => "retry",
             ForwardTransition::Defer { .. } => "deferred",
-            ForwardTransition::DeadLetter { .. } => "dead_letter",
+            ForwardTransition::DeadLetter { error } => {
+                tracing::warn!(%integration, event = %forward.event.event_id, %error, "forward dead-lettered");
+                "dead_letter"
+            }
         };
         metrics::counter!("failwell_forwards_total", "integration" => integration, "result" => result)
             .increment(1);

@@ -110,6 +110,10 @@ pub(crate) struct SimState {
     /// The sender of [`SimConfig::webhooks`], if set.
     pub webhooks: Option<Arc<Webhooks>>,
     started: Instant,
+    /// Drawn at start and mixed into charge (and so event) ids, so a
+    /// simulator restarted with the same seed never repeats an id a client
+    /// has already stored; faults still depend on the seed alone.
+    run: u64,
     down: AtomicBool,
     lookups: AtomicU64,
     inner: Mutex<Inner>,
@@ -122,6 +126,7 @@ impl SimState {
             config,
             webhooks,
             started: Instant::now(),
+            run: rand::random(),
             down: AtomicBool::new(false),
             lookups: AtomicU64::new(0),
             inner: Mutex::new(Inner::default()),
@@ -230,7 +235,10 @@ impl SimState {
         let declined = params.amount % 100 == u64::from(self.config.decline_suffix);
         let seq = inner.charges.len() as u64;
         let charge = Charge {
-            id: derived_id("ch", &[&self.config.seed.to_le_bytes(), b"charge", &seq.to_le_bytes()]),
+            id: derived_id(
+                "ch",
+                &[&self.config.seed.to_le_bytes(), &self.run.to_le_bytes(), b"charge", &seq.to_le_bytes()],
+            ),
             object: "charge",
             amount: params.amount,
             currency: params.currency.clone(),

@@ -20,8 +20,8 @@ pub use error::StoreError;
 pub use model::{
     AttemptKind, AttemptRecord, AttemptRow, Claimed, ClaimedForward, Completion, Counts, EventRecord,
     EventReport, EventStep, ForwardCompletion, ForwardTransition, LedgerEffect, NewEvent, NewOperation,
-    Operation, OperationStatus, Received, Reconciled, Recorded, Resolution, StoredEvent, Submitted,
-    Transition,
+    Operation, OperationEvent, OperationStatus, Received, Reconciled, Recorded, Resolution, StoredEvent,
+    Submitted, Transition,
 };
 pub use sqlite::{Outbox, SqliteStore, Synchronous};
 
@@ -115,12 +115,22 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<Received>, StoreError>> + Send;
 
     /// Up to `limit` stored events with `seq` above `after`, in the order
-    /// they were first received.
+    /// they were first received, and no more than `max_bytes` of payloads
+    /// (but always at least one event when any is left). `seq` increases
+    /// and may skip numbers.
     fn events_after(
         &self,
         after: i64,
         limit: u32,
+        max_bytes: usize,
     ) -> impl Future<Output = Result<Vec<StoredEvent>, StoreError>> + Send;
+
+    /// What webhook events did to one operation (their ledger steps),
+    /// oldest first.
+    fn operation_events(
+        &self,
+        operation_id: i64,
+    ) -> impl Future<Output = Result<Vec<OperationEvent>, StoreError>> + Send;
 
     /// The stored event `(integration, event_id)` with its history and
     /// forwarding state, if any.

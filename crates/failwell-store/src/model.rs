@@ -413,6 +413,21 @@ pub struct EventReport {
     /// The event's version (provider-side creation time or object
     /// version): only a newer event changes the operation.
     pub version: i64,
+    /// The provider's id of the object (e.g. `ch_…`), kept on the operation
+    /// when the event settles it and none is known yet.
+    pub provider_ref: Option<String>,
+}
+
+/// A ledger step of an event, as the operation it was applied to sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OperationEvent {
+    /// The integration the event came for.
+    pub integration: String,
+    /// The provider's event id.
+    pub event_id: String,
+    /// What it did.
+    #[serde(flatten)]
+    pub step: EventStep,
 }
 
 /// What an event did to the operations ledger, as recorded in its history.
@@ -548,6 +563,10 @@ pub struct EventRecord {
     pub forward_state: Option<String>,
     /// Forwarding attempts made.
     pub forward_attempts: u32,
+    /// Why the last attempt failed or was deferred.
+    pub forward_last_error: Option<String>,
+    /// When the next attempt is due (pending forwards), ms since epoch.
+    pub forward_due_at_ms: Option<i64>,
 }
 
 /// An event claimed for forwarding to the application, under a lease.

@@ -337,7 +337,12 @@ fn hmac_key(scheme: &Scheme, secret: &str, index: usize) -> Result<Vec<u8>, Secr
     match scheme {
         Scheme::StandardWebhooks => {
             let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
-            BASE64.decode(encoded).map_err(|_| SecretError::NotBase64 { index })
+            let key = BASE64.decode(encoded).map_err(|_| SecretError::NotBase64 { index })?;
+            // `whsec_` alone would be an empty key: anyone could sign.
+            if key.is_empty() {
+                return Err(SecretError::Empty { index });
+            }
+            Ok(key)
         }
         _ => Ok(secret.as_bytes().to_vec()),
     }

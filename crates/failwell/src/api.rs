@@ -341,8 +341,10 @@ async fn show<S: Store>(
         ));
     };
     let history = state.store.attempts(op.id).await?;
+    let events = state.store.operation_events(op.id).await?;
     let mut body = serde_json::to_value(view(op)).unwrap_or(Value::Null);
     body["history"] = serde_json::to_value(history).unwrap_or(Value::Null);
+    body["events"] = serde_json::to_value(events).unwrap_or(Value::Null);
     Ok(Json(body).into_response())
 }
 

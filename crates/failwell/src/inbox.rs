@@ -71,6 +71,9 @@ pub struct LedgerMapping {
     pub types: Vec<String>,
     /// JSON pointer to the event's type, e.g. `/type`.
     pub type_pointer: String,
+    /// JSON pointer to the provider's id of the object, e.g.
+    /// `/data/object/id` (kept on the operation an event settles).
+    pub id_pointer: String,
 }
 
 impl LedgerMapping {
@@ -91,12 +94,23 @@ impl LedgerMapping {
                 return Err(format!("not applicable: event type {kind:?} is not in types"));
             }
         }
-        let reference = text(&self.reference_pointer)?;
+        // A reference may be an integer, as in `POST /v1/operations`.
+        let reference = match field(&self.reference_pointer)? {
+            Value::String(s) => s.clone(),
+            Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
+            _ => {
+                return Err(format!(
+                    "not applicable: {:?} is not a string or an integer",
+                    self.reference_pointer
+                ));
+            }
+        };
         let status = text(&self.status_pointer)?;
         let version = field(&self.version_pointer)?;
+        let digits = |v: &str| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
         let version = version
             .as_i64()
-            .or_else(|| version.as_str().and_then(|v| v.parse().ok()))
+            .or_else(|| version.as_str().filter(|v| digits(v)).and_then(|v| v.parse().ok()))
             .ok_or_else(|| format!("not applicable: {:?} is not an integer version", self.version_pointer))?;
         let listed = |list: &[String]| list.iter().any(|s| s == status);
         let reported = if listed(&self.succeeded) {
@@ -108,12 +122,8 @@ impl LedgerMapping {
         } else {
             return Err(format!("not applicable: status {status:?} is not mapped"));
         };
-        Ok(EventReport {
-            provider: self.provider.clone(),
-            reference: reference.to_owned(),
-            reported,
-            version,
-        })
+        let provider_ref = event.pointer(&self.id_pointer).and_then(Value::as_str).map(str::to_owned);
+        Ok(EventReport { provider: self.provider.clone(), reference, reported, version, provider_ref })
     }
 }
 
@@ -225,11 +235,16 @@ pub(crate) async fn receive<S: Store>(
         ));
     };
     let refused = |reason: &'static str| {
+        tracing::info!(%integration, reason, "webhook delivery refused; nothing stored");
         metrics::counter!("failwell_webhook_refused_total", "integration" => integration.clone(), "reason" => reason)
             .increment(1);
     };
     let body = match body {
         Ok(body) if body.len() <= source.max_body_bytes => body,
+        Err(e) if e.status() != StatusCode::PAYLOAD_TOO_LARGE => {
+            refused("invalid_body");
+            return Err(Problem::new(StatusCode::BAD_REQUEST, "invalid-body", format!("{}.", e.body_text())));
+        }
         _ => {
             refused("body_too_large");
             return Err(Problem::new(
@@ -257,6 +272,16 @@ pub(crate) async fn receive<S: Store>(
                 )
             })?,
     };
+    // The id is a key in URLs (`/v1/events/{integration}/{id}`) and the
+    // `webhook-id` of every forward: visible ASCII, like every provider's.
+    if event_id.is_empty() || event_id.len() > 255 || !event_id.bytes().all(|b| b.is_ascii_graphic()) {
+        refused("invalid_event_id");
+        return Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-event-id",
+            format!("The event id {event_id:?} is empty, longer than 255 bytes, or not visible ASCII."),
+        ));
+    }
     let kept: serde_json::Map<String, Value> = KEPT_HEADERS
         .iter()
         .filter_map(|name| {
@@ -301,6 +326,10 @@ fn signature_problem(e: &VerifyError) -> Problem {
     Problem::new(status, slug, format!("{e}."))
 }
 
+/// Payload bytes in one page of the feed, at most (a larger event comes
+/// alone): bounds the memory of a page of 1 MiB events.
+const FEED_PAGE_BYTES: usize = 8 << 20;
+
 /// The feed's query: `after` (a `seq`, default 0) and `limit` (1–1000,
 /// default 100).
 #[derive(Debug, serde::Deserialize)]
@@ -334,7 +363,7 @@ pub(crate) async fn feed<S: Store>(
             "`limit` must be between 1 and 1000 and `after` at least 0.",
         ));
     }
-    let events = state.store.events_after(query.after, query.limit).await?;
+    let events = state.store.events_after(query.after, query.limit, FEED_PAGE_BYTES).await?;
     let next = events.last().map_or(query.after, |e| e.seq);
     let events: Vec<Value> = events.into_iter().map(event_view).collect();
     Ok(Json(json!({"events": events, "next": next})).into_response())
@@ -356,9 +385,14 @@ pub(crate) async fn event<S: Store>(
     };
     let mut view = event_view(record.event);
     view["history"] = json!(record.steps);
-    view["forward"] = record
-        .forward_state
-        .map_or(Value::Null, |state| json!({"state": state, "attempts": record.forward_attempts}));
+    view["forward"] = record.forward_state.map_or(Value::Null, |state| {
+        json!({
+            "state": state,
+            "attempts": record.forward_attempts,
+            "last_error": record.forward_last_error,
+            "due_at_ms": record.forward_due_at_ms,
+        })
+    });
     Ok(Json(view).into_response())
 }
 
@@ -398,6 +432,7 @@ mod tests {
             in_progress: vec!["pending".into()],
             types: types.iter().map(|t| t.to_string()).collect(),
             type_pointer: "/type".into(),
+            id_pointer: "/data/object/id".into(),
         }
     }
 
@@ -429,6 +464,10 @@ mod tests {
             ),
             (
                 mapping(&[]).report(&event("x", "succeeded", "null")),
+                "not applicable: \"/created\" is not an integer",
+            ),
+            (
+                mapping(&[]).report(&event("x", "succeeded", "\"+3\"")),
                 "not applicable: \"/created\" is not an integer",
             ),
             (

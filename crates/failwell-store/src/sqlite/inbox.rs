@@ -13,7 +13,7 @@ use super::SqliteStore;
 use crate::error::{Context, StoreError};
 use crate::model::{
     ClaimedForward, EventRecord, EventReport, EventStep, ForwardCompletion, ForwardTransition, LedgerEffect,
-    NewEvent, OperationStatus, Received, Recorded, StoredEvent,
+    NewEvent, OperationEvent, OperationStatus, Received, Recorded, StoredEvent,
 };
 
 impl SqliteStore {
@@ -87,17 +87,63 @@ impl SqliteStore {
         &self,
         after: i64,
         limit: u32,
+        max_bytes: usize,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT seq, integration, event_id, payload, headers, received_at_ms FROM inbox_events \
-             WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+        // Sizes first (SQLite reads a blob's length from the record
+        // header), so the page stops at `max_bytes` before any payload is
+        // loaded.
+        let sizes: Vec<(i64, i64)> = sqlx::query_as(
+            "SELECT seq, length(payload) FROM inbox_events WHERE seq > ?1 ORDER BY seq LIMIT ?2",
         )
         .bind(after)
         .bind(i64::from(limit))
         .fetch_all(&self.reader)
         .await
         .context("reading the event feed")?;
+        let mut bytes = 0usize;
+        let last = sizes
+            .iter()
+            .take_while(|(_, size)| {
+                let first = bytes == 0;
+                bytes = bytes.saturating_add((*size).max(1) as usize);
+                first || bytes <= max_bytes
+            })
+            .last();
+        let Some((last, _)) = last else { return Ok(Vec::new()) };
+        let rows = sqlx::query(
+            "SELECT seq, integration, event_id, payload, headers, received_at_ms FROM inbox_events \
+             WHERE seq > ?1 AND seq <= ?2 ORDER BY seq",
+        )
+        .bind(after)
+        .bind(last)
+        .fetch_all(&self.reader)
+        .await
+        .context("reading the event feed")?;
         rows.iter().map(event_from_row).collect()
+    }
+
+    pub(super) async fn events_of_operation(
+        &self,
+        operation_id: i64,
+    ) -> Result<Vec<OperationEvent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT e.integration, e.event_id, s.kind, s.at_ms, s.duration_ms, s.status_code, s.operation_id, \
+             s.effect, s.detail FROM inbox_steps s JOIN inbox_events e ON e.seq = s.event_seq \
+             WHERE s.operation_id = ?1 ORDER BY s.id",
+        )
+        .bind(operation_id)
+        .fetch_all(&self.reader)
+        .await
+        .context("reading an operation's events")?;
+        rows.iter()
+            .map(|r| {
+                Ok(OperationEvent {
+                    integration: r.get("integration"),
+                    event_id: r.get("event_id"),
+                    step: step_from_row(r)?,
+                })
+            })
+            .collect()
     }
 
     pub(super) async fn event_record(
@@ -107,7 +153,9 @@ impl SqliteStore {
     ) -> Result<Option<EventRecord>, StoreError> {
         let row = sqlx::query(
             "SELECT e.seq, e.integration, e.event_id, e.payload, e.headers, e.received_at_ms, \
-             f.state AS forward_state, COALESCE(f.attempts, 0) AS forward_attempts \
+             f.state AS forward_state, COALESCE(f.attempts, 0) AS forward_attempts, \
+             f.last_error AS forward_last_error, \
+             CASE WHEN f.state = 'pending' THEN f.available_at_ms END AS forward_due_at_ms \
              FROM inbox_events e LEFT JOIN forwards f ON f.event_seq = e.seq \
              WHERE e.integration = ?1 AND e.event_id = ?2",
         )
@@ -132,6 +180,8 @@ impl SqliteStore {
             steps,
             forward_state: row.get("forward_state"),
             forward_attempts: row.get::<i64, _>("forward_attempts") as u32,
+            forward_last_error: row.get("forward_last_error"),
+            forward_due_at_ms: row.get("forward_due_at_ms"),
         }))
     }
 
@@ -143,8 +193,9 @@ impl SqliteStore {
     ) -> Result<Vec<ClaimedForward>, StoreError> {
         let mut tx = self.begin().await?;
         let due = sqlx::query(
-            "SELECT f.id, f.attempts, f.previous_delay_ms, e.seq, e.integration, e.event_id, e.payload, \
-             e.headers, e.received_at_ms FROM forwards f JOIN inbox_events e ON e.seq = f.event_seq \
+            "SELECT f.id, f.attempts, f.previous_delay_ms, f.locked_until_ms, f.updated_at_ms, e.seq, \
+             e.integration, e.event_id, e.payload, e.headers, e.received_at_ms \
+             FROM forwards f JOIN inbox_events e ON e.seq = f.event_seq \
              WHERE f.state = 'pending' AND f.available_at_ms <= ?1 \
              AND (f.locked_until_ms IS NULL OR f.locked_until_ms <= ?1) \
              ORDER BY f.available_at_ms, f.id LIMIT ?2",
@@ -157,6 +208,20 @@ impl SqliteStore {
         if due.is_empty() {
             return Ok(Vec::new());
         }
+        // A forward still leased when claimed again was cut short (its
+        // worker stopped): that attempt may have been delivered.
+        let interrupted: Vec<(i64, EventStep)> = due
+            .iter()
+            .filter(|r| r.get::<Option<i64>, _>("locked_until_ms").is_some())
+            .map(|r| {
+                let detail = format!(
+                    "interrupted: the lease expired before attempt {} recorded a result (it may have been delivered)",
+                    r.get::<i64, _>("attempts")
+                );
+                (r.get("seq"), EventStep::new("forward", r.get("updated_at_ms"), detail))
+            })
+            .collect();
+        insert_steps(&mut tx, &interrupted).await?;
         let token = self.tokens.fetch_add(1, Ordering::Relaxed);
         let ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("id")).collect();
         sqlx::query(
@@ -263,6 +328,7 @@ struct LedgerRow {
     version: Option<i64>,
     changed: bool,
     settled: bool,
+    provider_ref: Option<String>,
 }
 
 /// Applies the new events' reports, in arrival order, to the operations
@@ -298,6 +364,7 @@ async fn apply_reports(
             version: r.get("event_version"),
             changed: false,
             settled: false,
+            provider_ref: None,
         };
         ledger.insert((r.get("provider"), r.get("reference")), row);
     }
@@ -325,6 +392,7 @@ async fn apply_reports(
             EventEffect::Settle(outcome) => {
                 (row.status, row.version, row.changed, row.settled) =
                     (OperationStatus::from(outcome), Some(report.version), true, true);
+                row.provider_ref = report.provider_ref.clone().or(row.provider_ref.take());
                 match before {
                     None => LedgerEffect::Resolved,
                     Some(b) if b == outcome => LedgerEffect::Confirmed,
@@ -345,7 +413,7 @@ async fn apply_reports(
     let changed: Vec<Value> = ledger
         .values()
         .filter(|row| row.changed)
-        .map(|row| json!([row.id, row.status.as_str(), row.version, row.settled]))
+        .map(|row| json!([row.id, row.status.as_str(), row.version, row.settled, row.provider_ref]))
         .collect();
     if changed.is_empty() {
         return Ok(());
@@ -355,6 +423,7 @@ async fn apply_reports(
     // what the provider said.
     sqlx::query(
         "UPDATE operations SET status = u.value ->> 1, event_version = u.value ->> 2, \
+         provider_ref = COALESCE(provider_ref, u.value ->> 4), \
          last_error = CASE WHEN u.value ->> 3 THEN NULL ELSE last_error END, \
          next_reconcile_at_ms = CASE WHEN u.value ->> 3 THEN NULL ELSE next_reconcile_at_ms END, \
          updated_at_ms = CASE WHEN u.value ->> 3 THEN ?2 ELSE updated_at_ms END \

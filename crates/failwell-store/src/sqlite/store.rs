@@ -12,8 +12,8 @@ use crate::Store;
 use crate::error::{Context, StoreError};
 use crate::model::{
     AttemptKind, AttemptRow, Claimed, ClaimedForward, Completion, Counts, EventRecord, ForwardCompletion,
-    NewEvent, NewOperation, Operation, OperationStatus, Received, Reconciled, Recorded, Resolution,
-    StoredEvent, Submitted,
+    NewEvent, NewOperation, Operation, OperationEvent, OperationStatus, Received, Reconciled, Recorded,
+    Resolution, StoredEvent, Submitted,
 };
 
 impl Store for SqliteStore {
@@ -332,8 +332,17 @@ impl Store for SqliteStore {
         self.receive_events(events, now_ms).await
     }
 
-    async fn events_after(&self, after: i64, limit: u32) -> Result<Vec<StoredEvent>, StoreError> {
-        self.stored_events_after(after, limit).await
+    async fn events_after(
+        &self,
+        after: i64,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        self.stored_events_after(after, limit, max_bytes).await
+    }
+
+    async fn operation_events(&self, operation_id: i64) -> Result<Vec<OperationEvent>, StoreError> {
+        self.events_of_operation(operation_id).await
     }
 
     async fn event(&self, integration: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {

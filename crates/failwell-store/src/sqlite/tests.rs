@@ -333,14 +333,16 @@ async fn a_webhook_event_is_stored_once_however_often_it_comes() {
         vec![Received::New, Received::Duplicate, Received::Duplicate],
         "within one batch too, the first delivery stores and the others are duplicates"
     );
-    let feed = s.events_after(0, 10).await.unwrap();
+    let feed = s.events_after(0, 10, usize::MAX).await.unwrap();
     let ids: Vec<_> = feed.iter().map(|e| e.event_id.as_str()).collect();
     assert_eq!(ids, vec!["evt_1", "evt_2"], "in the order of first receipt, duplicates not repeated");
     assert!(feed[0].seq < feed[1].seq);
     assert_eq!(feed[0].payload, body);
     assert_eq!(feed[0].headers["stripe-signature"], "t=1,v1=00");
-    assert_eq!(s.events_after(feed[0].seq, 10).await.unwrap()[0].event_id, "evt_2");
-    assert!(s.events_after(feed[1].seq, 10).await.unwrap().is_empty());
+    assert_eq!(s.events_after(feed[0].seq, 10, usize::MAX).await.unwrap()[0].event_id, "evt_2");
+    let one = s.events_after(0, 10, 1).await.unwrap();
+    assert_eq!(one.len(), 1, "a page stops at its byte budget, but holds at least one event");
+    assert!(s.events_after(feed[1].seq, 10, usize::MAX).await.unwrap().is_empty());
 }
 
 fn reported(event_id: &str, reference: &str, reported: Reported, version: i64) -> NewEvent {
@@ -354,6 +356,7 @@ fn reported(event_id: &str, reference: &str, reported: Reported, version: i64) -
             reference: reference.into(),
             reported,
             version,
+            provider_ref: Some(format!("ch_{reference}")),
         })),
         forward: false,
     }
@@ -379,6 +382,9 @@ async fn events_settle_operations_monotonically_and_close_their_messages() {
     assert_eq!(effects(&s, "evt_s").await, vec![Some(LedgerEffect::Resolved)]);
     let op = s.operation("a").await.unwrap().unwrap();
     assert_eq!(op.status, OperationStatus::Succeeded);
+    assert_eq!(op.provider_ref.as_deref(), Some("ch_ref-a"), "the provider's id, from the event");
+    let seen: Vec<_> = s.operation_events(op.id).await.unwrap().into_iter().map(|e| e.event_id).collect();
+    assert_eq!(seen, ["evt_p", "evt_s"], "the operation's history shows what the events did");
     // The attempt in flight lost its lease: its timeout cannot make it unknown.
     let late = Completion {
         outbox_id: claimed.outbox_id,
@@ -533,6 +539,8 @@ async fn two_results_for_one_forward_in_one_batch_are_judged_by_their_own_lease(
     s.receive(vec![event], 0).await.unwrap();
     let old = s.claim_forwards(0, 1, 100).await.unwrap().remove(0);
     let new = s.claim_forwards(100, 1, 100).await.unwrap().remove(0);
+    let steps = s.event("sim", "evt_f").await.unwrap().unwrap().steps;
+    assert!(steps[0].detail.starts_with("interrupted: "), "the cut-short attempt is recorded: {steps:?}");
     let result = |c: &crate::ClaimedForward, transition| ForwardCompletion {
         id: c.id,
         lease_token: c.lease_token,

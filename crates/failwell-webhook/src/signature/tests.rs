@@ -217,6 +217,17 @@ fn secrets_are_checked() {
         Verifier::new(Scheme::StandardWebhooks, &["whsec_!!".into()], None).unwrap_err(),
         SecretError::NotBase64 { index: 0 }
     );
+    // `whsec_` alone decodes to an empty key, with which anyone could sign.
+    assert_eq!(
+        Verifier::new(
+            Scheme::StandardWebhooks,
+            &["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(), "whsec_".into()],
+            None
+        )
+        .unwrap_err(),
+        SecretError::Empty { index: 1 }
+    );
+    assert_eq!(standard_webhooks_signature("whsec_", "m", 1, b"{}"), Err(SecretError::Empty { index: 0 }));
     let v = Verifier::new(Scheme::GitHub, &["top secret".into()], None).unwrap();
     assert!(!format!("{v:?}").contains("top secret"), "secrets are never printed");
 }

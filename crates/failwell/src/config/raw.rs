@@ -74,6 +74,12 @@ pub(super) struct RawLedger {
     pub(super) types: Vec<String>,
     #[serde(default = "d_type_pointer")]
     pub(super) type_pointer: String,
+    #[serde(default = "d_object_id_pointer")]
+    pub(super) id_pointer: String,
+}
+
+fn d_object_id_pointer() -> String {
+    "/data/object/id".into()
 }
 
 fn d_type_pointer() -> String {

@@ -380,7 +380,7 @@ fn webhook_sources_are_checked() {
             format!(
                 "{source}forward = {{ provider = \"payments\", path = \"/h\", secret = \"whsec_!!\" }}\n"
             ),
-            "key `webhooks.s.forward.secret`: secret 0 is not base64",
+            "key `webhooks.s.forward.secret`: expected whsec_ followed by a non-empty base64 key",
         ),
     ] {
         refused(move |t: String| t + "\n" + &section, &[], &[&format!("{{file}}: {message}")]);

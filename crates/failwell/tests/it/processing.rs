@@ -129,7 +129,11 @@ async fn an_event_is_forwarded_re_signed_under_its_own_id_until_the_app_takes_it
     let body = event("evt_1", "nobody", "succeeded", 1);
     deliver(&gw, &body).await;
     let record = forwarded(&gw, "evt_1").await;
-    assert_eq!(record["forward"], json!({"state": "done", "attempts": 3}), "{record:#}");
+    assert_eq!(
+        (&record["forward"]["state"], &record["forward"]["attempts"], &record["forward"]["last_error"]),
+        (&json!("done"), &json!(3), &Value::Null),
+        "{record:#}"
+    );
     let received = app.received.lock().await;
     assert_eq!(received.len(), 3, "two refusals, then taken");
     for (headers, delivered) in received.iter() {
@@ -156,7 +160,8 @@ async fn a_forward_the_app_keeps_refusing_becomes_a_dead_letter() {
     let gw = Gateway::start_with(&sim.base_url(), "", &sources(Some(&app))).await;
     deliver(&gw, &event("evt_dead", "nobody", "succeeded", 1)).await;
     let record = forwarded(&gw, "evt_dead").await;
-    assert_eq!(record["forward"], json!({"state": "dead", "attempts": 3}), "{record:#}");
+    assert_eq!((&record["forward"]["state"], &record["forward"]["attempts"]), (&json!("dead"), &json!(3)));
+    assert!(record["forward"]["last_error"].as_str().unwrap().contains("HTTP 500"), "{record:#}");
     let last = *steps(&record, "forward").last().unwrap();
     assert!(last["detail"].as_str().unwrap().starts_with("dead letter: "), "{record:#}");
     assert_eq!(gw.counts().await["forward_dead_letters"], 1);
@@ -254,4 +259,24 @@ async fn a_thousand_events_delivered_three_times_in_any_order_end_at_the_newest(
         (operations / 5 * 4) as u64,
         "each settled operation resolved once"
     );
+}
+
+#[tokio::test]
+async fn an_event_id_that_cannot_be_a_key_is_refused_and_nothing_is_stored() {
+    let sim = simulator(|_| {}).await;
+    let gw = Gateway::start_with(&sim.base_url(), "", &sources(None)).await;
+    for id in ["", "evt_\u{e9}t\u{e9}", "evt 1", &"e".repeat(256)] {
+        let body = format!(r#"{{"id":"{id}","data":{{"object":{{}}}}}}"#).into_bytes();
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+        let r = gw
+            .http
+            .post(format!("{}/webhooks/sim", gw.base))
+            .header("Stripe-Signature", stripe_signature(PROVIDER_SECRET, now, &body))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        crate::helpers::problem(r, 400, "invalid-event-id").await;
+    }
+    assert_eq!(gw.counts().await["inbox_events"], 0);
 }
