@@ -46,17 +46,18 @@ pub struct Engine {
 
 impl Engine {
     /// Starts the relay and the reconciler on `store` for `providers`, and
-    /// the forwarder for `forwards` (with the relay's settings).
+    /// the forwarder for `forwards` (with its own `forwarder` settings).
     pub fn start<S: failwell_store::Store>(
         store: S,
         providers: Arc<Providers>,
         forwards: Arc<ForwardTargets>,
         relay: RelayConfig,
+        forwarder: RelayConfig,
         reconciler: ReconcilerConfig,
     ) -> Self {
         let (wake, forward) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
         let shutdown = CancellationToken::new();
-        let forwarder = Forwarder::new(store.clone(), forwards, relay.clone(), forward.clone());
+        let forwarder = Forwarder::new(store.clone(), forwards, forwarder, forward.clone());
         let relay = Relay::new(store.clone(), providers.clone(), relay, wake.clone());
         let reconciler = Reconciler::new(store, providers, reconciler);
         let tasks = vec![

@@ -60,6 +60,7 @@ impl Server {
             config.providers.clone(),
             config.forwards,
             config.relay,
+            config.forwarder,
             config.reconciler,
         );
         let state = Arc::new(api::AppState {

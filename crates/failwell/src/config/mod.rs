@@ -70,6 +70,8 @@ pub struct Config {
     pub api: ApiLimits,
     /// Relay settings.
     pub relay: RelayConfig,
+    /// Forwarder settings (`[forwarder]`, the same keys as `[relay]`).
+    pub forwarder: RelayConfig,
     /// Reconciler settings.
     pub reconciler: ReconcilerConfig,
     /// Provider clients by name.
@@ -82,13 +84,14 @@ pub struct Config {
 
 /// The top-level keys: only `FAILWELL_*` variables naming one of these are
 /// configuration (so `FAILWELL_LOG` and the like are left alone).
-const TOP_LEVEL_KEYS: [&str; 9] = [
+const TOP_LEVEL_KEYS: [&str; 10] = [
     "database_url",
     "sqlite_synchronous",
     "listen",
     "max_body_bytes",
     "api",
     "relay",
+    "forwarder",
     "reconciler",
     "providers",
     "webhooks",

@@ -17,6 +17,7 @@ pub(super) struct RawConfig {
     pub(super) max_body_bytes: usize,
     pub(super) api: RawApi,
     pub(super) relay: RawRelay,
+    pub(super) forwarder: RawRelay,
     pub(super) reconciler: RawReconciler,
     #[serde(default)]
     pub(super) providers: BTreeMap<String, RawProvider>,

@@ -15,7 +15,8 @@ use failwell_policy::{
 use failwell_store::Synchronous;
 
 use super::raw::{
-    RawBreaker, RawBulkhead, RawConfig, RawForward, RawLedger, RawProvider, RawRetryBudget, RawWebhook,
+    RawBreaker, RawBulkhead, RawConfig, RawForward, RawLedger, RawProvider, RawRelay, RawRetryBudget,
+    RawWebhook,
 };
 use super::{ApiLimits, Checker, Config, ConfigError, MAX_CONCURRENCY};
 
@@ -52,18 +53,8 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
         )?,
         request_timeout: c.positive("api.request_timeout_ms", raw.api.request_timeout_ms)?,
     };
-    if raw.relay.concurrency == 0 || raw.relay.concurrency > MAX_CONCURRENCY {
-        return Err(c.invalid("relay.concurrency", format!("must be between 1 and {MAX_CONCURRENCY}")));
-    }
-    if raw.relay.batch_size == 0 {
-        return Err(c.invalid("relay.batch_size", "must be greater than 0"));
-    }
-    let relay = RelayConfig {
-        concurrency: raw.relay.concurrency,
-        batch_size: raw.relay.batch_size,
-        poll_interval: c.positive("relay.poll_interval_ms", raw.relay.poll_interval_ms)?,
-        lease: c.positive("relay.lease_ms", raw.relay.lease_ms)?,
-    };
+    let relay = pump(c, "relay", &raw.relay)?;
+    let forwarder = pump(c, "forwarder", &raw.forwarder)?;
     if raw.reconciler.batch_size == 0 {
         return Err(c.invalid("reconciler.batch_size", "must be greater than 0"));
     }
@@ -91,7 +82,7 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
     let mut webhooks = crate::inbox::Webhooks::new();
     let mut forwards = ForwardTargets::new();
     for (name, w) in raw.webhooks {
-        let (source, forward) = webhook(c, &name, w, &providers)?;
+        let (source, forward) = webhook(c, &name, w, &providers, forwarder.lease)?;
         webhooks.insert(name.clone(), source);
         if let Some(forward) = forward {
             forwards.insert(name, forward);
@@ -104,10 +95,28 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
         max_body_bytes: raw.max_body_bytes,
         api,
         relay,
+        forwarder,
         reconciler,
         providers: Arc::new(providers),
         webhooks: Arc::new(webhooks),
         forwards: Arc::new(forwards),
+    })
+}
+
+/// `[relay]` or `[forwarder]`: a queue's pump.
+fn pump(c: &Checker<'_>, section: &str, raw: &RawRelay) -> Result<RelayConfig, ConfigError> {
+    let key = |k: &str| format!("{section}.{k}");
+    if raw.concurrency == 0 || raw.concurrency > MAX_CONCURRENCY {
+        return Err(c.invalid(key("concurrency"), format!("must be between 1 and {MAX_CONCURRENCY}")));
+    }
+    if raw.batch_size == 0 {
+        return Err(c.invalid(key("batch_size"), "must be greater than 0"));
+    }
+    Ok(RelayConfig {
+        concurrency: raw.concurrency,
+        batch_size: raw.batch_size,
+        poll_interval: c.positive(&key("poll_interval_ms"), raw.poll_interval_ms)?,
+        lease: c.positive(&key("lease_ms"), raw.lease_ms)?,
     })
 }
 
@@ -347,6 +356,7 @@ fn webhook(
     name: &str,
     w: RawWebhook,
     providers: &Providers,
+    lease: std::time::Duration,
 ) -> Result<(crate::inbox::WebhookSource, Option<ForwardTarget>), ConfigError> {
     use failwell_webhook::{Encoding, Scheme, Verifier};
     let key = |k: &str| format!("webhooks.{name}.{k}");
@@ -404,7 +414,7 @@ fn webhook(
     if w.max_body_bytes == 0 || w.max_body_bytes > 64 << 20 {
         return Err(c.invalid(key("max_body_bytes"), "must be between 1 and 67108864"));
     }
-    let forward = w.forward.map(|f| forward(c, name, f, providers)).transpose()?;
+    let forward = w.forward.map(|f| forward(c, name, f, providers, lease)).transpose()?;
     let source = crate::inbox::WebhookSource {
         verifier,
         event_id_pointer: c.pointer(&key("event_id_pointer"), &w.event_id_pointer)?,
@@ -421,11 +431,25 @@ fn forward(
     name: &str,
     f: RawForward,
     providers: &Providers,
+    lease: std::time::Duration,
 ) -> Result<ForwardTarget, ConfigError> {
     let key = |k: &str| format!("webhooks.{name}.forward.{k}");
     let client = providers.get(&f.provider).cloned().ok_or_else(|| {
         c.invalid(key("provider"), format!("{:?} is not a configured provider", f.provider))
     })?;
+    let timeout = client.spec().timeouts.total;
+    if timeout * 2 > lease {
+        return Err(c.invalid(
+            key("provider"),
+            format!(
+                "providers.{}.timeout_ms ({} ms) is more than half of forwarder.lease_ms ({} ms): a slow \
+                 delivery would outlive its lease",
+                f.provider,
+                timeout.as_millis(),
+                lease.as_millis()
+            ),
+        ));
+    }
     if !f.path.starts_with('/') || client.spec().base_url.join(&f.path).is_err() {
         return Err(c.invalid(key("path"), format!("{:?} is not a path starting with '/'", f.path)));
     }
