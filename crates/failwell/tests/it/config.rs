@@ -186,6 +186,13 @@ fn invalid_environment_override() {
     );
     refused(
         |t| t,
+        &[("FAILWELL_FORWARDER__BATCH_SIZE", "0")],
+        &[
+            "environment variable FAILWELL_FORWARDER__BATCH_SIZE: key `forwarder.batch_size`: must be greater than 0",
+        ],
+    );
+    refused(
+        |t| t,
         &[("FAILWELL_RELAY__LEASE_MS", "9223372036854775808")],
         &["relay.lease_ms", "more than a year"],
     );
@@ -375,6 +382,14 @@ fn webhook_sources_are_checked() {
                 "{source}forward = {{ provider = \"payments\", path = \"h\", secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\" }}\n"
             ),
             "key `webhooks.s.forward.path`: \"h\" is not a path starting with '/'",
+        ),
+        (
+            format!(
+                "[forwarder]\nlease_ms = 600\n\n{source}forward = {{ provider = \"payments\", path = \"/h\", \
+                 secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\" }}\n"
+            ),
+            "key `webhooks.s.forward.provider`: providers.payments.timeout_ms (500 ms) is more than half of \
+             forwarder.lease_ms (600 ms)",
         ),
         (
             format!(
