@@ -468,7 +468,9 @@ impl Sender {
             Ok(url) => self.http.request(spec.method.clone(), url),
             Err(e) => return failed_before_send(format!("invalid URL: {e}")),
         };
-        if let Some(header) = &self.spec.idempotency.header {
+        if spec.send_key
+            && let Some(header) = &self.spec.idempotency.header
+        {
             request = request.header(header.as_str(), op.provider_key.as_str());
         }
         request = match spec.encoding {

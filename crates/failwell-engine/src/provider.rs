@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use failwell_policy::{
-    BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, RetryBudgetConfig, RetryPolicy, Timeouts,
+    BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, Manifest, RetryBudgetConfig, RetryPolicy,
+    Timeouts,
 };
 use reqwest::{Method, Url};
 
@@ -32,6 +33,18 @@ pub struct OperationSpec {
     pub encoding: Encoding,
     /// Payload field holding our business reference (used for lookups).
     pub reference_field: String,
+    /// The operation's written answers to the four questions.
+    pub manifest: Manifest,
+    /// Attempts, backoff, deadline and `Retry-After` cap for this operation:
+    /// the provider's, with one attempt when another layer owns the retry.
+    pub retry: RetryPolicy,
+    /// How the retry decisions treat this operation's key: the provider's
+    /// policy, without a header when the operation sends none, or a key
+    /// that never expires for a harmless operation (ambiguous outcomes are
+    /// retried freely).
+    pub idempotency: IdempotencyPolicy,
+    /// Whether the provider's idempotency header is sent.
+    pub send_key: bool,
 }
 
 /// How to look up an effect by our reference (reconciliation).
@@ -85,6 +98,17 @@ pub struct ProviderSpec {
     pub lookup: Option<LookupSpec>,
     /// Operations by name.
     pub operations: BTreeMap<String, OperationSpec>,
+}
+
+impl ProviderSpec {
+    /// The retry policy and key handling of `operation` (set by its
+    /// manifest), or the provider's when it has no such operation.
+    pub fn policies_of(&self, operation: &str) -> (&RetryPolicy, &IdempotencyPolicy) {
+        match self.operations.get(operation) {
+            Some(o) => (&o.retry, &o.idempotency),
+            None => (&self.retry, &self.idempotency),
+        }
+    }
 }
 
 /// All configured providers' clients, by provider name.

@@ -195,7 +195,8 @@ fn not_found(client: &ProviderClient, op: &Operation, now: i64) -> (Resolution, 
             format!("not found at provider: deliver again (key group {key_group})"),
         )
     };
-    match after_not_found(&spec.retry, &spec.idempotency, seen) {
+    let (retry, idempotency) = spec.policies_of(&op.operation);
+    match after_not_found(retry, idempotency, seen) {
         AfterNotFound::ResendSameKey => requeue(op.key_group),
         AfterNotFound::ResendNewKey => requeue(op.key_group + 1),
         AfterNotFound::Confirm => (

@@ -112,7 +112,7 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
         age: since(op.created_at_ms),
         key_age: since(op.key_first_sent_at_ms.unwrap_or(now)),
     };
-    let budget = match admit(&spec.retry, &spec.idempotency, due) {
+    let budget = match admit(&operation.retry, &operation.idempotency, due) {
         Admission::Send { budget } => budget,
         Admission::Unknown { kind, reason } => {
             let record = unsent(
@@ -202,7 +202,8 @@ fn decide_after(client: &ProviderClient, message: &Claimed, result: &CallResult)
         previous_delay: Duration::from_millis(message.previous_delay_ms),
         effect_possible: op.effect_possible || message.interrupted,
     };
-    let decision = decide(&spec.retry, &spec.idempotency, classification, attempted, &mut rand::rng());
+    let (retry, idempotency) = spec.policies_of(&op.operation);
+    let decision = decide(retry, idempotency, classification, attempted, &mut rand::rng());
     let outcome = match classification {
         Classification::Ambiguous => Outcome::Unknown,
         _ => Outcome::Failed,

@@ -60,6 +60,11 @@ impl RetryPolicy {
         self.max_attempts
     }
 
+    /// The same policy with `max_attempts` attempts (at least 1).
+    pub fn with_max_attempts(&self, max_attempts: u32) -> Self {
+        Self { max_attempts: max_attempts.max(1), ..self.clone() }
+    }
+
     /// The backoff between attempts.
     pub fn backoff(&self) -> &Backoff {
         &self.backoff

@@ -6,7 +6,8 @@
 //! the next one ([`backoff`], [`retry_after`]), which idempotency key an
 //! intent carries ([`idempotency`]) and what to do after an attempt of
 //! queued work ([`decision`]), and what a provider's webhook event does to
-//! our record of an operation ([`ledger`]). They do no I/O and read no
+//! our record of an operation ([`ledger`]), and which combinations of an
+//! integration's written answers are refused ([`manifest`]). They do no I/O and read no
 //! clock: callers pass `now` and randomness in, so every rule is tested as a
 //! plain table.
 //!
@@ -29,6 +30,7 @@ pub mod decision;
 pub mod idempotency;
 pub mod layer;
 pub mod ledger;
+pub mod manifest;
 pub mod outcome;
 pub mod retry_after;
 
@@ -51,5 +53,8 @@ pub use layer::{
     Rejected, Retry, Step,
 };
 pub use ledger::{EventEffect, Ledger, Reported, apply_event};
+pub use manifest::{
+    Effective, KeyUse, Manifest, Offers, OnUnavailable, Reconcile, Refusal, RetryOwner, Severity,
+};
 pub use outcome::Outcome;
 pub use retry_after::parse_retry_after;

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use failwell_policy::{
-    Backoff, BulkheadConfig, Classifier, IdempotencyPolicy, Jitter, RetryBudgetConfig, RetryPolicy, Timeouts,
-    TransportFailure,
+    Backoff, BulkheadConfig, Classifier, IdempotencyPolicy, Jitter, Manifest, Offers, RetryBudgetConfig,
+    RetryPolicy, Timeouts, TransportFailure,
 };
 use failwell_store::Operation;
 use serde_json::json;
@@ -116,6 +116,10 @@ fn provider_client(
     total: Duration,
 ) -> ProviderClient {
     let backoff = Backoff::try_new(ms(100), ms(1_000), Jitter::None).unwrap();
+    let retry = RetryPolicy::try_new(3, backoff, Duration::from_secs(60), Duration::from_secs(10)).unwrap();
+    let idempotency =
+        IdempotencyPolicy { header: Some("Idempotency-Key".to_string()), key_ttl: Duration::from_secs(100) };
+    let offers = Offers { key_header: idempotency.header.is_some(), lookup: true, max_attempts: 3 };
     let operations = BTreeMap::from([(
         "charge".to_string(),
         OperationSpec {
@@ -123,6 +127,10 @@ fn provider_client(
             path: "/v1/charges".into(),
             encoding: Encoding::Json,
             reference_field: "reference".into(),
+            manifest: Manifest::default_for(offers),
+            retry: retry.clone(),
+            idempotency: idempotency.clone(),
+            send_key: offers.key_header,
         },
     )]);
     ProviderClient::new(ProviderSpec {
@@ -132,11 +140,8 @@ fn provider_client(
         breaker: None,
         bulkhead: BulkheadConfig::default(),
         retry_budget: RetryBudgetConfig::default(),
-        retry: RetryPolicy::try_new(3, backoff, Duration::from_secs(60), Duration::from_secs(10)).unwrap(),
-        idempotency: IdempotencyPolicy {
-            header: Some("Idempotency-Key".to_string()),
-            key_ttl: Duration::from_secs(100),
-        },
+        retry,
+        idempotency,
         classifier: Classifier::default(),
         error_code_pointer: "/error/code".into(),
         id_pointer: "/id".into(),

@@ -2,8 +2,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use failwell_policy::{
-    Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, Jitter, RetryBudgetConfig,
-    RetryPolicy, Timeouts, TransportFailure,
+    Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, Jitter, Manifest, Offers,
+    RetryBudgetConfig, RetryPolicy, Timeouts, TransportFailure,
 };
 use failwell_store::Operation;
 use serde_json::json;
@@ -18,6 +18,12 @@ fn client(keys: bool) -> ProviderClient {
 
 fn client_with(keys: bool, retry_budget: RetryBudgetConfig) -> ProviderClient {
     let backoff = Backoff::try_new(Duration::from_millis(100), Duration::from_secs(1), Jitter::None).unwrap();
+    let retry = RetryPolicy::try_new(3, backoff, Duration::from_secs(60), Duration::from_secs(10)).unwrap();
+    let idempotency = IdempotencyPolicy {
+        header: keys.then(|| "Idempotency-Key".to_string()),
+        key_ttl: Duration::from_secs(100),
+    };
+    let offers = Offers { key_header: idempotency.header.is_some(), lookup: true, max_attempts: 3 };
     let operations = BTreeMap::from([(
         "charge".to_string(),
         OperationSpec {
@@ -25,6 +31,10 @@ fn client_with(keys: bool, retry_budget: RetryBudgetConfig) -> ProviderClient {
             path: "/v1/charges".into(),
             encoding: Encoding::Form,
             reference_field: "reference".into(),
+            manifest: Manifest::default_for(offers),
+            retry: retry.clone(),
+            idempotency: idempotency.clone(),
+            send_key: offers.key_header,
         },
     )]);
     ProviderClient::new(ProviderSpec {
@@ -40,11 +50,8 @@ fn client_with(keys: bool, retry_budget: RetryBudgetConfig) -> ProviderClient {
         breaker: Some(BreakerConfig::default()),
         bulkhead: BulkheadConfig::default(),
         retry_budget,
-        retry: RetryPolicy::try_new(3, backoff, Duration::from_secs(60), Duration::from_secs(10)).unwrap(),
-        idempotency: IdempotencyPolicy {
-            header: keys.then(|| "Idempotency-Key".to_string()),
-            key_ttl: Duration::from_secs(100),
-        },
+        retry,
+        idempotency,
         classifier: Classifier::default(),
         error_code_pointer: "/error/code".into(),
         id_pointer: "/id".into(),

@@ -320,4 +320,16 @@ pub(super) struct RawOperation {
     pub(super) path: String,
     pub(super) encoding: String,
     pub(super) reference_field: String,
+    pub(super) on_unavailable: Option<String>,
+    pub(super) duplicate_severity: Option<String>,
+    pub(super) disagreement: Option<RawDisagreement>,
+    pub(super) retry_owner: Option<String>,
+    pub(super) idempotency: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDisagreement {
+    pub(super) reconcile: Option<String>,
+    pub(super) schedule: Option<String>,
 }

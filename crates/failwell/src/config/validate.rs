@@ -9,14 +9,15 @@ use failwell_engine::{
     Providers, ReconcilerConfig, RelayConfig,
 };
 use failwell_policy::{
-    Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, RetryBudgetConfig, RetryPolicy,
-    SlidingWindow, Timeouts, TimeoutsError,
+    Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, KeyUse, Manifest, Offers,
+    OnUnavailable, Reconcile, RetryBudgetConfig, RetryOwner, RetryPolicy, Severity, SlidingWindow, Timeouts,
+    TimeoutsError,
 };
 use failwell_store::Synchronous;
 
 use super::raw::{
-    RawBreaker, RawBulkhead, RawConfig, RawForward, RawLedger, RawProvider, RawRelay, RawRetryBudget,
-    RawWebhook,
+    RawBreaker, RawBulkhead, RawConfig, RawForward, RawLedger, RawOperation, RawProvider, RawRelay,
+    RawRetryBudget, RawWebhook,
 };
 use super::{ApiLimits, Checker, Config, ConfigError, MAX_CONCURRENCY};
 
@@ -100,6 +101,87 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
         providers: Arc::new(providers),
         webhooks: Arc::new(webhooks),
         forwards: Arc::new(forwards),
+    })
+}
+
+/// An operation's manifest: its answers, the safe default for each one not
+/// given.
+fn manifest(
+    c: &Checker<'_>,
+    okey: &dyn Fn(&str) -> String,
+    o: &RawOperation,
+    offers: Offers,
+) -> Result<Manifest, ConfigError> {
+    fn pick<T: Copy>(
+        c: &Checker<'_>,
+        key: String,
+        given: Option<&str>,
+        default: T,
+        choices: &[(&str, T)],
+    ) -> Result<T, ConfigError> {
+        let Some(given) = given else { return Ok(default) };
+        choices.iter().find(|(name, _)| *name == given).map(|(_, v)| *v).ok_or_else(|| {
+            let names: Vec<String> = choices.iter().map(|(n, _)| format!("{n:?}")).collect();
+            c.invalid(key, format!("{given:?}: expected {}", names.join(", ")))
+        })
+    }
+    let default = Manifest::default_for(offers);
+    let disagreement = o.disagreement.as_ref();
+    Ok(Manifest {
+        on_unavailable: pick(
+            c,
+            okey("on_unavailable"),
+            o.on_unavailable.as_deref(),
+            default.on_unavailable,
+            &[
+                ("reject", OnUnavailable::Reject),
+                ("queue", OnUnavailable::Queue),
+                ("degrade", OnUnavailable::Degrade),
+            ],
+        )?,
+        duplicate_severity: pick(
+            c,
+            okey("duplicate_severity"),
+            o.duplicate_severity.as_deref(),
+            default.duplicate_severity,
+            &[
+                ("money", Severity::Money),
+                ("goods", Severity::Goods),
+                ("message", Severity::Message),
+                ("harmless", Severity::Harmless),
+            ],
+        )?,
+        reconcile: pick(
+            c,
+            okey("disagreement.reconcile"),
+            disagreement.and_then(|d| d.reconcile.as_deref()),
+            default.reconcile,
+            &[
+                ("status_lookup", Reconcile::StatusLookup),
+                ("list_by_reference", Reconcile::ListByReference),
+                ("none", Reconcile::None),
+            ],
+        )?,
+        schedule: disagreement.and_then(|d| d.schedule.clone()),
+        retry_owner: pick(
+            c,
+            okey("retry_owner"),
+            o.retry_owner.as_deref(),
+            default.retry_owner,
+            &[
+                ("failwell", RetryOwner::Failwell),
+                ("provider", RetryOwner::Provider),
+                ("queue", RetryOwner::Queue),
+                ("human", RetryOwner::Human),
+            ],
+        )?,
+        idempotency: pick(
+            c,
+            okey("idempotency"),
+            o.idempotency.as_deref(),
+            default.idempotency,
+            &[("key_header", KeyUse::KeyHeader), ("none", KeyUse::None)],
+        )?,
     })
 }
 
@@ -220,9 +302,34 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
                 return Err(c.invalid(okey("encoding"), format!("{other:?}: expected \"json\" or \"form\"")));
             }
         };
+        let offers = Offers {
+            key_header: idempotency.header.is_some(),
+            lookup: lookup.is_some(),
+            max_attempts: retry.max_attempts(),
+        };
+        let manifest = manifest(c, &okey, &o, offers)?;
+        let effective = manifest.check(offers).map_err(|refusal| {
+            c.invalid(key(&format!("operations.{op_name}")), refusal.to_string().replace("NAME", name))
+        })?;
+        let op_idempotency = if effective.retry_ambiguous {
+            IdempotencyPolicy { header: Some("none".into()), key_ttl: std::time::Duration::MAX }
+        } else if effective.send_key {
+            idempotency.clone()
+        } else {
+            IdempotencyPolicy { header: None, key_ttl: idempotency.key_ttl }
+        };
         operations.insert(
             op_name,
-            OperationSpec { method, path: o.path, encoding, reference_field: o.reference_field },
+            OperationSpec {
+                method,
+                path: o.path,
+                encoding,
+                reference_field: o.reference_field,
+                manifest,
+                retry: retry.with_max_attempts(effective.max_attempts),
+                idempotency: op_idempotency,
+                send_key: effective.send_key,
+            },
         );
     }
     Ok(ProviderSpec {
