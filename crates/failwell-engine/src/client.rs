@@ -32,9 +32,9 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use failwell_policy::{
-    BreakerConfig, BreakerConfigError, Bulkhead, BulkheadConfigError, CallOutcome, CircuitBreaker,
-    Classification, Classifier, Classify, InProcess, Observed, Policy, PolicyError, PolicyService, Rejected,
-    RetryBudget, RetryBudgetConfigError, TransportFailure, parse_retry_after,
+    BreakerConfig, BreakerConfigError, BreakerState, Bulkhead, BulkheadConfigError, CallOutcome,
+    CircuitBreaker, Classification, Classifier, Classify, InProcess, Observed, Policy, PolicyError,
+    PolicyService, Rejected, RetryBudget, RetryBudgetConfigError, TransportFailure, parse_retry_after,
 };
 use failwell_store::Operation;
 use rand::Rng;
@@ -363,6 +363,21 @@ impl ProviderClient {
             budget.deposit();
         }
         Attempt::Made(result)
+    }
+
+    /// Whether the provider is unavailable right now: its breaker open
+    /// (forced or not) or its bulkhead full. `Some(wait)` says when to try
+    /// again: the breaker's base open period (the next probe comes no
+    /// sooner), or a second for a full bulkhead. Reads state only; takes no
+    /// permit.
+    pub fn unavailable(&self) -> Option<Duration> {
+        if let Some(breaker) = &self.guards.breaker
+            && matches!(breaker.state(), BreakerState::Open | BreakerState::ForcedOpen)
+        {
+            return Some(self.spec().breaker.as_ref().map_or(Duration::from_secs(1), |b| b.open_for));
+        }
+        let bulkhead = &self.guards.bulkhead;
+        (bulkhead.in_flight() >= bulkhead.config().max_concurrent).then_some(Duration::from_secs(1))
     }
 
     /// How long a call or lookup the policy did not let out (open breaker,

@@ -19,7 +19,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use failwell_engine::Providers;
 use failwell_policy::layer::{BulkheadLayer, DeadlineLayer, TimeoutLayer};
-use failwell_policy::{Bulkhead, PolicyError, Rejected};
+use failwell_policy::{Bulkhead, OnUnavailable, PolicyError, Rejected};
 use failwell_store::{NewOperation, Operation, Store, StoreError, Submitted};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Serialize};
@@ -265,6 +265,31 @@ async fn submit<S: Store>(
             ));
         }
     };
+    // The manifest's first answer, while the provider is unavailable: a
+    // replay is answered as always; a new `reject` (or `degrade`: every
+    // operation failwell delivers is a write) is refused without being
+    // recorded; a new `queue` is accepted (202) and waits in the outbox.
+    let unavailable = client.unavailable();
+    if let Some(wait) = unavailable
+        && spec.manifest.on_unavailable != OnUnavailable::Queue
+        && state.store.operation(&key).await?.is_none()
+    {
+        let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+        let mut response = Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "provider-unavailable",
+            format!(
+                "Provider {:?} is unavailable (its circuit breaker is open or its bulkhead full) and operation {:?} \
+                 is declared on_unavailable = {:?}: nothing was recorded; try again in {secs} s.",
+                body.provider,
+                body.operation,
+                spec.manifest.on_unavailable.as_str()
+            ),
+        )
+        .into_response();
+        response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+        return Ok(response);
+    }
     let op = NewOperation {
         idempotency_key: key,
         provider: body.provider,
@@ -275,7 +300,7 @@ async fn submit<S: Store>(
     let (status, op) = match state.store.submit(op, failwell_engine::now_ms()).await? {
         Submitted::Created(op) => {
             state.wake.notify_one();
-            (StatusCode::CREATED, op)
+            (if unavailable.is_some() { StatusCode::ACCEPTED } else { StatusCode::CREATED }, op)
         }
         Submitted::Replayed(op) => (StatusCode::OK, op),
     };

@@ -7,6 +7,7 @@
 //! the same [`Server`] on an ephemeral port.
 
 pub mod api;
+pub mod check;
 pub mod config;
 pub mod demo;
 pub mod inbox;

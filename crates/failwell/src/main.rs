@@ -27,6 +27,13 @@ enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Check a configuration and print, per operation, its manifest and the
+    /// behaviour that follows (exit 2 when a rule refuses it).
+    Check {
+        /// Configuration file (TOML); FAILWELL_* environment variables override it.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
     /// Run the provider simulator (a Stripe-like payments API with faults).
     Sim {
         /// Address to listen on.
@@ -86,7 +93,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The demo prints its own progress and report; the servers log their work.
     let default_filter = match cli.command {
-        Command::Demo { .. } | Command::Webhook { .. } => "warn",
+        Command::Demo { .. } | Command::Webhook { .. } | Command::Check { .. } => "warn",
         Command::Serve { .. } | Command::Sim { .. } => "failwell=info,warn",
     };
     tracing_subscriber::fmt()
@@ -113,6 +120,11 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Check { config } => {
+            let config = failwell::config::load(config.as_deref())?;
+            print!("{}", failwell::check::report(&config));
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Serve { config } => {
             let config = failwell::config::load(config.as_deref())?;
             if config.providers.is_empty() {

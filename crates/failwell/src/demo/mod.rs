@@ -96,7 +96,13 @@ scheme = "stripe"
 secrets = ["{WEBHOOK_SECRET}"]
 ledger = {{ provider = "payments", reference_pointer = "/data/object/reference", status_pointer = "/data/object/status", version_pointer = "/data/object/version" }}
 
-{provider}"#,
+{provider}# The charge's manifest: its answers to the four questions.
+on_unavailable = "queue"
+duplicate_severity = "money"
+disagreement = {{ reconcile = "list_by_reference" }}
+retry_owner = "failwell"
+idempotency = "key_header"
+"#,
         provider = simulator_provider(base_url, &settings)
     )
 }

@@ -401,3 +401,70 @@ fn webhook_sources_are_checked() {
         refused(move |t: String| t + "\n" + &section, &[], &[&format!("{{file}}: {message}")]);
     }
 }
+
+#[test]
+fn every_manifest_refusal_names_the_operation_the_rule_and_the_fix() {
+    let no_keys =
+        |t: String| t.replace("idempotency_header = \"Idempotency-Key\"", "idempotency_keys = false");
+    let no_lookup = |t: String| {
+        let (start, end) = (
+            t.find("[providers.payments.lookup]").unwrap(),
+            t.find("[providers.payments.operations.charge]").unwrap(),
+        );
+        format!("{}{}", &t[..start], &t[end..])
+    };
+    let key = "{file}: key `providers.payments.operations.charge`: rule";
+    type Edit = Box<dyn Fn(String) -> String>;
+    let cases: [(Edit, String); 5] = [
+        (
+            Box::new(move |t| no_keys(t) + "idempotency = \"key_header\"\n"),
+            format!(
+                "{key} key-header-needs-provider-keys: idempotency = \"key_header\", but the provider is configured \
+                 without idempotency keys. Fix: set idempotency_keys = true (and idempotency_header) on the \
+                 provider, or idempotency = \"none\"."
+            ),
+        ),
+        (
+            Box::new(move |t| no_lookup(t) + "disagreement = { reconcile = \"list_by_reference\" }\n"),
+            format!(
+                "{key} reconcile-needs-lookup: disagreement.reconcile asks the provider, but the provider has no \
+                 lookup configured. Fix: add [providers.payments.lookup], or disagreement = {{ reconcile = \"none\" }} \
+                 for an operation that is not money."
+            ),
+        ),
+        (
+            Box::new(no_lookup),
+            format!(
+                "{key} money-needs-reconciliation: a money operation must have a way to find out that failwell and \
+                 the provider disagree. Fix: add [providers.payments.lookup] and disagreement = {{ reconcile = \
+                 \"list_by_reference\" }}."
+            ),
+        ),
+        (
+            Box::new(|t| t + "disagreement = { reconcile = \"none\" }\n"),
+            format!("{key} money-needs-reconciliation: a money operation must have a way"),
+        ),
+        (
+            Box::new(move |t| {
+                no_keys(t)
+                    + "disagreement = { reconcile = \"status_lookup\" }\nduplicate_severity = \"goods\"\n"
+            }),
+            format!(
+                "{key} no-safe-retry: a goods operation without an idempotency key and without lookup by reference \
+                 cannot be retried after an ambiguous outcome: nothing tells a retry from a second effect. Fix: set \
+                 max_attempts = 1 or retry_owner = \"human\", or idempotency = \"key_header\", or disagreement = \
+                 {{ reconcile = \"list_by_reference\" }}."
+            ),
+        ),
+    ];
+    for (edit, message) in cases {
+        refused(edit, &[], &[&message]);
+    }
+    refused(
+        |t| t + "on_unavailable = \"wait\"\n",
+        &[],
+        &[
+            "key `providers.payments.operations.charge.on_unavailable`: \"wait\": expected \"reject\", \"queue\", \"degrade\"",
+        ],
+    );
+}

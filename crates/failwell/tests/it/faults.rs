@@ -7,9 +7,7 @@ use std::time::Duration;
 use failwell_sim::Fault;
 use serde_json::json;
 
-use crate::helpers::{Gateway, calls, lookups, simulator};
-
-const SETTLE: Duration = Duration::from_secs(20);
+use crate::helpers::{Gateway, SETTLE, calls, lookups, simulator};
 
 /// Submits `key`, waits for its final status, and checks the provider's count.
 async fn run(gw: &Gateway, key: &str, amount: u64) -> serde_json::Value {

@@ -10,6 +10,9 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
 
+/// How long an operation may take to settle in a test.
+pub const SETTLE: Duration = Duration::from_secs(20);
+
 /// Path of the binary under test.
 pub fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_failwell")

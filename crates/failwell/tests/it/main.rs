@@ -7,5 +7,6 @@ mod crash;
 mod demo;
 mod faults;
 mod helpers;
+mod manifest;
 mod processing;
 mod webhook;

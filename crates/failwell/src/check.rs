@@ -1,0 +1,148 @@
+//! `failwell check --config FILE`: the page an on-call engineer reads. Per
+//! integration and operation, the four written answers of its manifest and
+//! what failwell does because of them: timeouts, retries and who makes
+//! them, what happens while the provider is down, how disagreement is found,
+//! and the worst-case load on the provider and on failwell's workers.
+//!
+//! A configuration a manifest rule refuses never gets here: loading it
+//! fails with the file, the operation, the rule and the fix.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use failwell_engine::{OperationSpec, ProviderSpec};
+use failwell_policy::{OnUnavailable, Reconcile, RetryOwner};
+
+use crate::config::Config;
+
+/// The report for a loaded configuration.
+pub fn report(config: &Config) -> String {
+    let operations: usize = config.providers.values().map(|c| c.spec().operations.len()).sum();
+    let mut out = format!(
+        "{} provider(s), {operations} operation(s); every manifest rule holds.\n",
+        config.providers.len()
+    );
+    for client in config.providers.values() {
+        let spec = client.spec();
+        for (name, operation) in &spec.operations {
+            out.push('\n');
+            operation_report(&mut out, spec, name, operation, config.relay.concurrency);
+        }
+    }
+    out
+}
+
+fn ms(d: Duration) -> String {
+    if d.as_millis() >= 10_000 && d.as_millis().is_multiple_of(1000) {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &OperationSpec, workers: usize) {
+    let m = &op.manifest;
+    let url = spec.base_url.join(&op.path).map_or_else(|_| op.path.clone(), |u| u.to_string());
+    let _ = writeln!(out, "{}.{name}: {} {url}", spec.name, op.method);
+    let breaker = match &spec.breaker {
+        Some(b) => format!(
+            "breaker: opens for {} (growing to {}) on {}",
+            ms(b.open_for),
+            ms(b.max_open_for),
+            match (b.failure_rate, b.consecutive_failures) {
+                (Some(rate), _) =>
+                    format!("{:.0} % failures once {} calls were made", rate * 100.0, b.minimum_calls),
+                (None, Some(n)) => format!("{n} failures in a row"),
+                (None, None) => "slow calls".into(),
+            }
+        ),
+        None => "no breaker".into(),
+    };
+    let unavailable = match m.on_unavailable {
+        OnUnavailable::Reject => "reject: answered 503 with Retry-After at once, nothing recorded",
+        OnUnavailable::Queue => {
+            "queue: accepted (202) and delivered from the outbox when the provider is back"
+        }
+        OnUnavailable::Degrade => {
+            "degrade: reads from the last-known-good cache, marked stale; writes are rejected (503)"
+        }
+    };
+    let _ = writeln!(
+        out,
+        "  1. when unavailable   {unavailable} ({breaker}; bulkhead: {} calls)",
+        spec.bulkhead.max_concurrent
+    );
+    let _ = writeln!(out, "  2. a duplicate costs  {}", m.duplicate_severity.as_str());
+    let found = match (m.reconcile, &spec.lookup) {
+        (Reconcile::None, _) | (_, None) => "never: disagreement goes unnoticed".to_owned(),
+        (how, Some(lookup)) => format!(
+            "{}: GET {}?{}=REFERENCE, first {} after an ambiguous outcome",
+            how.as_str(),
+            lookup.path,
+            lookup.query_param,
+            ms(spec.reconcile_after)
+        ),
+    };
+    let schedule = m.schedule.as_deref().map_or_else(
+        || "none declared".to_owned(),
+        |s| format!("{s:?} (declared; failwell does not run scheduled comparisons yet)"),
+    );
+    line(out, "3. disagreement", format!("{found}; scheduled comparison: {schedule}"));
+    let attempts = op.retry.max_attempts();
+    let retries = match m.retry_owner {
+        RetryOwner::Failwell if attempts > 1 => {
+            let waits: Vec<String> =
+                (0..(attempts - 1).min(4)).map(|n| ms(op.retry.backoff().ceiling(n))).collect();
+            format!(
+                "failwell: up to {attempts} attempts within {} (waits up to {}{}), Retry-After honoured, retry \
+                 budget {:.0} % + {}/s",
+                ms(op.retry.deadline()),
+                waits.join(", "),
+                if attempts > 5 { ", …" } else { "" },
+                spec.retry_budget.ratio * 100.0,
+                spec.retry_budget.min_per_second
+            )
+        }
+        RetryOwner::Failwell => "failwell: one attempt (max_attempts = 1)".into(),
+        owner => format!("{}: failwell makes one attempt", owner.as_str()),
+    };
+    line(out, "4. retries", retries);
+    let key = match (&spec.idempotency.header, op.send_key) {
+        (Some(header), true) => {
+            format!("{header}, honoured {} after first use", ms(spec.idempotency.key_ttl))
+        }
+        _ if op.idempotency.header.is_some() => {
+            "none sent; harmless, so ambiguous outcomes are retried".into()
+        }
+        _ => "none: an ambiguous outcome is looked up, never blindly retried".into(),
+    };
+    line(out, "   idempotency", key);
+    let t = &spec.timeouts;
+    line(
+        out,
+        "   timeouts",
+        format!(
+            "connect {}, headers {}, body idle {}, total {} per attempt",
+            ms(t.connect),
+            ms(t.headers),
+            ms(t.body_idle),
+            ms(t.total)
+        ),
+    );
+    let held = spec.bulkhead.max_concurrent;
+    let per_second = held as f64 / t.total.as_secs_f64().max(0.001);
+    line(
+        out,
+        "   worst case",
+        format!(
+            "a hanging provider holds {held} calls for {} each: at most {per_second:.0} calls/s reach it, the \
+             rest wait or are deferred; failwell's relay runs {workers} calls at once across providers",
+            ms(t.total)
+        ),
+    );
+}
+
+/// One labelled line of an operation's report.
+fn line(out: &mut String, label: &str, text: String) {
+    let _ = writeln!(out, "  {label:<22}{text}");
+}

@@ -1,0 +1,102 @@
+//! The integration manifest at work: what a user action meets while the
+//! provider is unavailable, per operation, and `failwell check`.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::helpers::{Gateway, SETTLE, binary, problem, simulator};
+
+/// A gateway whose charge is declared `on_unavailable = answer`, with a
+/// breaker that opens for `open_ms` after 3 failures in a row, against a
+/// dead provider; returns once the breaker is open.
+async fn unavailable(answer: &str, open_ms: u64) -> (failwell_sim::Simulator, Gateway) {
+    let sim = simulator(|_| {}).await;
+    sim.set_down(true);
+    let breaker = format!(
+        "breaker = {{ consecutive_failures = 3, failure_rate = 0, open_ms = {open_ms}, max_open_ms = {open_ms} }}"
+    );
+    let tail = format!("on_unavailable = \"{answer}\"\n");
+    let gw = Gateway::start_with(&sim.base_url(), &breaker, &tail).await;
+    for key in ["trip-1", "trip-2", "trip-3"] {
+        assert_eq!(gw.charge(key, 1000).await.status(), 201, "accepted while the breaker was closed");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let providers: Value =
+            gw.http.get(format!("{}/v1/providers", gw.base)).send().await.unwrap().json().await.unwrap();
+        if providers["providers"][0]["breaker"]["state"] == "open" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the breaker did not open: {providers:#}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (sim, gw)
+}
+
+#[tokio::test]
+async fn reject_answers_503_at_once_and_records_nothing() {
+    let (sim, gw) = unavailable("reject", 60_000).await;
+    let calls = sim.effects().requests;
+    let r = gw.charge("new-1", 1000).await;
+    assert_eq!(r.headers()["retry-after"], "60", "the breaker's open period");
+    let body = problem(r, 503, "provider-unavailable").await;
+    assert!(body["detail"].as_str().unwrap().contains("nothing was recorded"), "{body:#}");
+    let missing = gw.http.get(format!("{}/v1/operations/new-1", gw.base)).send().await.unwrap();
+    assert_eq!(missing.status(), 404, "nothing recorded");
+    // An operation recorded before is still answered as a replay.
+    assert_eq!(gw.charge("trip-1", 1000).await.status(), 200);
+    assert_eq!(sim.effects().requests, calls, "no provider call");
+    // `degrade` has no cache to answer a write from: it rejects the same way.
+    let (_sim, degrade) = unavailable("degrade", 60_000).await;
+    problem(degrade.charge("new-2", 1000).await, 503, "provider-unavailable").await;
+}
+
+#[tokio::test]
+async fn queue_accepts_with_202_and_delivers_after_recovery() {
+    let (sim, gw) = unavailable("queue", 1_000).await;
+    let r = gw.charge("queued-1", 1000).await;
+    assert_eq!(r.status(), 202);
+    assert_eq!(r.headers()["location"], "/v1/operations/queued-1");
+    // Back: the next probe finds it, and everything waiting is delivered.
+    sim.set_down(false);
+    for key in ["trip-1", "trip-2", "trip-3", "queued-1"] {
+        let op = gw.settled(key, SETTLE).await;
+        assert_eq!(op["status"], "succeeded", "{op:#}");
+        assert_eq!(sim.effects().by_reference[key].effects, 1);
+    }
+}
+
+#[test]
+fn check_prints_the_four_answers_and_refuses_a_rule_breaker() {
+    let out = std::process::Command::new(binary())
+        .args(["check", "--config", concat!(env!("CARGO_MANIFEST_DIR"), "/../../failwell.toml")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    for line in [
+        "payments.charge: POST http://127.0.0.1:9090/v1/charges",
+        "1. when unavailable   queue: accepted (202)",
+        "2. a duplicate costs  money",
+        "3. disagreement       list_by_reference: GET /v1/charges?reference=REFERENCE",
+        "4. retries            failwell: up to 8 attempts",
+        "worst case         a hanging provider holds 32 calls for 2000 ms each: at most 16 calls/s reach it",
+    ] {
+        assert!(text.contains(line), "{line:?} not in:\n{text}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../failwell.toml")).unwrap();
+    let refused = example.replace(
+        "disagreement = { reconcile = \"list_by_reference\" }",
+        "disagreement = { reconcile = \"none\" }",
+    );
+    assert_ne!(refused, example);
+    std::fs::write(&bad, refused).unwrap();
+    let out = std::process::Command::new(binary()).args(["check", "--config"]).arg(&bad).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr.contains("rule money-needs-reconciliation"), "{stderr}");
+}
