@@ -214,6 +214,13 @@ pub enum CallRequest {
         /// Our reference.
         reference: String,
     },
+    /// `GET` a read operation's path with a query string, verbatim.
+    Read {
+        /// Path below the base URL.
+        path: String,
+        /// The query string (without `?`), passed through.
+        query: String,
+    },
     /// `POST` raw bytes with the given headers (a webhook event forwarded
     /// to the application).
     Deliver {
@@ -365,6 +372,13 @@ impl ProviderClient {
         Attempt::Made(result)
     }
 
+    /// `GET`s `path` below the base URL with `query` (without `?`), once,
+    /// through the provider's bulkhead and breaker, under the same limits as
+    /// a call. Errors like [`call`](Self::call).
+    pub async fn read(&self, path: &str, query: &str) -> Result<CallResult, Rejected> {
+        self.through_policy(CallRequest::Read { path: path.to_owned(), query: query.to_owned() }).await
+    }
+
     /// Whether the provider is unavailable right now: its breaker open
     /// (forced or not) or its bulkhead full. `Some(wait)` says when to try
     /// again: the breaker's base open period (the next probe comes no
@@ -467,6 +481,7 @@ impl Service<CallRequest> for Sender {
                     Some(result) => result,
                     None => failed_before_send("the provider has no status lookup".into()),
                 },
+                CallRequest::Read { path, query } => sender.read(&path, &query).await,
                 CallRequest::Deliver { path, headers, body, timeout } => {
                     sender.deliver(&path, headers, body, timeout).await
                 }
@@ -503,6 +518,16 @@ impl Sender {
         };
         let request = self.http.get(url).query(&[(lookup.query_param.as_str(), reference)]);
         Some(self.execute(request, self.spec.timeouts.total).await)
+    }
+
+    async fn read(&self, path: &str, query: &str) -> CallResult {
+        match self.spec.base_url.join(path) {
+            Ok(mut url) => {
+                url.set_query((!query.is_empty()).then_some(query));
+                self.execute(self.http.get(url), self.spec.timeouts.total).await
+            }
+            Err(e) => failed_before_send(format!("invalid URL: {e}")),
+        }
     }
 
     async fn deliver(

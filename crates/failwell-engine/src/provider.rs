@@ -45,6 +45,9 @@ pub struct OperationSpec {
     pub idempotency: IdempotencyPolicy,
     /// Whether the provider's idempotency header is sent.
     pub send_key: bool,
+    /// For a read declared `on_unavailable = "degrade"`: the oldest
+    /// last-known-good answer that may be served, marked stale.
+    pub max_stale: Option<Duration>,
 }
 
 /// How to look up an effect by our reference (reconciliation).

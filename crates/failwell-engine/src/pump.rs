@@ -132,6 +132,13 @@ async fn write_results<Q: Queue>(queue: Arc<Q>, mut done: mpsc::Receiver<Q::Done
                 if settled > 0 {
                     tracing::debug!(settled, "results for {} arrived after an event settled them", Q::WHAT);
                 }
+                let conflicts = count(Recorded::Conflict);
+                if conflicts > 0 {
+                    tracing::warn!(
+                        conflicts,
+                        "answers contradicted the events that settled their operations; looking them up"
+                    );
+                }
             }
             // The items stay leased; after the lease they are claimed again.
             Err(e) => tracing::error!(error = %e, count, "recording results for {} failed", Q::WHAT),

@@ -17,8 +17,9 @@
 //! and resolves an operation whose outcome failwell did not know. But when
 //! failwell's own call settled the operation and no event has been applied
 //! since, an event saying the opposite cannot be placed in time against the
-//! provider's answer: it is a [`EventEffect::Conflict`], recorded and left
-//! for reconciliation, never applied.
+//! provider's answer: it is a [`EventEffect::Conflict`], never applied as
+//! such; the store puts the operation back to `unknown` so that a status
+//! lookup decides.
 
 use crate::Outcome;
 

@@ -105,6 +105,8 @@ pub struct Offers {
     pub lookup: bool,
     /// The provider's `max_attempts`.
     pub max_attempts: u32,
+    /// The operation reads (HTTP `GET`): answered at once, never queued.
+    pub read: bool,
 }
 
 /// The behaviour that follows from a manifest.
@@ -138,13 +140,20 @@ impl fmt::Display for Refusal {
 
 impl Manifest {
     /// The safe answers for an operation of a provider that offers
-    /// `offers`: queue when unavailable, every duplicate treated as money,
-    /// reconciliation by reference when a lookup exists (else none), failwell
-    /// owning retries, the key header when the provider takes one.
+    /// `offers`: a write is queued when the provider is unavailable and
+    /// every duplicate of it treated as money; a read is rejected and
+    /// harmless; reconciliation by reference when a lookup exists (else
+    /// none), failwell owning retries, the key header when the provider takes
+    /// one.
     pub fn default_for(offers: Offers) -> Self {
+        let (on_unavailable, duplicate_severity) = if offers.read {
+            (OnUnavailable::Reject, Severity::Harmless)
+        } else {
+            (OnUnavailable::Queue, Severity::Money)
+        };
         Manifest {
-            on_unavailable: OnUnavailable::Queue,
-            duplicate_severity: Severity::Money,
+            on_unavailable,
+            duplicate_severity,
             reconcile: if offers.lookup { Reconcile::ListByReference } else { Reconcile::None },
             schedule: None,
             retry_owner: RetryOwner::Failwell,
@@ -154,6 +163,8 @@ impl Manifest {
 
     /// Checks the answers against what the provider offers; the rules, in
     /// order:
+    /// - `read-cannot-queue`: a read with `on_unavailable = "queue"` (nobody
+    ///   waits for the answer of a queued read);
     /// - `key-header-needs-provider-keys`: `idempotency = "key_header"` on a
     ///   provider configured without idempotency keys;
     /// - `reconcile-needs-lookup`: a reconciliation with no lookup configured;
@@ -167,6 +178,13 @@ impl Manifest {
     /// Then: another retry owner leaves failwell one attempt; a `harmless`
     /// operation may retry an ambiguous outcome without a key.
     pub fn check(&self, offers: Offers) -> Result<Effective, Refusal> {
+        if offers.read && self.on_unavailable == OnUnavailable::Queue {
+            return Err(Refusal {
+                rule: "read-cannot-queue",
+                why: "a read is answered at once; queued, its answer would reach nobody.".into(),
+                fix: "on_unavailable = \"reject\" or \"degrade\" (with max_stale_ms).".into(),
+            });
+        }
         if self.idempotency == KeyUse::KeyHeader && !offers.key_header {
             return Err(Refusal {
                 rule: "key-header-needs-provider-keys",
@@ -281,7 +299,7 @@ impl KeyUse {
 mod tests {
     use super::*;
 
-    const FULL: Offers = Offers { key_header: true, lookup: true, max_attempts: 8 };
+    const FULL: Offers = Offers { key_header: true, lookup: true, max_attempts: 8, read: false };
 
     fn manifest(f: impl FnOnce(&mut Manifest)) -> Manifest {
         let mut m = Manifest::default_for(FULL);
@@ -291,12 +309,14 @@ mod tests {
 
     #[test]
     fn every_refusal_with_the_answers_that_trigger_it() {
-        let bare = Offers { key_header: false, lookup: false, max_attempts: 8 };
-        let cases: [(Manifest, Offers, &str); 6] = [
+        let bare = Offers { key_header: false, lookup: false, max_attempts: 8, read: false };
+        let read = Offers { read: true, ..FULL };
+        let cases: [(Manifest, Offers, &str); 7] = [
+            (manifest(|m| m.on_unavailable = OnUnavailable::Queue), read, "read-cannot-queue"),
             (manifest(|_| {}), bare, "key-header-needs-provider-keys"),
             (
                 manifest(|m| m.idempotency = KeyUse::None),
-                Offers { key_header: true, lookup: false, max_attempts: 8 },
+                Offers { key_header: true, lookup: false, max_attempts: 8, read: false },
                 "reconcile-needs-lookup",
             ),
             (Manifest::default_for(bare), bare, "money-needs-reconciliation"),
@@ -327,6 +347,14 @@ mod tests {
         let ok = |m: Manifest, offers| m.check(offers).unwrap();
         let full = ok(manifest(|_| {}), FULL);
         assert_eq!(full, Effective { max_attempts: 8, send_key: true, retry_ambiguous: false });
+        // A read's safe answers: rejected when unavailable, harmless.
+        let read = Offers { read: true, ..FULL };
+        let reads = Manifest::default_for(read);
+        assert_eq!(
+            (reads.on_unavailable, reads.duplicate_severity),
+            (OnUnavailable::Reject, Severity::Harmless)
+        );
+        assert!(ok(reads, read).retry_ambiguous);
         // No key, but a lookup by reference tells a retry from a second charge.
         let by_reference = ok(manifest(|m| m.idempotency = KeyUse::None), FULL);
         assert_eq!((by_reference.max_attempts, by_reference.send_key), (8, false));
@@ -349,7 +377,7 @@ mod tests {
                 (m.duplicate_severity, m.idempotency, m.reconcile) =
                     (Severity::Harmless, KeyUse::None, Reconcile::None)
             }),
-            Offers { key_header: false, lookup: false, max_attempts: 5 },
+            Offers { key_header: false, lookup: false, max_attempts: 5, read: false },
         );
         assert_eq!(read, Effective { max_attempts: 5, send_key: false, retry_ambiguous: true });
         // A message without reconciliation is allowed (not money).

@@ -374,8 +374,13 @@ pub enum Recorded {
     /// was written. A worker outlived its lease.
     LeaseLost,
     /// A webhook event settled the operation meanwhile: only the history was
-    /// written (normal when a provider's event overtakes its answer).
+    /// written, and the call's provider id kept (normal when a provider's
+    /// event overtakes its answer).
     SettledElsewhere,
+    /// A webhook event settled the operation the other way than the call's
+    /// answer says: the operation is `unknown` again and a status lookup is
+    /// due at once.
+    Conflict,
 }
 
 /// A webhook delivery whose signature verified, to be stored before

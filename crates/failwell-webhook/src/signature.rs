@@ -331,7 +331,8 @@ pub fn standard_webhooks_signature(
 /// base64-decoded after an optional `whsec_` prefix, the others used
 /// literally. `index` is the secret's position, for the error.
 fn hmac_key(scheme: &Scheme, secret: &str, index: usize) -> Result<Vec<u8>, SecretError> {
-    if secret.is_empty() {
+    // `whsec_` alone is a placeholder, never a secret, in every scheme.
+    if secret.is_empty() || secret == "whsec_" {
         return Err(SecretError::Empty { index });
     }
     match scheme {

@@ -43,6 +43,8 @@ pub struct AppState<S> {
     pub webhooks: Arc<crate::inbox::Webhooks>,
     /// Wakes the forwarder when a new event is to be forwarded.
     pub forward: Arc<tokio::sync::Notify>,
+    /// The last-known-good answers of read operations.
+    pub reads: crate::read::ReadCache,
     /// The group commit that stores webhook events.
     pub ingest: crate::inbox::Ingest,
 }
@@ -73,6 +75,7 @@ pub fn router<S: Store>(
         .route("/v1/operations/{key}", get(show::<S>))
         .route("/v1/providers", get(providers::<S>))
         .route("/v1/events", get(crate::inbox::feed::<S>))
+        .route("/v1/read/{provider}/{operation}", get(crate::read::read::<S>))
         .route("/v1/events/{integration}/{event_id}", get(crate::inbox::event::<S>))
         .route(
             "/webhooks/{integration}",

@@ -268,7 +268,7 @@ pub(crate) async fn receive<S: Store>(
                 Problem::new(
                     StatusCode::BAD_REQUEST,
                     "missing-event-id",
-                    format!("The body has no event id at {:?}.", source.event_id_pointer),
+                    format!("The body has no event id (a string) at {:?}.", source.event_id_pointer),
                 )
             })?,
     };
@@ -279,7 +279,11 @@ pub(crate) async fn receive<S: Store>(
         return Err(Problem::new(
             StatusCode::BAD_REQUEST,
             "invalid-event-id",
-            format!("The event id {event_id:?} is empty, longer than 255 bytes, or not visible ASCII."),
+            format!(
+                "The event id {:?}{} is empty, longer than 255 bytes, or not visible ASCII.",
+                event_id.chars().take(64).collect::<String>(),
+                if event_id.chars().count() > 64 { "…" } else { "" }
+            ),
         ));
     }
     let kept: serde_json::Map<String, Value> = KEPT_HEADERS

@@ -11,6 +11,7 @@ pub mod check;
 pub mod config;
 pub mod demo;
 pub mod inbox;
+pub mod read;
 pub mod webhook;
 
 use std::net::SocketAddr;
@@ -70,6 +71,7 @@ impl Server {
             wake: engine.waker(),
             webhooks: config.webhooks,
             forward: engine.forward_waker(),
+            reads: Default::default(),
             ingest: inbox::Ingest::start(store.clone()),
         });
         let bulkhead = Bulkhead::new("api", config.api.bulkhead).map_err(StartError::Limits)?;

@@ -119,7 +119,8 @@ fn provider_client(
     let retry = RetryPolicy::try_new(3, backoff, Duration::from_secs(60), Duration::from_secs(10)).unwrap();
     let idempotency =
         IdempotencyPolicy { header: Some("Idempotency-Key".to_string()), key_ttl: Duration::from_secs(100) };
-    let offers = Offers { key_header: idempotency.header.is_some(), lookup: true, max_attempts: 3 };
+    let offers =
+        Offers { key_header: idempotency.header.is_some(), lookup: true, max_attempts: 3, read: false };
     let operations = BTreeMap::from([(
         "charge".to_string(),
         OperationSpec {
@@ -131,6 +132,7 @@ fn provider_client(
             retry: retry.clone(),
             idempotency: idempotency.clone(),
             send_key: offers.key_header,
+            max_stale: None,
         },
     )]);
     ProviderClient::new(ProviderSpec {

@@ -23,7 +23,8 @@ fn client_with(keys: bool, retry_budget: RetryBudgetConfig) -> ProviderClient {
         header: keys.then(|| "Idempotency-Key".to_string()),
         key_ttl: Duration::from_secs(100),
     };
-    let offers = Offers { key_header: idempotency.header.is_some(), lookup: true, max_attempts: 3 };
+    let offers =
+        Offers { key_header: idempotency.header.is_some(), lookup: true, max_attempts: 3, read: false };
     let operations = BTreeMap::from([(
         "charge".to_string(),
         OperationSpec {
@@ -35,6 +36,7 @@ fn client_with(keys: bool, retry_budget: RetryBudgetConfig) -> ProviderClient {
             retry: retry.clone(),
             idempotency: idempotency.clone(),
             send_key: offers.key_header,
+            max_stale: None,
         },
     )]);
     ProviderClient::new(ProviderSpec {

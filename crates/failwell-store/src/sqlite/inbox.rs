@@ -328,6 +328,7 @@ struct LedgerRow {
     version: Option<i64>,
     changed: bool,
     settled: bool,
+    conflict: bool,
     provider_ref: Option<String>,
 }
 
@@ -364,6 +365,7 @@ async fn apply_reports(
             version: r.get("event_version"),
             changed: false,
             settled: false,
+            conflict: false,
             provider_ref: None,
         };
         ledger.insert((r.get("provider"), r.get("reference")), row);
@@ -405,7 +407,12 @@ async fn apply_reports(
             }
             EventEffect::Stale => LedgerEffect::Stale,
             EventEffect::WouldRegress => LedgerEffect::WouldRegress,
-            EventEffect::Conflict => LedgerEffect::Conflict,
+            // Two statements of the provider that nothing orders: back to
+            // unknown, and a status lookup decides.
+            EventEffect::Conflict => {
+                (row.status, row.changed, row.conflict) = (OperationStatus::Unknown, true, true);
+                LedgerEffect::Conflict
+            }
         };
         let step = EventStep::new("ledger", now_ms, detail);
         steps.push((*seq, EventStep { operation_id: Some(row.id), effect: Some(recorded), ..step }));
@@ -413,7 +420,9 @@ async fn apply_reports(
     let changed: Vec<Value> = ledger
         .values()
         .filter(|row| row.changed)
-        .map(|row| json!([row.id, row.status.as_str(), row.version, row.settled, row.provider_ref]))
+        .map(|row| {
+            json!([row.id, row.status.as_str(), row.version, row.settled, row.provider_ref, row.conflict])
+        })
         .collect();
     if changed.is_empty() {
         return Ok(());
@@ -424,9 +433,13 @@ async fn apply_reports(
     sqlx::query(
         "UPDATE operations SET status = u.value ->> 1, event_version = u.value ->> 2, \
          provider_ref = COALESCE(provider_ref, u.value ->> 4), \
-         last_error = CASE WHEN u.value ->> 3 THEN NULL ELSE last_error END, \
-         next_reconcile_at_ms = CASE WHEN u.value ->> 3 THEN NULL ELSE next_reconcile_at_ms END, \
-         updated_at_ms = CASE WHEN u.value ->> 3 THEN ?2 ELSE updated_at_ms END \
+         last_error = CASE WHEN u.value ->> 3 THEN NULL \
+           WHEN u.value ->> 5 THEN 'conflict: an event contradicts the provider''s answer to our call; looking it up' \
+           ELSE last_error END, \
+         next_reconcile_at_ms = CASE WHEN u.value ->> 3 THEN NULL WHEN u.value ->> 5 THEN ?2 \
+           ELSE next_reconcile_at_ms END, \
+         reconcile_attempts = CASE WHEN u.value ->> 5 THEN 0 ELSE reconcile_attempts END, \
+         updated_at_ms = CASE WHEN u.value ->> 3 OR u.value ->> 5 THEN ?2 ELSE updated_at_ms END \
          FROM json_each(?1) u WHERE operations.id = u.value ->> 0",
     )
     .bind(Value::Array(changed.clone()).to_string())

@@ -520,7 +520,10 @@ async fn an_event_contradicting_our_own_answer_is_a_conflict_and_dead_letters_st
     // Our call said succeeded; an event says failed and nothing orders them.
     s.receive(vec![reported("evt_c", "ref-ok", Reported::Settled(Outcome::Failed), 1)], 3).await.unwrap();
     assert_eq!(effects(&s, "evt_c").await, vec![Some(LedgerEffect::Conflict)]);
-    assert_eq!(s.operation("ok").await.unwrap().unwrap().status, OperationStatus::Succeeded);
+    let op = s.operation("ok").await.unwrap().unwrap();
+    assert_eq!(op.status, OperationStatus::Unknown, "a status lookup decides");
+    assert!(op.last_error.unwrap().starts_with("conflict: "));
+    assert_eq!(s.due_unknown(3, 10).await.unwrap().len(), 1, "due at once");
     // The provider confirms the dead letter's failure: it stays a dead letter...
     s.receive(vec![reported("evt_d1", "ref-dead", Reported::Settled(Outcome::Failed), 1)], 4).await.unwrap();
     assert!(s.operation("dead").await.unwrap().unwrap().dead_letter);
@@ -552,4 +555,43 @@ async fn two_results_for_one_forward_in_one_batch_are_judged_by_their_own_lease(
     let batch = vec![result(&old, retry), result(&new, ForwardTransition::Delivered)];
     assert_eq!(s.complete_forwards(batch, 150).await.unwrap(), vec![Recorded::LeaseLost, Recorded::Applied]);
     assert_eq!(s.event("sim", "evt_f").await.unwrap().unwrap().forward_state.as_deref(), Some("done"));
+}
+
+#[tokio::test]
+async fn a_late_answer_keeps_its_provider_id_or_is_a_conflict() {
+    let (_d, s) = store().await;
+    for key in ["same", "other"] {
+        s.submit(new_op(key, 1000), 0).await.unwrap();
+    }
+    let claimed = s.claim(1, 2, 60_000).await.unwrap();
+    let answer = |key: &str| {
+        let c = claimed.iter().find(|c| c.operation.idempotency_key == key).unwrap();
+        Completion {
+            outbox_id: c.outbox_id,
+            operation_id: c.operation.id,
+            lease_token: c.lease_token,
+            attempt: Some(record(Outcome::Succeeded)),
+            transition: Transition::Succeeded {
+                provider_ref: Some(format!("ch_call_{key}")),
+                response: None,
+            },
+        }
+    };
+    // Events overtake both calls; one agrees (without an object id), one does not.
+    let mut agrees = reported("evt_same", "ref-same", Reported::Settled(Outcome::Succeeded), 1);
+    if let Some(Ok(report)) = &mut agrees.report {
+        report.provider_ref = None;
+    }
+    let contradicts = reported("evt_other", "ref-other", Reported::Settled(Outcome::Failed), 1);
+    s.receive(vec![agrees, contradicts], 2).await.unwrap();
+    let recorded = s.complete(vec![answer("same"), answer("other")], 3).await.unwrap();
+    assert_eq!(recorded, vec![Recorded::SettledElsewhere, Recorded::Conflict]);
+    let same = s.operation("same").await.unwrap().unwrap();
+    assert_eq!(
+        (same.status, same.provider_ref.as_deref()),
+        (OperationStatus::Succeeded, Some("ch_call_same"))
+    );
+    let other = s.operation("other").await.unwrap().unwrap();
+    assert_eq!(other.status, OperationStatus::Unknown, "charged or not: a status lookup decides");
+    assert!(other.last_error.unwrap().starts_with("conflict: the provider answered our call succeeded"));
 }

@@ -85,15 +85,16 @@ pub(super) async fn apply(
     .await
     .context("completing an outbox message")?;
     if moved.rows_affected() == 0 {
-        let by_event: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM operations WHERE id = ?1 AND event_version IS NOT NULL \
-             AND status IN ('succeeded', 'failed'))",
+        let settled_by_event: Option<String> = sqlx::query_scalar(
+            "SELECT status FROM operations WHERE id = ?1 AND event_version IS NOT NULL \
+             AND status IN ('succeeded', 'failed')",
         )
         .bind(c.operation_id)
-        .fetch_one(&mut *conn)
+        .fetch_optional(&mut *conn)
         .await
         .context("reading why a result came too late")?;
-        return Ok(if by_event { Recorded::SettledElsewhere } else { Recorded::LeaseLost });
+        let Some(settled) = settled_by_event else { return Ok(Recorded::LeaseLost) };
+        return late_answer(conn, c, &settled, now_ms).await;
     }
     let (status, provider_ref, response, error, reconcile_at) = match &c.transition {
         Transition::Succeeded { provider_ref, response } => {
@@ -122,6 +123,55 @@ pub(super) async fn apply(
     )
     .await?;
     Ok(Recorded::Applied)
+}
+
+/// The provider's answer to our call arrived after an event settled the
+/// operation. The same answer keeps the call's provider id and response
+/// where the event gave none; the opposite answer is a conflict between
+/// two statements of the provider that nothing orders, so the operation
+/// goes back to `unknown` and a status lookup decides (at once).
+async fn late_answer(
+    conn: &mut SqliteConnection,
+    c: &Completion,
+    settled: &str,
+    now_ms: i64,
+) -> Result<Recorded, StoreError> {
+    let (answer, provider_ref, response) = match &c.transition {
+        Transition::Succeeded { provider_ref, response } => {
+            (OperationStatus::Succeeded, provider_ref.as_deref(), response.as_ref())
+        }
+        Transition::Failed { response, .. } => (OperationStatus::Failed, None, response.as_ref()),
+        _ => return Ok(Recorded::SettledElsewhere),
+    };
+    if answer.as_str() == settled {
+        sqlx::query(
+            "UPDATE operations SET provider_ref = COALESCE(provider_ref, ?2), \
+             response = COALESCE(response, ?3) WHERE id = ?1",
+        )
+        .bind(c.operation_id)
+        .bind(provider_ref)
+        .bind(response.map(Value::to_string))
+        .execute(&mut *conn)
+        .await
+        .context("keeping a late answer's provider id")?;
+        return Ok(Recorded::SettledElsewhere);
+    }
+    let error = format!(
+        "conflict: the provider answered our call {} after an event said {settled}; looking it up",
+        answer.as_str()
+    );
+    sqlx::query(
+        "UPDATE operations SET status = 'unknown', provider_ref = COALESCE(provider_ref, ?2), \
+         last_error = ?3, next_reconcile_at_ms = ?4, reconcile_attempts = 0, updated_at_ms = ?4 WHERE id = ?1",
+    )
+    .bind(c.operation_id)
+    .bind(provider_ref)
+    .bind(&error)
+    .bind(now_ms)
+    .execute(&mut *conn)
+    .await
+    .context("recording a conflict")?;
+    Ok(Recorded::Conflict)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -228,6 +228,10 @@ fn secrets_are_checked() {
         SecretError::Empty { index: 1 }
     );
     assert_eq!(standard_webhooks_signature("whsec_", "m", 1, b"{}"), Err(SecretError::Empty { index: 0 }));
+    assert_eq!(
+        Verifier::new(Scheme::Stripe, &["whsec_".into()], None).unwrap_err(),
+        SecretError::Empty { index: 0 }
+    );
     let v = Verifier::new(Scheme::GitHub, &["top secret".into()], None).unwrap();
     assert!(!format!("{v:?}").contains("top secret"), "secrets are never printed");
 }

@@ -325,6 +325,7 @@ pub(super) struct RawOperation {
     pub(super) disagreement: Option<RawDisagreement>,
     pub(super) retry_owner: Option<String>,
     pub(super) idempotency: Option<String>,
+    pub(super) max_stale_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

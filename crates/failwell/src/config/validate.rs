@@ -306,11 +306,28 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
             key_header: idempotency.header.is_some(),
             lookup: lookup.is_some(),
             max_attempts: retry.max_attempts(),
+            read: method == reqwest::Method::GET,
         };
         let manifest = manifest(c, &okey, &o, offers)?;
         let effective = manifest.check(offers).map_err(|refusal| {
             c.invalid(key(&format!("operations.{op_name}")), refusal.to_string().replace("NAME", name))
         })?;
+        let max_stale = match (manifest.on_unavailable, offers.read, o.max_stale_ms) {
+            (OnUnavailable::Degrade, true, Some(ms)) => Some(c.positive(&okey("max_stale_ms"), ms)?),
+            (OnUnavailable::Degrade, true, None) => {
+                return Err(c.invalid(
+                    okey("max_stale_ms"),
+                    "a read with on_unavailable = \"degrade\" needs the oldest answer it may serve stale",
+                ));
+            }
+            (_, _, Some(_)) => {
+                return Err(c.invalid(
+                    okey("max_stale_ms"),
+                    "only applies to a read (method = \"GET\") with on_unavailable = \"degrade\"",
+                ));
+            }
+            (_, _, None) => None,
+        };
         let op_idempotency = if effective.retry_ambiguous {
             IdempotencyPolicy { header: Some("none".into()), key_ttl: std::time::Duration::MAX }
         } else if effective.send_key {
@@ -329,6 +346,7 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
                 retry: retry.with_max_attempts(effective.max_attempts),
                 idempotency: op_idempotency,
                 send_key: effective.send_key,
+                max_stale,
             },
         );
     }

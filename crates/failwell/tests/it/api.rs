@@ -204,6 +204,7 @@ async fn api_with(
         wake: std::sync::Arc::default(),
         webhooks: std::sync::Arc::default(),
         forward: std::sync::Arc::default(),
+        reads: Default::default(),
     });
     (dir, failwell::api::router(state, 65_536, bulkhead, timeout))
 }

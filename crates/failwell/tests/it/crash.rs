@@ -18,7 +18,9 @@ async fn kill_9_mid_run_loses_nothing_and_charges_once() {
         sim.script(key, vec![Fault::TimeoutAfterCommit]);
     }
     for key in &keys {
-        assert_eq!(gw.charge(key, 1000).await.status(), 201);
+        // 202 if the breaker opened meanwhile: accepted, queued.
+        let status = gw.charge(key, 1000).await.status().as_u16();
+        assert!(matches!(status, 201 | 202), "{status}");
     }
     // Kill as soon as some (not all) have settled.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);

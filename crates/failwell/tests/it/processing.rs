@@ -212,7 +212,9 @@ async fn a_thousand_events_delivered_three_times_in_any_order_end_at_the_newest(
     let mut events = Vec::new();
     for i in 0..operations {
         let key = format!("op{i}");
-        assert_eq!(gw.charge(&key, 1000).await.status(), 201);
+        // 202 once the breaker opens: accepted, queued.
+        let status = gw.charge(&key, 1000).await.status().as_u16();
+        assert!(matches!(status, 201 | 202), "{status}");
         // Four events per operation, versions 1 to 4: some leave it in
         // progress, some settle it one way and then the other (a failed
         // payment retried by the provider, a payment returned later).

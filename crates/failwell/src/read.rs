@@ -1,0 +1,156 @@
+//! `GET /v1/read/{provider}/{operation}?QUERY`: a read operation (declared
+//! with `method = "GET"`) answered at once, through the provider's bulkhead
+//! and breaker, never queued.
+//!
+//! While the provider is unavailable (breaker open, bulkhead full, or the
+//! read failing with a provider-side error), the manifest decides: a read
+//! declared `on_unavailable = "degrade"` is answered from the last-known-good
+//! answer to the same query, if it is at most `max_stale_ms` old, marked
+//! stale (`"stale": true`, an `Age` header in seconds and `Warning: 110 -
+//! "Response is Stale"` as in RFC 7234 §5.5.1); otherwise, and for
+//! `reject`, the answer is 503 `provider-unavailable` with `Retry-After`.
+
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use failwell_policy::OnUnavailable;
+use failwell_store::Store;
+use lru::LruCache;
+use serde_json::{Value, json};
+
+use crate::api::{AppState, Problem};
+
+/// Last-known-good answers kept, at most (least recently used go first).
+const CACHED_READS: usize = 10_000;
+
+/// The last-known-good answer of each read, by provider, operation and
+/// query (in memory, per process).
+#[derive(Debug)]
+pub struct ReadCache(Mutex<LruCache<String, Good>>);
+
+impl Default for ReadCache {
+    fn default() -> Self {
+        Self(Mutex::new(LruCache::new(NonZeroUsize::new(CACHED_READS).unwrap_or(NonZeroUsize::MIN))))
+    }
+}
+
+/// A provider's 2xx answer to a read.
+#[derive(Clone, Debug)]
+struct Good {
+    status: u16,
+    response: Value,
+    at: Instant,
+    at_ms: i64,
+}
+
+impl ReadCache {
+    fn put(&self, key: String, good: Good) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).put(key, good);
+    }
+
+    fn get(&self, key: &str) -> Option<Good> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
+    }
+}
+
+/// `GET /v1/read/{provider}/{operation}`.
+pub(crate) async fn read<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path((provider, operation)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, Problem> {
+    let Some(client) = state.providers.get(&provider) else {
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown-provider",
+            format!("No provider {provider:?}."),
+        ));
+    };
+    let Some(spec) = client.spec().operations.get(&operation) else {
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown-operation",
+            format!("Provider {provider:?} has no operation {operation:?}."),
+        ));
+    };
+    if spec.method != reqwest::Method::GET {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "not-a-read",
+            format!("{provider}.{operation} is a write: submit it with POST /v1/operations."),
+        ));
+    }
+    let query = query.unwrap_or_default();
+    let key = format!("{provider}/{operation}?{query}");
+    let wait = match client.unavailable() {
+        Some(wait) => wait,
+        None => match client.read(&spec.path, &query).await {
+            Ok(result) => match &result.response {
+                Ok(reply) if (200..300).contains(&reply.status) => {
+                    let good = Good {
+                        status: reply.status,
+                        response: reply.body.clone().unwrap_or(Value::Null),
+                        at: Instant::now(),
+                        at_ms: failwell_engine::now_ms(),
+                    };
+                    state.reads.put(key, good.clone());
+                    return Ok(answer(&good, false));
+                }
+                // The provider answered for itself (e.g. 404): pass it on.
+                Ok(reply) if reply.status < 500 && !matches!(reply.status, 408 | 429) => {
+                    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::BAD_GATEWAY);
+                    let body = json!({"stale": false, "status": reply.status, "response": reply.body});
+                    return Ok((status, Json(body)).into_response());
+                }
+                Ok(reply) => reply.retry_after.unwrap_or(Duration::from_secs(1)),
+                Err(_) => Duration::from_secs(1),
+            },
+            Err(rejected) => client.wait_after(&rejected).unwrap_or(Duration::from_secs(1)),
+        },
+    };
+    let stale = match (spec.manifest.on_unavailable, spec.max_stale) {
+        (OnUnavailable::Degrade, Some(max)) => state.reads.get(&key).filter(|good| good.at.elapsed() <= max),
+        _ => None,
+    };
+    if let Some(good) = stale {
+        return Ok(answer(&good, true));
+    }
+    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    let mut response = Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "provider-unavailable",
+        format!(
+            "Provider {provider:?} is unavailable and {provider}.{operation} is declared on_unavailable = {:?}{}; \
+             try again in {secs} s.",
+            spec.manifest.on_unavailable.as_str(),
+            if spec.max_stale.is_some() { " with no answer young enough to serve stale" } else { "" }
+        ),
+    )
+    .into_response();
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    Ok(response)
+}
+
+/// A read's answer: fresh, or stale with its age.
+fn answer(good: &Good, stale: bool) -> Response {
+    let age = good.at.elapsed().as_secs();
+    let body = json!({
+        "stale": stale,
+        "age_s": age,
+        "fetched_at_ms": good.at_ms,
+        "status": good.status,
+        "response": good.response,
+    });
+    let mut response = (StatusCode::OK, Json(body)).into_response();
+    if stale {
+        let headers = response.headers_mut();
+        headers.insert(header::AGE, HeaderValue::from(age));
+        headers.insert(header::WARNING, HeaderValue::from_static("110 - \"Response is Stale\""));
+    }
+    response
+}
