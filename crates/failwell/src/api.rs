@@ -244,6 +244,16 @@ async fn submit<S: Store>(
             format!("Provider {:?} has no operation {:?}.", body.provider, body.operation),
         ));
     };
+    if spec.method == reqwest::Method::GET {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "read-operation",
+            format!(
+                "{}.{} is a read: it is answered at once at GET /v1/read/{}/{}?QUERY, never queued.",
+                body.provider, body.operation, body.provider, body.operation
+            ),
+        ));
+    }
     if !body.payload.is_object() {
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,

@@ -58,14 +58,17 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
         ),
         None => "no breaker".into(),
     };
-    let unavailable = match m.on_unavailable {
-        OnUnavailable::Reject => "reject: answered 503 with Retry-After at once, nothing recorded",
-        OnUnavailable::Queue => {
-            "queue: accepted (202) and delivered from the outbox when the provider is back"
+    let unavailable = match (m.on_unavailable, op.max_stale) {
+        (OnUnavailable::Reject, _) => {
+            "reject: answered 503 with Retry-After at once, nothing recorded".to_owned()
         }
-        OnUnavailable::Degrade => {
-            "degrade: reads from the last-known-good cache, marked stale; writes are rejected (503)"
+        (OnUnavailable::Queue, _) => {
+            "queue: accepted (202) and delivered from the outbox when the provider is back".to_owned()
         }
+        (OnUnavailable::Degrade, Some(max)) => {
+            format!("degrade: the last-known-good answer up to {} old, marked stale; then 503", ms(max))
+        }
+        (OnUnavailable::Degrade, None) => "degrade: a write has no cached answer, so 503 at once".to_owned(),
     };
     let _ = writeln!(
         out,

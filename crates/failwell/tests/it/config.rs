@@ -460,6 +460,27 @@ fn every_manifest_refusal_names_the_operation_the_rule_and_the_fix() {
     for (edit, message) in cases {
         refused(edit, &[], &[&message]);
     }
+    let read = "\n[providers.payments.operations.find]\nmethod = \"GET\"\npath = \"/v1/charges\"\n\
+                encoding = \"json\"\nreference_field = \"reference\"\n";
+    for (lines, message) in [
+        (
+            "on_unavailable = \"queue\"\n",
+            "key `providers.payments.operations.find`: rule read-cannot-queue: a read is answered at once; \
+             queued, its answer would reach nobody.",
+        ),
+        (
+            "on_unavailable = \"degrade\"\n",
+            "key `providers.payments.operations.find.max_stale_ms`: a read with on_unavailable = \"degrade\" \
+             needs the oldest answer it may serve stale",
+        ),
+        (
+            "max_stale_ms = 1000\n",
+            "key `providers.payments.operations.find.max_stale_ms`: only applies to a read (method = \"GET\") \
+             with on_unavailable = \"degrade\"",
+        ),
+    ] {
+        refused(move |t| t + read + lines, &[], &[message]);
+    }
     refused(
         |t| t + "on_unavailable = \"wait\"\n",
         &[],

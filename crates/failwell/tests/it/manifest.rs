@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::helpers::{Gateway, SETTLE, binary, problem, simulator};
 
@@ -99,4 +99,67 @@ fn check_prints_the_four_answers_and_refuses_a_rule_breaker() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr.contains("rule money-needs-reconciliation"), "{stderr}");
+}
+
+/// Read operations of the simulator's charges: `find` degrades to a stale
+/// answer up to 1.5 s old, `find_strict` rejects.
+const READS: &str = r#"
+[providers.payments.operations.find]
+method = "GET"
+path = "/v1/charges"
+encoding = "json"
+reference_field = "reference"
+on_unavailable = "degrade"
+max_stale_ms = 1500
+
+[providers.payments.operations.find_strict]
+method = "GET"
+path = "/v1/charges"
+encoding = "json"
+reference_field = "reference"
+"#;
+
+#[tokio::test]
+async fn degrade_serves_a_stale_answer_marked_stale_then_rejects_past_its_age() {
+    let sim = simulator(|_| {}).await;
+    let gw = Gateway::start_with(&sim.base_url(), "", READS).await;
+    assert_eq!(gw.charge("d1", 1000).await.status(), 201);
+    gw.settled("d1", SETTLE).await;
+    let read = |operation: &'static str| {
+        let (http, base) = (gw.http.clone(), gw.base.clone());
+        async move { http.get(format!("{base}/v1/read/payments/{operation}?reference=d1")).send().await.unwrap() }
+    };
+    let fresh = read("find").await;
+    assert_eq!(fresh.status(), 200);
+    assert!(fresh.headers().get("warning").is_none());
+    let fresh: Value = fresh.json().await.unwrap();
+    assert_eq!(
+        (&fresh["stale"], &fresh["response"]["data"][0]["status"]),
+        (&json!(false), &json!("succeeded"))
+    );
+    sim.set_down(true);
+    let stale = read("find").await;
+    assert_eq!(stale.status(), 200);
+    assert_eq!(stale.headers()["warning"], "110 - \"Response is Stale\"");
+    assert!(stale.headers().contains_key("age"));
+    let stale: Value = stale.json().await.unwrap();
+    assert_eq!(stale["stale"], true);
+    assert_eq!(stale["response"], fresh["response"], "the last-known-good answer");
+    // A read declared `reject` gets no stale answer.
+    problem(read("find_strict").await, 503, "provider-unavailable").await;
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let too_old = read("find").await;
+    assert!(too_old.headers().contains_key("retry-after"));
+    let body = problem(too_old, 503, "provider-unavailable").await;
+    assert!(body["detail"].as_str().unwrap().contains("no answer young enough"), "{body:#}");
+    // Reads are never queued.
+    let queued = gw
+        .http
+        .post(format!("{}/v1/operations", gw.base))
+        .header("Idempotency-Key", "r1")
+        .json(&json!({"provider": "payments", "operation": "find", "payload": {"reference": "d1"}}))
+        .send()
+        .await
+        .unwrap();
+    problem(queued, 422, "read-operation").await;
 }
