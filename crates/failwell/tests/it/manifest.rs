@@ -5,14 +5,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use failwell_sim::Profile;
+
 use crate::helpers::{Gateway, SETTLE, binary, problem, simulator};
 
 /// A gateway whose charge is declared `on_unavailable = answer`, with a
-/// breaker that opens for `open_ms` after 3 failures in a row, against a
-/// dead provider; returns once the breaker is open.
-async fn unavailable(answer: &str, open_ms: u64) -> (failwell_sim::Simulator, Gateway) {
-    let sim = simulator(|_| {}).await;
-    sim.set_down(true);
+/// breaker that opens for `open_ms` after 3 failures in a row, against the
+/// simulator in its outage profile (503 to everything for `outage`);
+/// returns once the breaker is open.
+async fn unavailable(answer: &str, open_ms: u64, outage: Duration) -> (failwell_sim::Simulator, Gateway) {
+    let sim = simulator(|c| (c.profile, c.outage) = (Profile::Outage, outage)).await;
     let breaker = format!(
         "breaker = {{ consecutive_failures = 3, failure_rate = 0, open_ms = {open_ms}, max_open_ms = {open_ms} }}"
     );
@@ -36,7 +38,7 @@ async fn unavailable(answer: &str, open_ms: u64) -> (failwell_sim::Simulator, Ga
 
 #[tokio::test]
 async fn reject_answers_503_at_once_and_records_nothing() {
-    let (sim, gw) = unavailable("reject", 60_000).await;
+    let (sim, gw) = unavailable("reject", 60_000, Duration::from_secs(600)).await;
     let calls = sim.effects().requests;
     let r = gw.charge("new-1", 1000).await;
     assert_eq!(r.headers()["retry-after"], "60", "the breaker's open period");
@@ -48,18 +50,18 @@ async fn reject_answers_503_at_once_and_records_nothing() {
     assert_eq!(gw.charge("trip-1", 1000).await.status(), 200);
     assert_eq!(sim.effects().requests, calls, "no provider call");
     // `degrade` has no cache to answer a write from: it rejects the same way.
-    let (_sim, degrade) = unavailable("degrade", 60_000).await;
+    let (_sim, degrade) = unavailable("degrade", 60_000, Duration::from_secs(600)).await;
     problem(degrade.charge("new-2", 1000).await, 503, "provider-unavailable").await;
 }
 
 #[tokio::test]
 async fn queue_accepts_with_202_and_delivers_after_recovery() {
-    let (sim, gw) = unavailable("queue", 1_000).await;
+    let (sim, gw) = unavailable("queue", 1_000, Duration::from_secs(3)).await;
     let r = gw.charge("queued-1", 1000).await;
     assert_eq!(r.status(), 202);
     assert_eq!(r.headers()["location"], "/v1/operations/queued-1");
-    // Back: the next probe finds it, and everything waiting is delivered.
-    sim.set_down(false);
+    // The outage ends: the next probe finds the provider back, and
+    // everything waiting is delivered.
     for key in ["trip-1", "trip-2", "trip-3", "queued-1"] {
         let op = gw.settled(key, SETTLE).await;
         assert_eq!(op["status"], "succeeded", "{op:#}");
