@@ -379,16 +379,18 @@ impl ProviderClient {
         self.through_policy(CallRequest::Read { path: path.to_owned(), query: query.to_owned() }).await
     }
 
-    /// Whether the provider is unavailable right now: its breaker open
-    /// (forced or not) or its bulkhead full. `Some(wait)` says when to try
-    /// again: the breaker's base open period (the next probe comes no
-    /// sooner), or a second for a full bulkhead. Reads state only; takes no
-    /// permit.
+    /// Whether the provider is unavailable right now: its breaker refusing
+    /// calls (open, forced open, or half-open with every probe slot taken)
+    /// or its bulkhead full. `Some(wait)` says when to try again: until the
+    /// breaker's next probe (a second when it gives none), or a second for a
+    /// full bulkhead. While the breaker is not closed this asks it for a
+    /// permit and gives the permit straight back, uncounted.
     pub fn unavailable(&self) -> Option<Duration> {
         if let Some(breaker) = &self.guards.breaker
-            && matches!(breaker.state(), BreakerState::Open | BreakerState::ForcedOpen)
+            && breaker.state() != BreakerState::Closed
+            && let Err(open) = breaker.try_acquire()
         {
-            return Some(self.spec().breaker.as_ref().map_or(Duration::from_secs(1), |b| b.open_for));
+            return Some(open.retry_in.unwrap_or(Duration::from_secs(1)));
         }
         let bulkhead = &self.guards.bulkhead;
         (bulkhead.in_flight() >= bulkhead.config().max_concurrent).then_some(Duration::from_secs(1))

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use failwell_policy::{AfterNotFound, NotFound, Outcome, after_not_found, derive_key};
+use failwell_policy::{AfterNotFound, NotFound, Outcome, Reconcile, after_not_found, derive_key};
 use failwell_store::{AttemptKind, AttemptRecord, Operation, Reconciled, Resolution, Store};
 use serde_json::Value;
 use tokio::task::JoinSet;
@@ -96,6 +96,18 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
     let Some(client) = providers.get(&op.provider) else {
         return later(format!("unknown provider {:?}", op.provider), Duration::from_secs(60), None);
     };
+    let declared = client.spec().operations.get(&op.operation).map(|o| o.manifest.reconcile);
+    // Declared never to be looked up: nothing is asked or recorded; the
+    // operation stays visibly unknown (checked again hourly, in case the
+    // configuration changes).
+    if declared == Some(Reconcile::None) {
+        let error = "the operation declares disagreement.reconcile = \"none\": not looked up; needs a human";
+        return Reconciled {
+            operation_id: op.id,
+            attempt: None,
+            resolution: Resolution::Later { retry_at_ms: now + 3_600_000, error: error.into() },
+        };
+    }
     let Some(reference) = op.reference.as_deref() else {
         return later("no reference to look up; needs a human".into(), Duration::from_secs(3600), None);
     };

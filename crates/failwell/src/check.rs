@@ -45,17 +45,25 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
     let url = spec.base_url.join(&op.path).map_or_else(|_| op.path.clone(), |u| u.to_string());
     let _ = writeln!(out, "{}.{name}: {} {url}", spec.name, op.method);
     let breaker = match &spec.breaker {
-        Some(b) => format!(
-            "breaker: opens for {} (growing to {}) on {}",
-            ms(b.open_for),
-            ms(b.max_open_for),
-            match (b.failure_rate, b.consecutive_failures) {
-                (Some(rate), _) =>
-                    format!("{:.0} % failures once {} calls were made", rate * 100.0, b.minimum_calls),
-                (None, Some(n)) => format!("{n} failures in a row"),
-                (None, None) => "slow calls".into(),
-            }
-        ),
+        Some(b) => {
+            format!("breaker: opens for {} (growing to {}) on {}", ms(b.open_for), ms(b.max_open_for), {
+                let mut rules = Vec::new();
+                if let Some(rate) = b.failure_rate {
+                    rules.push(format!(
+                        "{:.0} % failures once {} calls were made",
+                        rate * 100.0,
+                        b.minimum_calls
+                    ));
+                }
+                if let Some(n) = b.consecutive_failures {
+                    rules.push(format!("{n} failures in a row"));
+                }
+                if let (Some(rate), Some(slow)) = (b.slow_call_rate, b.slow_call_duration) {
+                    rules.push(format!("{:.0} % of calls slower than {}", rate * 100.0, ms(slow)));
+                }
+                rules.join(" or ")
+            })
+        }
         None => "no breaker".into(),
     };
     let unavailable = match (m.on_unavailable, op.max_stale) {
@@ -76,8 +84,12 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
         spec.bulkhead.max_concurrent
     );
     let _ = writeln!(out, "  2. a duplicate costs  {}", m.duplicate_severity.as_str());
+    let read = op.method == reqwest::Method::GET;
     let found = match (m.reconcile, &spec.lookup) {
-        (Reconcile::None, _) | (_, None) => "never: disagreement goes unnoticed".to_owned(),
+        _ if read => "not applicable: a read changes nothing at the provider".to_owned(),
+        (Reconcile::None, _) | (_, None) => {
+            "none: an ambiguous outcome stays unknown for a human, never looked up".to_owned()
+        }
         (how, Some(lookup)) => format!(
             "{}: GET {}?{}=REFERENCE, first {} after an ambiguous outcome",
             how.as_str(),
@@ -93,6 +105,7 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
     line(out, "3. disagreement", format!("{found}; scheduled comparison: {schedule}"));
     let attempts = op.retry.max_attempts();
     let retries = match m.retry_owner {
+        _ if read => "none: one call per request, answered at once (GET /v1/read)".to_owned(),
         RetryOwner::Failwell if attempts > 1 => {
             let waits: Vec<String> =
                 (0..(attempts - 1).min(4)).map(|n| ms(op.retry.backoff().ceiling(n))).collect();
@@ -110,14 +123,17 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
         owner => format!("{}: failwell makes one attempt", owner.as_str()),
     };
     line(out, "4. retries", retries);
+    let looked_up = m.reconcile != Reconcile::None && spec.lookup.is_some();
     let key = match (&spec.idempotency.header, op.send_key) {
+        _ if read => "none: a read is not an effect".to_owned(),
         (Some(header), true) => {
             format!("{header}, honoured {} after first use", ms(spec.idempotency.key_ttl))
         }
         _ if op.idempotency.header.is_some() => {
-            "none sent; harmless, so ambiguous outcomes are retried".into()
+            "none sent; harmless, so ambiguous outcomes are retried (a duplicate is accepted)".into()
         }
-        _ => "none: an ambiguous outcome is looked up, never blindly retried".into(),
+        _ if looked_up => "none: an ambiguous outcome is looked up, never blindly retried".into(),
+        _ => "none: an ambiguous outcome is never retried; it stays unknown for a human".into(),
     };
     line(out, "   idempotency", key);
     let t = &spec.timeouts;
@@ -133,14 +149,16 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
         ),
     );
     let held = spec.bulkhead.max_concurrent;
+    let calls = if held == 1 { "call" } else { "calls" };
     let per_second = held as f64 / t.total.as_secs_f64().max(0.001);
     line(
         out,
         "   worst case",
         format!(
-            "a hanging provider holds {held} calls for {} each: at most {per_second:.0} calls/s reach it, the \
-             rest wait or are deferred; failwell's relay runs {workers} calls at once across providers",
-            ms(t.total)
+            "a hanging provider holds {held} {calls} for {} each: at most {} calls/s reach it, the rest wait \
+             or are deferred; failwell's relay runs {workers} calls at once across providers",
+            ms(t.total),
+            if per_second >= 10.0 { format!("{per_second:.0}") } else { format!("{per_second:.2}") }
         ),
     );
 }

@@ -9,6 +9,7 @@
 //! stale (`"stale": true`, an `Age` header in seconds and `Warning: 110 -
 //! "Response is Stale"` as in RFC 7234 §5.5.1); otherwise, and for
 //! `reject`, the answer is 503 `provider-unavailable` with `Retry-After`.
+//! The last-known-good answers live in memory: a restart forgets them.
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};

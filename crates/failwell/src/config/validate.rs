@@ -291,6 +291,12 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
     let mut operations = BTreeMap::new();
     for (op_name, o) in p.operations {
         let okey = |k: &str| key(&format!("operations.{op_name}.{k}"));
+        if o.method != o.method.to_ascii_uppercase() {
+            return Err(c.invalid(
+                okey("method"),
+                format!("{:?}: HTTP methods are upper case, e.g. \"GET\"", o.method),
+            ));
+        }
         let method = o
             .method
             .parse::<reqwest::Method>()

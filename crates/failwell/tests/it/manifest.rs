@@ -165,3 +165,24 @@ async fn degrade_serves_a_stale_answer_marked_stale_then_rejects_past_its_age() 
         .unwrap();
     problem(queued, 422, "read-operation").await;
 }
+
+#[tokio::test]
+async fn reconcile_none_leaves_an_unknown_outcome_to_a_human() {
+    let sim = simulator(|_| {}).await;
+    let tail = "duplicate_severity = \"message\"\ndisagreement = { reconcile = \"none\" }\n";
+    let gw = Gateway::start_with(&sim.base_url(), "max_attempts = 1", tail).await;
+    sim.script("n1", vec![failwell_sim::Fault::ResetAfterCommit]);
+    assert_eq!(gw.charge("n1", 1000).await.status(), 201);
+    let deadline = Instant::now() + SETTLE;
+    let op = loop {
+        let op = gw.operation("n1").await;
+        if op["last_error"].as_str().is_some_and(|e| e.contains("reconcile = \"none\"")) {
+            break op;
+        }
+        assert!(Instant::now() < deadline, "{op:#}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    assert_eq!(op["status"], "unknown");
+    let lookups = op["history"].as_array().unwrap().iter().filter(|a| a["kind"] == "lookup").count();
+    assert_eq!(lookups, 0, "never looked up: {op:#}");
+}
