@@ -45,6 +45,9 @@ pub struct AppState<S> {
     pub forward: Arc<tokio::sync::Notify>,
     /// The last-known-good answers of read operations.
     pub reads: crate::read::ReadCache,
+    /// Renders the process's metrics (`None`: another recorder was
+    /// installed first, e.g. by an embedding application).
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// The group commit that stores webhook events.
     pub ingest: crate::inbox::Ingest,
 }
@@ -74,6 +77,7 @@ pub fn router<S: Store>(
         .route("/v1/operations", post(submit::<S>))
         .route("/v1/operations/{key}", get(show::<S>))
         .route("/v1/providers", get(providers::<S>))
+        .route("/metrics", get(prometheus::<S>))
         .route("/v1/events", get(crate::inbox::feed::<S>))
         .route("/v1/read/{provider}/{operation}", get(crate::read::read::<S>))
         .route("/v1/events/{integration}/{event_id}", get(crate::inbox::event::<S>))
@@ -384,6 +388,19 @@ async fn show<S: Store>(
     body["history"] = serde_json::to_value(history).unwrap_or(Value::Null);
     body["events"] = serde_json::to_value(events).unwrap_or(Value::Null);
     Ok(Json(body).into_response())
+}
+
+/// `GET /metrics`: every counter and gauge failwell records, in the
+/// Prometheus text exposition format (version 0.0.4).
+async fn prometheus<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
+    let Some(handle) = &state.metrics else {
+        return Err(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "metrics-unavailable",
+            "Another metrics recorder was installed in this process first.",
+        ));
+    };
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render()).into_response())
 }
 
 /// `GET /v1/providers`: each provider's breaker, bulkhead and retry budget.

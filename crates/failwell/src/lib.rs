@@ -40,6 +40,18 @@ pub enum StartError {
     Limits(#[source] failwell_policy::BulkheadConfigError),
 }
 
+/// Installs the Prometheus recorder for this process's metrics; `None` (and
+/// a warning) when a recorder is already installed.
+fn prometheus() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
+    match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
+        Ok(handle) => Some(handle),
+        Err(e) => {
+            tracing::warn!(error = %e, "GET /metrics is unavailable: a metrics recorder was already installed");
+            None
+        }
+    }
+}
+
 /// A running failwell: store, relay, reconciler and HTTP API.
 #[derive(Debug)]
 pub struct Server {
@@ -72,6 +84,7 @@ impl Server {
             webhooks: config.webhooks,
             forward: engine.forward_waker(),
             reads: Default::default(),
+            metrics: prometheus(),
             ingest: inbox::Ingest::start(store.clone()),
         });
         let bulkhead = Bulkhead::new("api", config.api.bulkhead).map_err(StartError::Limits)?;

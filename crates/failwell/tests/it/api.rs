@@ -205,6 +205,7 @@ async fn api_with(
         webhooks: std::sync::Arc::default(),
         forward: std::sync::Arc::default(),
         reads: Default::default(),
+        metrics: None,
     });
     (dir, failwell::api::router(state, 65_536, bulkhead, timeout))
 }

@@ -151,6 +151,17 @@ async fn an_event_is_forwarded_re_signed_under_its_own_id_until_the_app_takes_it
     );
     // Not one of our operations: recorded as such, nothing else happens.
     assert_eq!(steps(&record, "ledger")[0]["effect"], "no_operation");
+    // And counted, for Prometheus.
+    let r = gw.http.get(format!("{}/metrics", gw.base)).send().await.unwrap();
+    assert_eq!(r.headers()["content-type"], "text/plain; version=0.0.4");
+    let metrics = r.text().await.unwrap();
+    for line in [
+        "failwell_webhook_received_total{integration=\"sim\",result=\"new\"} 1",
+        "failwell_forwards_total{integration=\"sim\",result=\"retry\"} 2",
+        "failwell_forwards_total{integration=\"sim\",result=\"delivered\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} not in:\n{metrics}");
+    }
 }
 
 #[tokio::test]
