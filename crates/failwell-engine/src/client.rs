@@ -32,9 +32,9 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use failwell_policy::{
-    BreakerConfig, BreakerConfigError, BreakerState, Bulkhead, BulkheadConfigError, CallOutcome,
-    CircuitBreaker, Classification, Classifier, Classify, InProcess, Observed, Policy, PolicyError,
-    PolicyService, Rejected, RetryBudget, RetryBudgetConfigError, TransportFailure, parse_retry_after,
+    BreakerConfig, BreakerConfigError, Bulkhead, BulkheadConfigError, CallOutcome, CircuitBreaker,
+    Classification, Classifier, Classify, InProcess, Observed, Policy, PolicyError, PolicyService, Rejected,
+    RetryBudget, RetryBudgetConfigError, TransportFailure, parse_retry_after,
 };
 use failwell_store::Operation;
 use rand::Rng;
@@ -381,19 +381,21 @@ impl ProviderClient {
 
     /// Whether the provider is unavailable right now: its breaker refusing
     /// calls (open, forced open, or half-open with every probe slot taken)
-    /// or its bulkhead full. `Some(wait)` says when to try again: until the
-    /// breaker's next probe (a second when it gives none), or a second for a
-    /// full bulkhead. While the breaker is not closed this asks it for a
-    /// permit and gives the permit straight back, uncounted.
+    /// or its bulkhead unable to take even a waiting call (every permit
+    /// held and every waiting place taken). `Some(wait)` says when to try
+    /// again: until the breaker's next probe (a second when it gives none),
+    /// or a second for a full bulkhead. Only reads state: takes no permit,
+    /// changes and counts nothing ([`CircuitBreaker::peek`]).
     pub fn unavailable(&self) -> Option<Duration> {
         if let Some(breaker) = &self.guards.breaker
-            && breaker.state() != BreakerState::Closed
-            && let Err(open) = breaker.try_acquire()
+            && let Some(retry_in) = breaker.peek()
         {
-            return Some(open.retry_in.unwrap_or(Duration::from_secs(1)));
+            return Some(retry_in.unwrap_or(Duration::from_secs(1)));
         }
         let bulkhead = &self.guards.bulkhead;
-        (bulkhead.in_flight() >= bulkhead.config().max_concurrent).then_some(Duration::from_secs(1))
+        let config = bulkhead.config();
+        (bulkhead.in_flight() >= config.max_concurrent && bulkhead.waiting() >= config.max_waiting)
+            .then_some(Duration::from_secs(1))
     }
 
     /// How long a call or lookup the policy did not let out (open breaker,

@@ -416,6 +416,14 @@ pub trait BreakerStore: Send + Sync + 'static {
     fn subscribe(&self) -> broadcast::Receiver<StateChange>;
     /// The probe timeout, for callers that bound probes themselves.
     fn probe_timeout(&self) -> Duration;
+    /// Whether a call made now would be refused, without taking a permit,
+    /// changing state or counting anything: `None` when it would be let
+    /// through, `Some(retry_in)` when refused (`retry_in` as in
+    /// [`BreakerOpen`]). The default reads [`state`](Self::state) only:
+    /// open and forced open refuse.
+    fn peek(&self) -> Option<Option<Duration>> {
+        matches!(self.state(), BreakerState::Open | BreakerState::ForcedOpen).then_some(None)
+    }
 }
 
 /// A circuit breaker over a [`BreakerStore`]; cheap to clone (clones share
@@ -467,6 +475,12 @@ impl<S: BreakerStore> CircuitBreaker<S> {
     /// The current state.
     pub fn state(&self) -> BreakerState {
         self.store.state()
+    }
+
+    /// Whether a call made now would be refused, with no side effect (see
+    /// [`BreakerStore::peek`]).
+    pub fn peek(&self) -> Option<Option<Duration>> {
+        self.store.peek()
     }
 
     /// Asks to make one call; the [`Permit`] records its outcome. Dropping
@@ -901,6 +915,22 @@ impl BreakerStore for InProcess {
     }
 
     #[inline]
+    fn peek(&self) -> Option<Option<Duration>> {
+        let word = self.word.load(Ordering::Acquire);
+        let now = self.clock.now();
+        match state_of(word) {
+            BreakerState::Closed | BreakerState::ForcedClosed => None,
+            BreakerState::ForcedOpen => Some(None),
+            BreakerState::Open => {
+                let until = self.open_until.load(Ordering::Acquire);
+                (now < until).then(|| Some(Duration::from_nanos(until - now)))
+            }
+            BreakerState::HalfOpen => (taken_of(word) >= self.config.half_open_probes
+                && now < self.probe_deadline.load(Ordering::Acquire))
+            .then_some(None),
+        }
+    }
+
     fn try_acquire(&self) -> Result<Ticket, BreakerOpen> {
         let word = self.word.load(Ordering::Acquire);
         match state_of(word) {

@@ -122,6 +122,11 @@ impl Bulkhead {
         self.inner.in_flight.load(Ordering::Relaxed)
     }
 
+    /// Calls waiting for a permit now.
+    pub fn waiting(&self) -> usize {
+        self.inner.waiting.load(Ordering::Relaxed)
+    }
+
     /// Takes a permit if one is free, without waiting.
     #[inline]
     pub fn try_acquire(&self) -> Option<BulkheadPermit> {

@@ -40,16 +40,23 @@ pub enum StartError {
     Limits(#[source] failwell_policy::BulkheadConfigError),
 }
 
-/// Installs the Prometheus recorder for this process's metrics; `None` (and
-/// a warning) when a recorder is already installed.
-fn prometheus() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
-    match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
-        Ok(handle) => Some(handle),
-        Err(e) => {
-            tracing::warn!(error = %e, "GET /metrics is unavailable: a metrics recorder was already installed");
-            None
-        }
-    }
+/// The process's Prometheus recorder, installed on the first call; `None`
+/// (and a warning) when another recorder was installed first. Call it
+/// before loading a configuration: metric handles created before a recorder
+/// exists (the providers' breaker, bulkhead and budget counters are created
+/// with their clients) never report.
+pub fn prometheus() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
+    static HANDLE: std::sync::OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> =
+        std::sync::OnceLock::new();
+    HANDLE
+        .get_or_init(|| match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                tracing::warn!(error = %e, "GET /metrics is unavailable: a metrics recorder was already installed");
+                None
+            }
+        })
+        .clone()
 }
 
 /// A running failwell: store, relay, reconciler and HTTP API.

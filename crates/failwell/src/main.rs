@@ -119,6 +119,8 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // Before any configuration is loaded: see `failwell::prometheus`.
+    failwell::prometheus();
     match cli.command {
         Command::Check { config } => {
             let config = failwell::config::load(config.as_deref())?;

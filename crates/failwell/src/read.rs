@@ -19,7 +19,7 @@ use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use failwell_policy::OnUnavailable;
+use failwell_policy::{Classification, OnUnavailable};
 use failwell_store::Store;
 use lru::LruCache;
 use serde_json::{Value, json};
@@ -32,7 +32,10 @@ const CACHED_READS: usize = 10_000;
 /// The last-known-good answer of each read, by provider, operation and
 /// query (in memory, per process).
 #[derive(Debug)]
-pub struct ReadCache(Mutex<LruCache<String, Good>>);
+pub struct ReadCache(Mutex<LruCache<ReadKey, Good>>);
+
+/// A read: provider, operation and query string, as asked.
+type ReadKey = (String, String, String);
 
 impl Default for ReadCache {
     fn default() -> Self {
@@ -50,11 +53,11 @@ struct Good {
 }
 
 impl ReadCache {
-    fn put(&self, key: String, good: Good) {
+    fn put(&self, key: ReadKey, good: Good) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).put(key, good);
     }
 
-    fn get(&self, key: &str) -> Option<Good> {
+    fn get(&self, key: &ReadKey) -> Option<Good> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
     }
 }
@@ -87,7 +90,7 @@ pub(crate) async fn read<S: Store>(
         ));
     }
     let query = query.unwrap_or_default();
-    let key = format!("{provider}/{operation}?{query}");
+    let key = (provider.clone(), operation.clone(), query.clone());
     let wait = match client.unavailable() {
         Some(wait) => wait,
         None => match client.read(&spec.path, &query).await {
@@ -99,11 +102,20 @@ pub(crate) async fn read<S: Store>(
                         at: Instant::now(),
                         at_ms: failwell_engine::now_ms(),
                     };
-                    state.reads.put(key, good.clone());
+                    // Kept only where it may be served stale.
+                    if spec.max_stale.is_some() {
+                        state.reads.put(key, good.clone());
+                    }
                     return Ok(answer(&good, false));
                 }
                 // The provider answered for itself (e.g. 404): pass it on.
-                Ok(reply) if reply.status < 500 && !matches!(reply.status, 408 | 429) => {
+                Ok(reply)
+                    if client
+                        .spec()
+                        .classifier
+                        .classify(result.observed(&client.spec().error_code_pointer))
+                        == Classification::Permanent =>
+                {
                     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::BAD_GATEWAY);
                     let body = json!({"stale": false, "status": reply.status, "response": reply.body});
                     return Ok((status, Json(body)).into_response());

@@ -292,3 +292,18 @@ async fn a_stale_success_does_not_end_a_run_of_failures() {
     fail(&b);
     assert_eq!(b.state(), BreakerState::Open, "the success was admitted before the reset");
 }
+
+#[tokio::test(start_paused = true)]
+async fn peek_says_whether_a_call_would_be_refused_and_changes_nothing() {
+    let b = CircuitBreaker::new("peek", config()).unwrap();
+    assert_eq!(b.peek(), None);
+    (0..3).for_each(|_| fail(&b));
+    assert_eq!(b.peek(), Some(Some(Duration::from_secs(1))));
+    tokio::time::advance(Duration::from_millis(1_001)).await;
+    assert_eq!(b.peek(), None, "the open period is over: a probe would go out");
+    assert_eq!(b.state(), BreakerState::Open, "but peeking did not start the half-open period");
+    let probe = b.try_acquire().unwrap();
+    assert_eq!(b.peek(), Some(None), "every probe slot is taken");
+    probe.record(CallOutcome::Success);
+    assert_eq!((b.peek(), b.state()), (None, BreakerState::Closed));
+}

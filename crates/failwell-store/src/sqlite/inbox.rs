@@ -330,6 +330,7 @@ struct LedgerRow {
     settled: bool,
     conflict: bool,
     provider_ref: Option<String>,
+    dead: bool,
 }
 
 /// Applies the new events' reports, in arrival order, to the operations
@@ -347,8 +348,9 @@ async fn apply_reports(
     }
     let keys: Vec<Value> = reports.iter().map(|(_, r)| json!([r.provider, r.reference])).collect();
     let rows = sqlx::query(
-        "SELECT o.id, o.provider, o.reference, o.status, o.event_version FROM json_each(?1) k \
-         JOIN operations o ON o.provider = k.value ->> 0 AND o.reference = k.value ->> 1",
+        "SELECT o.id, o.provider, o.reference, o.status, o.event_version, \
+         EXISTS (SELECT 1 FROM outbox x WHERE x.operation_id = o.id AND x.state = 'dead') AS dead \
+         FROM json_each(?1) k JOIN operations o ON o.provider = k.value ->> 0 AND o.reference = k.value ->> 1",
     )
     .bind(Value::Array(keys).to_string())
     .fetch_all(&mut *conn)
@@ -367,6 +369,7 @@ async fn apply_reports(
             settled: false,
             conflict: false,
             provider_ref: None,
+            dead: r.get("dead"),
         };
         ledger.insert((r.get("provider"), r.get("reference")), row);
     }
@@ -377,10 +380,12 @@ async fn apply_reports(
             steps.push((*seq, EventStep { effect: Some(LedgerEffect::NoOperation), ..step }));
             continue;
         };
+        // A dead letter's `failed` is failwell giving up, not the provider's
+        // answer: the operation is as open as an unknown one.
         let before = match row.status {
             OperationStatus::Succeeded => Some(Outcome::Succeeded),
-            OperationStatus::Failed => Some(Outcome::Failed),
-            OperationStatus::Pending | OperationStatus::Unknown => None,
+            OperationStatus::Failed if !row.dead => Some(Outcome::Failed),
+            OperationStatus::Failed | OperationStatus::Pending | OperationStatus::Unknown => None,
         };
         let effect =
             apply_event(Ledger { settled: before, version: row.version }, report.reported, report.version);
@@ -411,6 +416,7 @@ async fn apply_reports(
             // unknown, and a status lookup decides.
             EventEffect::Conflict => {
                 (row.status, row.changed, row.conflict) = (OperationStatus::Unknown, true, true);
+                row.version = Some(report.version);
                 LedgerEffect::Conflict
             }
         };

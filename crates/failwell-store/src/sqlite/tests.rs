@@ -533,6 +533,17 @@ async fn an_event_contradicting_our_own_answer_is_a_conflict_and_dead_letters_st
         .unwrap();
     let op = s.operation("dead").await.unwrap().unwrap();
     assert_eq!((op.status, op.dead_letter), (OperationStatus::Succeeded, false));
+    // A dead letter's `failed` is failwell giving up, not the provider: a
+    // first event saying succeeded resolves it (no conflict).
+    s.submit(new_op("gave-up", 1000), 6).await.unwrap();
+    let c = s.claim(7, 1, 60_000).await.unwrap().remove(0);
+    let dead = Transition::DeadLetter { error: "503 x 5".into() };
+    s.complete(vec![finish(&c, dead)], 8).await.unwrap();
+    let event = reported("evt_g", "ref-gave-up", Reported::Settled(Outcome::Succeeded), 1);
+    s.receive(vec![event], 9).await.unwrap();
+    assert_eq!(effects(&s, "evt_g").await, vec![Some(LedgerEffect::Resolved)]);
+    let op = s.operation("gave-up").await.unwrap().unwrap();
+    assert_eq!((op.status, op.dead_letter), (OperationStatus::Succeeded, false));
 }
 
 #[tokio::test]
@@ -593,5 +604,23 @@ async fn a_late_answer_keeps_its_provider_id_or_is_a_conflict() {
     );
     let other = s.operation("other").await.unwrap().unwrap();
     assert_eq!(other.status, OperationStatus::Unknown, "charged or not: a status lookup decides");
+    // Events that ordered the outcomes (succeeded, then returned) are newer
+    // than a late succeeded answer: no conflict.
+    s.submit(new_op("returned", 1000), 4).await.unwrap();
+    let c = s.claim(5, 1, 60_000).await.unwrap().remove(0);
+    let events = vec![
+        reported("evt_r1", "ref-returned", Reported::Settled(Outcome::Succeeded), 1),
+        reported("evt_r2", "ref-returned", Reported::Settled(Outcome::Failed), 2),
+    ];
+    s.receive(events, 6).await.unwrap();
+    let late = Completion {
+        outbox_id: c.outbox_id,
+        operation_id: c.operation.id,
+        lease_token: c.lease_token,
+        attempt: Some(record(Outcome::Succeeded)),
+        transition: Transition::Succeeded { provider_ref: None, response: None },
+    };
+    assert_eq!(s.complete(vec![late], 7).await.unwrap(), vec![Recorded::SettledElsewhere]);
+    assert_eq!(s.operation("returned").await.unwrap().unwrap().status, OperationStatus::Failed);
     assert!(other.last_error.unwrap().starts_with("conflict: the provider answered our call succeeded"));
 }

@@ -156,6 +156,18 @@ async fn late_answer(
         .context("keeping a late answer's provider id")?;
         return Ok(Recorded::SettledElsewhere);
     }
+    // Events that already confirmed or changed a settled state were sent
+    // after the effect our call answered for: they order it, no conflict.
+    let ordered: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM inbox_steps WHERE operation_id = ?1 AND effect IN ('changed', 'confirmed'))",
+    )
+    .bind(c.operation_id)
+    .fetch_one(&mut *conn)
+    .await
+    .context("reading an operation's events")?;
+    if ordered {
+        return Ok(Recorded::SettledElsewhere);
+    }
     let error = format!(
         "conflict: the provider answered our call {} after an event said {settled}; looking it up",
         answer.as_str()

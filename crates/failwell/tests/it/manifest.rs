@@ -49,6 +49,10 @@ async fn reject_answers_503_at_once_and_records_nothing() {
     // An operation recorded before is still answered as a replay.
     assert_eq!(gw.charge("trip-1", 1000).await.status(), 200);
     assert_eq!(sim.effects().requests, calls, "no provider call");
+    // The breaker's own counters reach /metrics (created before the server).
+    let metrics = gw.http.get(format!("{}/metrics", gw.base)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("failwell_breaker_transitions_total"), "{metrics}");
+    assert!(metrics.contains("failwell_breaker_rejected_total{breaker=\"payments\"}"), "{metrics}");
     // `degrade` has no cache to answer a write from: it rejects the same way.
     let (_sim, degrade) = unavailable("degrade", 60_000, Duration::from_secs(600)).await;
     problem(degrade.charge("new-2", 1000).await, 503, "provider-unavailable").await;
