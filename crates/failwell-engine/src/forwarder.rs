@@ -155,7 +155,7 @@ fn signed_headers(
 
 /// The event id is an idempotency key the application honours for good.
 fn keyed() -> IdempotencyPolicy {
-    IdempotencyPolicy { header: Some("webhook-id".into()), key_ttl: Duration::MAX }
+    IdempotencyPolicy::always_safe("webhook-id")
 }
 
 /// One delivery attempt of `forward` and what follows it: admitted by

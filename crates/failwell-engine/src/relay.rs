@@ -112,7 +112,8 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
         age: since(op.created_at_ms),
         key_age: since(op.key_first_sent_at_ms.unwrap_or(now)),
     };
-    let budget = match admit(&operation.retry, &operation.idempotency, due) {
+    let (retry_policy, idempotency) = spec.policies_of(&op.operation);
+    let budget = match admit(retry_policy, idempotency, due) {
         Admission::Send { budget } => budget,
         Admission::Unknown { kind, reason } => {
             let record = unsent(

@@ -36,6 +36,15 @@ pub struct IdempotencyPolicy {
 }
 
 impl IdempotencyPolicy {
+    /// A policy under which a retry is always safe, for the retry decisions
+    /// only: a key the receiver honours for good (`header`, e.g. a Standard
+    /// Webhooks `webhook-id` the application deduplicates by), or an
+    /// operation whose duplicates are harmless (`header` names why). The
+    /// header is not sent because of this policy.
+    pub fn always_safe(header: &str) -> Self {
+        Self { header: Some(header.to_owned()), key_ttl: Duration::MAX }
+    }
+
     /// Whether a retry sent `delay` from now, under a key first used `key_age`
     /// ago, still reaches the provider while it honours the key. A safety
     /// margin of a tenth of the TTL (at most one hour) covers clock skew

@@ -116,9 +116,7 @@ async fn overloaded(error: PolicyError<Infallible>) -> Response {
         ),
         PolicyError::Inner(never) => match never {},
     };
-    let mut response = Problem::new(StatusCode::SERVICE_UNAVAILABLE, slug, detail).into_response();
-    response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-    response
+    Problem::new(StatusCode::SERVICE_UNAVAILABLE, slug, detail).with_retry_after(1)
 }
 
 /// An RFC 9457 problem response.
@@ -132,6 +130,21 @@ pub struct Problem {
 impl Problem {
     pub(crate) fn new(status: StatusCode, slug: &'static str, detail: impl Into<String>) -> Self {
         Self { status, slug, detail: detail.into() }
+    }
+
+    /// 503 `provider-unavailable` with `Retry-After: secs`; `detail` gets
+    /// the whole seconds to wait (at least 1, rounded up from `wait`).
+    pub(crate) fn provider_unavailable(wait: Duration, detail: impl FnOnce(u64) -> String) -> Response {
+        let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+        let problem = Self::new(StatusCode::SERVICE_UNAVAILABLE, "provider-unavailable", detail(secs));
+        problem.with_retry_after(secs)
+    }
+
+    /// The problem's response with a `Retry-After` of `secs` seconds.
+    pub(crate) fn with_retry_after(self, secs: u64) -> Response {
+        let mut response = self.into_response();
+        response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+        response
     }
 }
 
@@ -291,21 +304,15 @@ async fn submit<S: Store>(
         && spec.manifest.on_unavailable != OnUnavailable::Queue
         && state.store.operation(&key).await?.is_none()
     {
-        let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-        let mut response = Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "provider-unavailable",
+        return Ok(Problem::provider_unavailable(wait, |secs| {
             format!(
                 "Provider {:?} is unavailable (its circuit breaker is open or its bulkhead full) and operation {:?} \
                  is declared on_unavailable = {:?}: nothing was recorded; try again in {secs} s.",
                 body.provider,
                 body.operation,
                 spec.manifest.on_unavailable.as_str()
-            ),
-        )
-        .into_response();
-        response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
-        return Ok(response);
+            )
+        }));
     }
     let op = NewOperation {
         idempotency_key: key,

@@ -11,7 +11,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use failwell_engine::{OperationSpec, ProviderSpec};
-use failwell_policy::{OnUnavailable, Reconcile, RetryOwner};
+use failwell_policy::{OnUnavailable, Reconcile, RetryOwner, Severity};
 
 use crate::config::Config;
 
@@ -129,7 +129,7 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
         (Some(header), true) => {
             format!("{header}, honoured {} after first use", ms(spec.idempotency.key_ttl))
         }
-        _ if op.idempotency.header.is_some() => {
+        _ if m.duplicate_severity == Severity::Harmless => {
             "none sent; harmless, so ambiguous outcomes are retried (a duplicate is accepted)".into()
         }
         _ if looked_up => "none: an ambiguous outcome is looked up, never blindly retried".into(),

@@ -133,20 +133,14 @@ pub(crate) async fn read<S: Store>(
     if let Some(good) = stale {
         return Ok(answer(&good, true));
     }
-    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-    let mut response = Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "provider-unavailable",
+    Ok(Problem::provider_unavailable(wait, |secs| {
         format!(
             "Provider {provider:?} is unavailable and {provider}.{operation} is declared on_unavailable = {:?}{}; \
              try again in {secs} s.",
             spec.manifest.on_unavailable.as_str(),
             if spec.max_stale.is_some() { " with no answer young enough to serve stale" } else { "" }
-        ),
-    )
-    .into_response();
-    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    Ok(response)
+        )
+    }))
 }
 
 /// A read's answer: fresh, or stale with its age.

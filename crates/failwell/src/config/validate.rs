@@ -335,7 +335,7 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
             (_, _, None) => None,
         };
         let op_idempotency = if effective.retry_ambiguous {
-            IdempotencyPolicy { header: Some("none".into()), key_ttl: std::time::Duration::MAX }
+            IdempotencyPolicy::always_safe("none: duplicates are harmless")
         } else if effective.send_key {
             idempotency.clone()
         } else {
