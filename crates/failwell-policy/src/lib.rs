@@ -54,7 +54,7 @@ pub use layer::{
 };
 pub use ledger::{EventEffect, Ledger, Reported, apply_event};
 pub use manifest::{
-    Effective, KeyUse, Manifest, Offers, OnUnavailable, Reconcile, Refusal, RetryOwner, Severity,
+    Answer, Effective, KeyUse, Manifest, Offers, OnUnavailable, Reconcile, Refusal, RetryOwner, Severity,
 };
 pub use outcome::Outcome;
 pub use retry_after::parse_retry_after;

@@ -239,60 +239,38 @@ impl Manifest {
     }
 }
 
-impl OnUnavailable {
-    /// The configuration spelling.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Reject => "reject",
-            Self::Queue => "queue",
-            Self::Degrade => "degrade",
-        }
+/// One of the manifest's answers: its configuration spellings.
+pub trait Answer: Copy + 'static {
+    /// Every answer, in the order the documentation lists them.
+    const ALL: &'static [Self];
+    /// The configuration spelling, e.g. `"list_by_reference"`.
+    fn as_str(&self) -> &'static str;
+    /// The answer spelled `name`, if any.
+    fn parse(name: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|a| a.as_str() == name)
     }
 }
 
-impl Severity {
-    /// The configuration spelling.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Money => "money",
-            Self::Goods => "goods",
-            Self::Message => "message",
-            Self::Harmless => "harmless",
+/// Implements [`Answer`] from the variants and their spellings.
+macro_rules! answers {
+    ($($ty:ident { $($variant:ident => $name:literal),+ $(,)? })+) => {$(
+        impl Answer for $ty {
+            const ALL: &'static [Self] = &[$(Self::$variant),+];
+            fn as_str(&self) -> &'static str {
+                match self {
+                    $(Self::$variant => $name),+
+                }
+            }
         }
-    }
+    )+};
 }
 
-impl Reconcile {
-    /// The configuration spelling.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::StatusLookup => "status_lookup",
-            Self::ListByReference => "list_by_reference",
-            Self::None => "none",
-        }
-    }
-}
-
-impl RetryOwner {
-    /// The configuration spelling.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Failwell => "failwell",
-            Self::Provider => "provider",
-            Self::Queue => "queue",
-            Self::Human => "human",
-        }
-    }
-}
-
-impl KeyUse {
-    /// The configuration spelling.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::KeyHeader => "key_header",
-            Self::None => "none",
-        }
-    }
+answers! {
+    OnUnavailable { Reject => "reject", Queue => "queue", Degrade => "degrade" }
+    Severity { Money => "money", Goods => "goods", Message => "message", Harmless => "harmless" }
+    Reconcile { StatusLookup => "status_lookup", ListByReference => "list_by_reference", None => "none" }
+    RetryOwner { Failwell => "failwell", Provider => "provider", Queue => "queue", Human => "human" }
+    KeyUse { KeyHeader => "key_header", None => "none" }
 }
 
 #[cfg(test)]

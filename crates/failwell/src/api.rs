@@ -19,7 +19,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use failwell_engine::Providers;
 use failwell_policy::layer::{BulkheadLayer, DeadlineLayer, TimeoutLayer};
-use failwell_policy::{Bulkhead, OnUnavailable, PolicyError, Rejected};
+use failwell_policy::{Answer, Bulkhead, OnUnavailable, PolicyError, Rejected};
 use failwell_store::{NewOperation, Operation, Store, StoreError, Submitted};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Serialize};

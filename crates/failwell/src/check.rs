@@ -11,7 +11,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use failwell_engine::{OperationSpec, ProviderSpec};
-use failwell_policy::{OnUnavailable, Reconcile, RetryOwner, Severity};
+use failwell_policy::{Answer, OnUnavailable, Reconcile, RetryOwner, Severity};
 
 use crate::config::Config;
 
@@ -78,12 +78,9 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
         }
         (OnUnavailable::Degrade, None) => "degrade: a write has no cached answer, so 503 at once".to_owned(),
     };
-    let _ = writeln!(
-        out,
-        "  1. when unavailable   {unavailable} ({breaker}; bulkhead: {} calls)",
-        spec.bulkhead.max_concurrent
-    );
-    let _ = writeln!(out, "  2. a duplicate costs  {}", m.duplicate_severity.as_str());
+    let bulkhead = spec.bulkhead.max_concurrent;
+    line(out, "1. when unavailable", format!("{unavailable} ({breaker}; bulkhead: {bulkhead} calls)"));
+    line(out, "2. a duplicate costs", m.duplicate_severity.as_str().to_owned());
     let read = op.method == reqwest::Method::GET;
     let found = match (m.reconcile, &spec.lookup) {
         _ if read => "not applicable: a read changes nothing at the provider".to_owned(),

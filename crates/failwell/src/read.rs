@@ -19,7 +19,7 @@ use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use failwell_policy::{Classification, OnUnavailable};
+use failwell_policy::{Answer, Classification, OnUnavailable};
 use failwell_store::Store;
 use lru::LruCache;
 use serde_json::{Value, json};

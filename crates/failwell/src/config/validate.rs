@@ -9,9 +9,8 @@ use failwell_engine::{
     Providers, ReconcilerConfig, RelayConfig,
 };
 use failwell_policy::{
-    Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, KeyUse, Manifest, Offers,
-    OnUnavailable, Reconcile, RetryBudgetConfig, RetryOwner, RetryPolicy, Severity, SlidingWindow, Timeouts,
-    TimeoutsError,
+    Answer, Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, Manifest, Offers,
+    OnUnavailable, RetryBudgetConfig, RetryPolicy, SlidingWindow, Timeouts, TimeoutsError,
 };
 use failwell_store::Synchronous;
 
@@ -112,76 +111,37 @@ fn manifest(
     o: &RawOperation,
     offers: Offers,
 ) -> Result<Manifest, ConfigError> {
-    fn pick<T: Copy>(
+    fn pick<T: Answer>(
         c: &Checker<'_>,
         key: String,
         given: Option<&str>,
         default: T,
-        choices: &[(&str, T)],
     ) -> Result<T, ConfigError> {
         let Some(given) = given else { return Ok(default) };
-        choices.iter().find(|(name, _)| *name == given).map(|(_, v)| *v).ok_or_else(|| {
-            let names: Vec<String> = choices.iter().map(|(n, _)| format!("{n:?}")).collect();
+        T::parse(given).ok_or_else(|| {
+            let names: Vec<String> = T::ALL.iter().map(|a| format!("{:?}", a.as_str())).collect();
             c.invalid(key, format!("{given:?}: expected {}", names.join(", ")))
         })
     }
     let default = Manifest::default_for(offers);
     let disagreement = o.disagreement.as_ref();
     Ok(Manifest {
-        on_unavailable: pick(
-            c,
-            okey("on_unavailable"),
-            o.on_unavailable.as_deref(),
-            default.on_unavailable,
-            &[
-                ("reject", OnUnavailable::Reject),
-                ("queue", OnUnavailable::Queue),
-                ("degrade", OnUnavailable::Degrade),
-            ],
-        )?,
+        on_unavailable: pick(c, okey("on_unavailable"), o.on_unavailable.as_deref(), default.on_unavailable)?,
         duplicate_severity: pick(
             c,
             okey("duplicate_severity"),
             o.duplicate_severity.as_deref(),
             default.duplicate_severity,
-            &[
-                ("money", Severity::Money),
-                ("goods", Severity::Goods),
-                ("message", Severity::Message),
-                ("harmless", Severity::Harmless),
-            ],
         )?,
         reconcile: pick(
             c,
             okey("disagreement.reconcile"),
             disagreement.and_then(|d| d.reconcile.as_deref()),
             default.reconcile,
-            &[
-                ("status_lookup", Reconcile::StatusLookup),
-                ("list_by_reference", Reconcile::ListByReference),
-                ("none", Reconcile::None),
-            ],
         )?,
         schedule: disagreement.and_then(|d| d.schedule.clone()),
-        retry_owner: pick(
-            c,
-            okey("retry_owner"),
-            o.retry_owner.as_deref(),
-            default.retry_owner,
-            &[
-                ("failwell", RetryOwner::Failwell),
-                ("provider", RetryOwner::Provider),
-                ("queue", RetryOwner::Queue),
-                ("human", RetryOwner::Human),
-            ],
-        )?,
-        idempotency: pick(
-            c,
-            okey("idempotency"),
-            o.idempotency.as_deref(),
-            default.idempotency,
-            &[("key_header", KeyUse::KeyHeader), ("none", KeyUse::None)],
-        )?,
+        retry_owner: pick(c, okey("retry_owner"), o.retry_owner.as_deref(), default.retry_owner)?,
+        idempotency: pick(c, okey("idempotency"), o.idempotency.as_deref(), default.idempotency)?,
     })
 }
 
