@@ -209,8 +209,12 @@ impl Manifest {
                 rule: "money-needs-reconciliation",
                 why: "a money operation must have a way to find out that failwell and the provider disagree."
                     .into(),
-                fix: "add [providers.NAME.lookup] and disagreement = { reconcile = \"list_by_reference\" }."
-                    .into(),
+                fix: if offers.lookup {
+                    "disagreement = { reconcile = \"list_by_reference\" } (the provider has a lookup).".into()
+                } else {
+                    "add [providers.NAME.lookup] and disagreement = { reconcile = \"list_by_reference\" }."
+                        .into()
+                },
             });
         }
         let retried = self.retry_owner == RetryOwner::Failwell && offers.max_attempts > 1;

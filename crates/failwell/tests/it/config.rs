@@ -442,7 +442,11 @@ fn every_manifest_refusal_names_the_operation_the_rule_and_the_fix() {
         ),
         (
             Box::new(|t| t + "disagreement = { reconcile = \"none\" }\n"),
-            format!("{key} money-needs-reconciliation: a money operation must have a way"),
+            format!(
+                "{key} money-needs-reconciliation: a money operation must have a way to find out that failwell and \
+                 the provider disagree. Fix: disagreement = {{ reconcile = \"list_by_reference\" }} (the provider \
+                 has a lookup)."
+            ),
         ),
         (
             Box::new(move |t| {
