@@ -325,14 +325,51 @@ pub struct StateChange {
 
 /// The error of a call the breaker did not let through.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("circuit breaker {breaker:?} is {state}{}", retry_in.map(|d| format!(", next probe in {} ms", d.as_millis())).unwrap_or_default())]
+#[error("{}", describe_open(breaker, *state, *retry_in, *paused))]
 pub struct BreakerOpen {
     /// The breaker's name.
     pub breaker: Arc<str>,
-    /// Its state: open, half-open (all probes taken) or forced open.
+    /// Its state: open, half-open (all probes taken) or forced open; any
+    /// state while paused.
     pub state: BreakerState,
-    /// Time until the breaker lets a probe through, when known.
+    /// Time until the breaker lets a call (or a probe) through, when known.
     pub retry_in: Option<Duration>,
+    /// Whether the provider is paused ([`BreakerStore::pause`]) rather than
+    /// the breaker open.
+    pub paused: bool,
+}
+
+fn describe_open(breaker: &str, state: BreakerState, retry_in: Option<Duration>, paused: bool) -> String {
+    let ms = |d: Duration| d.as_millis();
+    match (paused, retry_in) {
+        (true, Some(d)) => format!("provider {breaker:?} is paused for {} ms", ms(d)),
+        (true, None) => format!("provider {breaker:?} is paused"),
+        (false, Some(d)) => format!("circuit breaker {breaker:?} is {state}, next probe in {} ms", ms(d)),
+        (false, None) => format!("circuit breaker {breaker:?} is {state}"),
+    }
+}
+
+/// Logs a state change, counts it (`failwell_breaker_transitions_total`,
+/// `failwell_breaker_state`) and sends it to `events`' subscribers: what
+/// every [`BreakerStore`] does on a change.
+pub fn announce(events: &broadcast::Sender<StateChange>, change: StateChange) {
+    let StateChange { breaker, from, to, reason, .. } = &change;
+    let name = breaker.to_string();
+    match to {
+        BreakerState::Open | BreakerState::ForcedOpen => {
+            tracing::warn!(breaker = %name, %from, %to, %reason, "circuit breaker opened");
+        }
+        BreakerState::HalfOpen => {
+            tracing::info!(breaker = %name, %from, %to, %reason, "circuit breaker half-open")
+        }
+        BreakerState::Closed | BreakerState::ForcedClosed => {
+            tracing::info!(breaker = %name, %from, %to, %reason, "circuit breaker closed");
+        }
+    }
+    metrics::counter!("failwell_breaker_transitions_total", "breaker" => name.clone(), "to" => to.as_str())
+        .increment(1);
+    metrics::gauge!("failwell_breaker_state", "breaker" => name).set(to.code() as f64);
+    let _ = events.send(change);
 }
 
 /// A permission to make one call, returned by [`BreakerStore::try_acquire`]
@@ -416,6 +453,11 @@ pub trait BreakerStore: Send + Sync + 'static {
     fn subscribe(&self) -> broadcast::Receiver<StateChange>;
     /// The probe timeout, for callers that bound probes themselves.
     fn probe_timeout(&self) -> Duration;
+    /// Refuses every call for `duration` (a provider's `Retry-After`, or a
+    /// configured pause), with [`BreakerOpen::paused`] set, whatever the
+    /// state; a later end wins over an earlier one. Counts nothing and
+    /// changes no state; [`force`](Self::force)`(None)` lifts it.
+    fn pause(&self, duration: Duration);
     /// Whether a call made now would be refused, without taking a permit,
     /// changing state or counting anything: `None` when it would be let
     /// through, `Some(retry_in)` when refused (`retry_in` as in
@@ -423,6 +465,40 @@ pub trait BreakerStore: Send + Sync + 'static {
     /// open and forced open refuse.
     fn peek(&self) -> Option<Option<Duration>> {
         matches!(self.state(), BreakerState::Open | BreakerState::ForcedOpen).then_some(None)
+    }
+}
+
+/// A store chosen at run time (in-process, or shared by a cluster): every
+/// call forwards to the boxed store, at the cost of one indirect call.
+impl BreakerStore for Box<dyn BreakerStore> {
+    fn name(&self) -> &Arc<str> {
+        (**self).name()
+    }
+    #[inline]
+    fn try_acquire(&self) -> Result<Ticket, BreakerOpen> {
+        (**self).try_acquire()
+    }
+    #[inline]
+    fn record(&self, ticket: Ticket, outcome: CallOutcome) {
+        (**self).record(ticket, outcome)
+    }
+    fn state(&self) -> BreakerState {
+        (**self).state()
+    }
+    fn force(&self, state: Option<BreakerState>) {
+        (**self).force(state)
+    }
+    fn subscribe(&self) -> broadcast::Receiver<StateChange> {
+        (**self).subscribe()
+    }
+    fn probe_timeout(&self) -> Duration {
+        (**self).probe_timeout()
+    }
+    fn peek(&self) -> Option<Option<Duration>> {
+        (**self).peek()
+    }
+    fn pause(&self, duration: Duration) {
+        (**self).pause(duration)
     }
 }
 
@@ -505,6 +581,11 @@ impl<S: BreakerStore> CircuitBreaker<S> {
         self.store.force(None);
     }
 
+    /// Refuses every call for `duration` (see [`BreakerStore::pause`]).
+    pub fn pause(&self, duration: Duration) {
+        self.store.pause(duration);
+    }
+
     /// State changes from now on (a bounded channel: a slow receiver loses
     /// the oldest events and is told so by `RecvError::Lagged`).
     pub fn subscribe(&self) -> broadcast::Receiver<StateChange> {
@@ -584,6 +665,8 @@ pub struct InProcess {
     /// When the oldest probe in flight counts as hung (clock ns; `u64::MAX`
     /// when no probe is in flight).
     probe_deadline: AtomicU64,
+    /// End of a pause (clock ns; 0: not paused).
+    pause_until: AtomicU64,
     slow_path: Mutex<SlowPath>,
     events: broadcast::Sender<StateChange>,
     rejected: metrics::Counter,
@@ -623,6 +706,7 @@ impl InProcess {
             clean: AtomicBool::new(false),
             open_until: AtomicU64::new(0),
             probe_deadline: AtomicU64::new(u64::MAX),
+            pause_until: AtomicU64::new(0),
             slow_path: Mutex::new(SlowPath { window, trips: 0, probes: Vec::new() }),
             events: broadcast::channel(64).0,
         })
@@ -639,10 +723,21 @@ impl InProcess {
         self.slow_path.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Time left in a pause, if paused (one atomic load when not).
+    #[inline]
+    fn paused_for(&self) -> Option<Duration> {
+        let until = self.pause_until.load(Ordering::Acquire);
+        if until == 0 {
+            return None;
+        }
+        let now = self.clock.now();
+        (now < until).then(|| Duration::from_nanos(until - now))
+    }
+
     fn rejection(&self, state: BreakerState, retry_in: Option<Duration>) -> BreakerOpen {
         self.rejected.increment(1);
         tracing::trace!(breaker = %self.name, %state, "call rejected by the circuit breaker");
-        BreakerOpen { breaker: self.name.clone(), state, retry_in }
+        BreakerOpen { breaker: self.name.clone(), state, retry_in, paused: false }
     }
 
     #[inline]
@@ -884,28 +979,9 @@ impl InProcess {
     }
 
     fn announce(&self, from: BreakerState, to: BreakerState, now: u64, reason: String) {
-        let name = self.name.to_string();
-        match to {
-            BreakerState::Open | BreakerState::ForcedOpen => {
-                tracing::warn!(breaker = %name, %from, %to, %reason, "circuit breaker opened");
-            }
-            BreakerState::HalfOpen => {
-                tracing::info!(breaker = %name, %from, %to, %reason, "circuit breaker half-open")
-            }
-            BreakerState::Closed | BreakerState::ForcedClosed => {
-                tracing::info!(breaker = %name, %from, %to, %reason, "circuit breaker closed");
-            }
-        }
-        metrics::counter!("failwell_breaker_transitions_total", "breaker" => name.clone(), "to" => to.as_str())
-            .increment(1);
-        metrics::gauge!("failwell_breaker_state", "breaker" => name).set(to.code() as f64);
-        let _ = self.events.send(StateChange {
-            breaker: self.name.clone(),
-            from,
-            to,
-            at: self.clock.instant(now),
-            reason,
-        });
+        let change =
+            StateChange { breaker: self.name.clone(), from, to, at: self.clock.instant(now), reason };
+        announce(&self.events, change);
     }
 }
 
@@ -916,6 +992,9 @@ impl BreakerStore for InProcess {
 
     #[inline]
     fn peek(&self) -> Option<Option<Duration>> {
+        if let Some(left) = self.paused_for() {
+            return Some(Some(left));
+        }
         let word = self.word.load(Ordering::Acquire);
         let now = self.clock.now();
         match state_of(word) {
@@ -932,6 +1011,10 @@ impl BreakerStore for InProcess {
     }
 
     fn try_acquire(&self) -> Result<Ticket, BreakerOpen> {
+        if let Some(left) = self.paused_for() {
+            let state = self.state();
+            return Err(BreakerOpen { paused: true, ..self.rejection(state, Some(left)) });
+        }
         let word = self.word.load(Ordering::Acquire);
         match state_of(word) {
             BreakerState::Closed => Ok(Ticket {
@@ -962,7 +1045,10 @@ impl BreakerStore for InProcess {
         let to = state.unwrap_or(BreakerState::Closed);
         let reason = match state {
             Some(_) => "forced by an operator",
-            None => "reset by an operator",
+            None => {
+                self.pause_until.store(0, Ordering::Release);
+                "reset by an operator"
+            }
         };
         let now = self.clock.now();
         loop {
@@ -979,6 +1065,12 @@ impl BreakerStore for InProcess {
 
     fn probe_timeout(&self) -> Duration {
         self.config.probe_timeout
+    }
+
+    fn pause(&self, duration: Duration) {
+        let until = self.clock.now().saturating_add(nanos(duration)).max(1);
+        self.pause_until.fetch_max(until, Ordering::AcqRel);
+        tracing::warn!(breaker = %self.name, ms = duration.as_millis() as u64, "provider paused");
     }
 }
 

@@ -361,8 +361,12 @@ fn rejections_say_what_happened() {
         PolicyError::<String>::from(Rejected::from(full)).to_string(),
         "bulkhead \"payments\" is full: 4 calls in flight and no permit came free in time"
     );
-    let open =
-        BreakerOpen { breaker: Arc::from("payments"), state: BreakerState::Open, retry_in: Some(ms(1_500)) };
+    let open = BreakerOpen {
+        breaker: Arc::from("payments"),
+        state: BreakerState::Open,
+        retry_in: Some(ms(1_500)),
+        paused: false,
+    };
     assert_eq!(
         Rejected::from(open).to_string(),
         "circuit breaker \"payments\" is open, next probe in 1500 ms"

@@ -1,0 +1,433 @@
+//! Circuit breakers and provider pauses shared by every failwell process of
+//! a cluster, without a network round trip on the hot path.
+//!
+//! A [`Cluster`] connects one process to a shared store — Redis (Lua
+//! scripts for atomic transitions, pub/sub for propagation) or PostgreSQL
+//! (row-locking transactions, `LISTEN/NOTIFY`) — and hands out
+//! [`SharedBreaker`]s, each a [`failwell_policy::BreakerStore`] that answers
+//! calls from a local view ([`view`] explains the rules):
+//!
+//! - while closed and healthy a call costs one atomic load, no round trip;
+//! - failures are reported as they happen, and from the first one every
+//!   process sends one call at a time, so a dead provider gets at most the
+//!   threshold plus about one call per process before every process has the
+//!   breaker open;
+//! - one process in the whole cluster wins the half-open probe lease per
+//!   open period; its result closes or reopens the breaker everywhere;
+//! - a provider pause (a 429's `Retry-After`, a configured pause) stops
+//!   every process;
+//! - every process reads every record again each `resync` (default 1 s), so
+//!   a lost message is repaired;
+//! - when the store cannot be reached (an error, or no answer within
+//!   `timeout`), every view falls back to an in-process breaker
+//!   (**degraded mode**: logged, and `failwell_cluster_degraded` is 1) and
+//!   the driver tries again each `resync`; calls never wait for the store.
+//!
+//! The transitions are [`record::Record::apply`]; the Redis script
+//! `breaker.lua` is the same function for Redis (a test compares them).
+
+mod postgres;
+pub mod record;
+mod redis;
+mod view;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use failwell_policy::{BreakerConfig, BreakerConfigError};
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+pub use record::{Event, Phase, ProbeResult, Record, Rules, Snapshot};
+pub use view::SharedBreaker;
+
+use postgres::PostgresBackend;
+use redis::RedisBackend;
+use view::View;
+
+/// Where the shared state lives and how the process talks to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// `redis://…`, `rediss://…`, `postgres://…` or `postgresql://…`.
+    pub url: String,
+    /// Separates clusters that share one Redis or database (a key prefix,
+    /// a column). Default `failwell`.
+    pub namespace: String,
+    /// The longest wait for the store on one operation; past it the
+    /// process runs degraded. Default 250 ms.
+    pub timeout: Duration,
+    /// How often every record is read again (and, while degraded, how
+    /// often the store is tried). Default 1 s.
+    pub resync: Duration,
+}
+
+impl ClusterConfig {
+    /// A configuration for `url` with the defaults.
+    pub fn new(url: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            namespace: "failwell".to_owned(),
+            timeout: Duration::from_millis(250),
+            resync: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why a cluster could not be set up or a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The URL's scheme is not one of the supported stores.
+    #[error("unsupported cluster URL scheme in {0:?}: use redis://, rediss://, postgres:// or postgresql://")]
+    Scheme(String),
+    /// The URL could not be parsed.
+    #[error("invalid cluster URL: {0}")]
+    Url(String),
+    /// Two breakers with one name in one cluster.
+    #[error("a shared breaker named {0:?} already exists in this cluster")]
+    Duplicate(String),
+    /// Invalid breaker rules.
+    #[error(transparent)]
+    Breaker(#[from] BreakerConfigError),
+    /// Redis failed or could not be reached.
+    #[error("redis: {0}")]
+    Redis(#[from] ::redis::RedisError),
+    /// PostgreSQL failed or could not be reached.
+    #[error("postgres: {0}")]
+    Postgres(#[from] sqlx::Error),
+    /// The store answered something that is not a snapshot.
+    #[error("unreadable snapshot from the store: {0}")]
+    Snapshot(#[from] serde_json::Error),
+    /// The subscription's connection was lost.
+    #[error("the subscription connection was lost")]
+    Lost,
+    /// No answer within the configured timeout.
+    #[error("no answer within {0} ms")]
+    Timeout(u128),
+}
+
+pub(crate) fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, ClusterError> {
+    Ok(serde_json::from_slice(bytes)?)
+}
+
+/// What a view asks of the driver.
+pub(crate) enum Command {
+    /// Apply `event` to the view's record and take in the answer.
+    Apply { view: Arc<View>, event: Event },
+}
+
+enum Backend {
+    Redis(Box<RedisBackend>),
+    Postgres(PostgresBackend),
+}
+
+impl Backend {
+    fn new(config: &ClusterConfig) -> Result<Self, ClusterError> {
+        let url = config.url.as_str();
+        match scheme(url) {
+            "redis" | "rediss" => {
+                Ok(Self::Redis(Box::new(RedisBackend::new(url, &config.namespace, config.timeout)?)))
+            }
+            "postgres" | "postgresql" => {
+                Ok(Self::Postgres(PostgresBackend::new(url, &config.namespace, config.timeout)?))
+            }
+            _ => Err(ClusterError::Scheme(redact(url))),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Redis(_) => "redis",
+            Self::Postgres(_) => "postgres",
+        }
+    }
+
+    async fn apply(
+        &mut self,
+        name: &str,
+        rules: &Rules,
+        event: &Event,
+        now: Option<i64>,
+    ) -> Result<Snapshot, ClusterError> {
+        match self {
+            Self::Redis(b) => b.apply(name, rules, event, now).await,
+            Self::Postgres(b) => b.apply(name, rules, event, now).await,
+        }
+    }
+
+    async fn subscribe(&self) -> Result<BoxStream<'static, Snapshot>, ClusterError> {
+        match self {
+            Self::Redis(b) => b.subscribe().await,
+            Self::Postgres(b) => b.subscribe().await,
+        }
+    }
+}
+
+fn scheme(url: &str) -> &str {
+    url.split_once("://").map(|(s, _)| s).unwrap_or_default()
+}
+
+/// A URL with its password replaced by `***`, for errors and logs.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(start), Some(at)) if at > start => {
+            let credentials = &url[start + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..start + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// One process's connection to the shared store: hands out
+/// [`SharedBreaker`]s and runs the driver task that talks to the store
+/// (see the crate docs). Dropping it stops the driver; the breakers then
+/// stay degraded.
+pub struct Cluster {
+    shared: Arc<Shared>,
+    commands: mpsc::Sender<Command>,
+    task: JoinHandle<()>,
+}
+
+struct Shared {
+    owner: Arc<str>,
+    kind: &'static str,
+    views: RwLock<HashMap<Arc<str>, Arc<View>>>,
+    degraded: AtomicBool,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("store", &self.shared.kind)
+            .field("owner", &self.shared.owner)
+            .field("degraded", &self.degraded())
+            .finish()
+    }
+}
+
+impl Cluster {
+    /// Checks `config` and starts the driver (needs a Tokio runtime). Does
+    /// not wait for the store: until the first read succeeds the breakers
+    /// answer from their in-process fallback. Errors: an unsupported or
+    /// unparsable URL.
+    pub fn start(config: ClusterConfig) -> Result<Self, ClusterError> {
+        let backend = Backend::new(&config)?;
+        let shared = Arc::new(Shared {
+            owner: Arc::from(uuid::Uuid::new_v4().to_string()),
+            kind: backend.kind(),
+            views: RwLock::default(),
+            degraded: AtomicBool::new(true),
+        });
+        metrics::gauge!("failwell_cluster_degraded", "store" => shared.kind).set(1.0);
+        let (commands, receiver) = mpsc::channel(4096);
+        let task = tokio::spawn(drive(backend, shared.clone(), receiver, config));
+        Ok(Self { shared, commands, task })
+    }
+
+    /// Checks that `url` names a supported store and parses, without
+    /// connecting. Errors as [`start`](Self::start).
+    pub fn check_url(url: &str) -> Result<(), ClusterError> {
+        match scheme(url) {
+            "redis" | "rediss" => {
+                ::redis::Client::open(url).map(|_| ()).map_err(|e| ClusterError::Url(e.to_string()))
+            }
+            "postgres" | "postgresql" => postgres::options(url).map(|_| ()),
+            _ => Err(ClusterError::Scheme(redact(url))),
+        }
+    }
+
+    /// A shared breaker named `name` (the provider's name): the cluster
+    /// rule `rules` (failures within a window), the timing of `config`,
+    /// and `config`'s rules for the in-process fallback. Errors: invalid
+    /// rules, or a breaker of that name already handed out.
+    pub fn breaker(
+        &self,
+        name: &str,
+        config: BreakerConfig,
+        failures: u32,
+        window: Duration,
+    ) -> Result<SharedBreaker, ClusterError> {
+        let rules = Rules::new(&config, failures, window);
+        let breaker =
+            SharedBreaker::new(name, config, rules, self.shared.owner.clone(), self.commands.clone())?;
+        let mut views = self.shared.views.write().unwrap_or_else(|e| e.into_inner());
+        if views.contains_key(name) {
+            return Err(ClusterError::Duplicate(name.to_owned()));
+        }
+        views.insert(breaker.view().name.clone(), breaker.view().clone());
+        Ok(breaker)
+    }
+
+    /// Whether the store cannot be reached right now (the breakers answer
+    /// from their in-process fallbacks).
+    pub fn degraded(&self) -> bool {
+        self.shared.degraded.load(Ordering::Acquire)
+    }
+
+    /// This process's id in the store (the probe lease owner).
+    pub fn owner(&self) -> &str {
+        &self.shared.owner
+    }
+
+    /// `"redis"` or `"postgres"`.
+    pub fn store(&self) -> &'static str {
+        self.shared.kind
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Shared {
+    fn views(&self) -> Vec<Arc<View>> {
+        self.views.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    fn view(&self, name: &str) -> Option<Arc<View>> {
+        self.views.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned()
+    }
+
+    fn degrade(&self, error: &ClusterError) {
+        metrics::counter!("failwell_cluster_errors_total", "store" => self.kind).increment(1);
+        if !self.degraded.swap(true, Ordering::AcqRel) {
+            tracing::warn!(store = self.kind, %error, "shared breaker state unreachable: running degraded on in-process breakers");
+            metrics::gauge!("failwell_cluster_degraded", "store" => self.kind).set(1.0);
+        }
+        for view in self.views() {
+            view.degrade();
+        }
+    }
+}
+
+/// The driver: applies the views' events in order (adjacent failure
+/// reports of one breaker merged into one), takes in published snapshots,
+/// reads every record each `resync`, and runs degraded while the store
+/// cannot be reached.
+async fn drive(
+    mut backend: Backend,
+    shared: Arc<Shared>,
+    mut commands: mpsc::Receiver<Command>,
+    config: ClusterConfig,
+) {
+    let mut published: Option<BoxStream<'static, Snapshot>> = None;
+    let mut resync = tokio::time::interval(config.resync);
+    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let timeout = config.timeout;
+    let mut batch = Vec::new();
+    loop {
+        tokio::select! {
+            received = commands.recv_many(&mut batch, 256) => {
+                if received == 0 {
+                    return;
+                }
+                if published.is_none() {
+                    // Degraded: the views answer locally; what they sent
+                    // before they knew is dropped.
+                    batch.clear();
+                    continue;
+                }
+                for (view, event) in merge(batch.drain(..)) {
+                    let claim = matches!(event, Event::Claim { .. });
+                    match within(timeout, backend.apply(&view.name, &view.rules, &event, None)).await {
+                        Ok(snapshot) => {
+                            view.apply(&snapshot);
+                            if claim {
+                                view.claim_answered();
+                            }
+                        }
+                        Err(error) => {
+                            published = None;
+                            shared.degrade(&error);
+                            break;
+                        }
+                    }
+                }
+                batch.clear();
+            }
+            snapshot = next(&mut published) => match snapshot {
+                Some(snapshot) => {
+                    if let Some(view) = shared.view(&snapshot.name) {
+                        view.apply(&snapshot);
+                    }
+                }
+                None => {
+                    published = None;
+                    shared.degrade(&ClusterError::Lost);
+                }
+            },
+            _ = resync.tick() => {
+                if published.is_none() {
+                    match within(timeout, backend.subscribe()).await {
+                        Ok(stream) => published = Some(stream),
+                        Err(error) => {
+                            shared.degrade(&error);
+                            continue;
+                        }
+                    }
+                }
+                let recovering = shared.degraded.load(Ordering::Acquire);
+                for view in shared.views() {
+                    match within(timeout, backend.apply(&view.name, &view.rules, &Event::Load, None)).await {
+                        Ok(snapshot) if recovering => view.recover(&snapshot),
+                        Ok(snapshot) => view.apply(&snapshot),
+                        Err(error) => {
+                            published = None;
+                            shared.degrade(&error);
+                            break;
+                        }
+                    }
+                }
+                if recovering && published.is_some() {
+                    shared.degraded.store(false, Ordering::Release);
+                    metrics::gauge!("failwell_cluster_degraded", "store" => shared.kind).set(0.0);
+                    tracing::info!(store = shared.kind, "shared breaker state reachable again");
+                }
+            }
+        }
+    }
+}
+
+/// Merges adjacent failure reports of one breaker and one generation.
+fn merge(commands: impl Iterator<Item = Command>) -> Vec<(Arc<View>, Event)> {
+    let mut merged: Vec<(Arc<View>, Event)> = Vec::new();
+    for Command::Apply { view, event } in commands {
+        if let (
+            Some((last, Event::Failures { generation, count })),
+            Event::Failures { generation: g, count: c },
+        ) = (merged.last_mut(), &event)
+            && Arc::ptr_eq(last, &view)
+            && generation == g
+        {
+            *count = count.saturating_add(*c);
+            continue;
+        }
+        merged.push((view, event));
+    }
+    merged
+}
+
+async fn within<T>(
+    timeout: Duration,
+    operation: impl Future<Output = Result<T, ClusterError>>,
+) -> Result<T, ClusterError> {
+    tokio::time::timeout(timeout, operation).await.unwrap_or(Err(ClusterError::Timeout(timeout.as_millis())))
+}
+
+async fn next(published: &mut Option<BoxStream<'static, Snapshot>>) -> Option<Snapshot> {
+    match published {
+        Some(stream) => stream.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests;
