@@ -28,13 +28,14 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use failwell_policy::{
     BreakerConfig, BreakerConfigError, Bulkhead, BulkheadConfigError, CallOutcome, CircuitBreaker,
-    Classification, Classifier, Classify, InProcess, Observed, Policy, PolicyError, PolicyService, Rejected,
-    RetryBudget, RetryBudgetConfigError, TransportFailure, parse_retry_after,
+    Classification, Classifier, Classify, DynStore, InProcess, Observed, Policy, PolicyError, PolicyService,
+    Rejected, RetryBudget, RetryBudgetConfigError, TransportFailure, parse_retry_after,
 };
 use failwell_store::Operation;
 use rand::Rng;
@@ -140,7 +141,7 @@ impl CallResult {
 pub struct ProviderClient {
     sender: Sender,
     guards: Guards,
-    service: PolicyService<Sender, InProcess, CallClassifier>,
+    service: PolicyService<Sender, DynStore, CallClassifier>,
 }
 
 impl fmt::Debug for ProviderClient {
@@ -155,12 +156,15 @@ impl fmt::Debug for ProviderClient {
 /// A provider's stateful policies, shared by every clone of its client.
 #[derive(Clone, Debug)]
 pub struct Guards {
-    /// Stops calls while the provider is failing (`None`: no breaker).
-    pub breaker: Option<CircuitBreaker>,
+    /// Stops calls while the provider is failing or paused (`None`: no
+    /// breaker); its state lives in this process or is shared by a cluster.
+    pub breaker: Option<CircuitBreaker<DynStore>>,
     /// Bounds the calls in flight to the provider.
     pub bulkhead: Bulkhead,
     /// Bounds the retries to the provider.
     pub budget: RetryBudget,
+    /// Transport errors in a row, for [`crate::PauseRule::after_errors`].
+    errors_in_a_row: Arc<AtomicU32>,
 }
 
 /// Why a client could not be built.
@@ -172,6 +176,9 @@ pub enum ClientError {
     /// Invalid breaker rules.
     #[error(transparent)]
     Breaker(#[from] BreakerConfigError),
+    /// The breaker's store could not be made (e.g. a shared store).
+    #[error("breaker store: {0}")]
+    Store(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// Invalid bulkhead limits.
     #[error(transparent)]
     Bulkhead(#[from] BulkheadConfigError),
@@ -243,6 +250,16 @@ impl ProviderClient {
     /// so a probe never ends as anything but a recorded call. Errors when the
     /// TLS backend cannot be initialised or a policy is invalid.
     pub fn new(spec: ProviderSpec) -> Result<Self, ClientError> {
+        Self::with_breaker_store(spec, |name, config| Ok(DynStore::new(InProcess::new(name, config)?)))
+    }
+
+    /// As [`new`](Self::new), with the breaker's state in the store `make`
+    /// builds from the provider's name and breaker rules (e.g. a breaker
+    /// shared by a cluster). Errors as `new`, or with what `make` returns.
+    pub fn with_breaker_store(
+        spec: ProviderSpec,
+        make: impl FnOnce(&str, BreakerConfig) -> Result<DynStore, ClientError>,
+    ) -> Result<Self, ClientError> {
         let http = reqwest::Client::builder()
             .connect_timeout(spec.timeouts.connect)
             .pool_idle_timeout(Duration::from_secs(30))
@@ -253,23 +270,25 @@ impl ProviderClient {
             .map(|config| {
                 let config =
                     BreakerConfig { probe_timeout: spec.timeouts.total + Duration::from_secs(1), ..config };
-                CircuitBreaker::new(&spec.name, config)
+                config.validate()?;
+                make(&spec.name, config).map(CircuitBreaker::with_store)
             })
             .transpose()?;
         let guards = Guards {
             breaker,
             bulkhead: Bulkhead::new(&spec.name, spec.bulkhead)?,
             budget: RetryBudget::new(&spec.name, spec.retry_budget)?,
+            errors_in_a_row: Arc::default(),
         };
         let classify = CallClassifier {
             classifier: spec.classifier.clone(),
             error_code_pointer: spec.error_code_pointer.clone(),
         };
         let sender = Sender { spec: Arc::new(spec), http };
-        let mut policy = Policy::new().bulkhead(guards.bulkhead.clone()).classify(classify);
-        if let Some(breaker) = &guards.breaker {
-            policy = policy.breaker(breaker.clone());
-        }
+        let policy = Policy::new()
+            .bulkhead(guards.bulkhead.clone())
+            .classify(classify)
+            .optional_breaker(guards.breaker.clone());
         let service = policy.layer(sender.clone());
         Ok(Self { sender, guards, service })
     }
@@ -415,9 +434,41 @@ impl ProviderClient {
         Some(wait + rand::rng().random_range(Duration::ZERO..=wait.min(Duration::from_secs(1))))
     }
 
+    /// Pauses the provider when `result` asks for it ([`crate::PauseRule`]): a
+    /// listed status with `Retry-After`, or the `after_errors`-th transport
+    /// error in a row. Costs one atomic load on an ordinary answer.
+    fn pause_after(&self, result: &CallResult) {
+        let Some(breaker) = &self.guards.breaker else { return };
+        let spec = self.spec();
+        let errors = &self.guards.errors_in_a_row;
+        match &result.response {
+            Ok(reply) => {
+                if errors.load(Ordering::Relaxed) != 0 {
+                    errors.store(0, Ordering::Relaxed);
+                }
+                if let Some(wait) = reply.retry_after
+                    && spec.pause.statuses.contains(&reply.status)
+                {
+                    breaker.pause(wait.min(spec.retry.max_retry_after()));
+                }
+            }
+            Err(_) => {
+                if let Some(limit) = spec.pause.after_errors
+                    && errors.fetch_add(1, Ordering::Relaxed) + 1 >= limit
+                {
+                    errors.store(0, Ordering::Relaxed);
+                    breaker.pause(spec.pause.duration);
+                }
+            }
+        }
+    }
+
     async fn through_policy(&self, request: CallRequest) -> Result<CallResult, Rejected> {
         match self.service.clone().oneshot(request).await {
-            Ok(result) => Ok(result),
+            Ok(result) => {
+                self.pause_after(&result);
+                Ok(result)
+            }
             Err(PolicyError::Rejected(rejected)) => Err(rejected),
             Err(PolicyError::Inner(never)) => match never {},
         }

@@ -22,7 +22,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use client::{CallRequest, CallResult, ClientError, Guards, ProviderClient};
 pub use forwarder::{ForwardTarget, ForwardTargets, Forwarder};
-pub use provider::{Encoding, LookupSpec, OperationSpec, ProviderSpec, Providers};
+pub use provider::{ClusterRule, Encoding, LookupSpec, OperationSpec, PauseRule, ProviderSpec, Providers};
 pub use pump::RelayConfig;
 pub use reconciler::{Reconciler, ReconcilerConfig};
 pub use relay::Relay;

@@ -67,6 +67,44 @@ pub struct LookupSpec {
     pub failed: Vec<String>,
 }
 
+/// The trip rule of a breaker shared by a cluster: `failures` anywhere with
+/// no success in between, within `window`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClusterRule {
+    /// Failures that open the breaker everywhere (≥ 1). Default 20.
+    pub failures: u32,
+    /// The sliding window they are counted in. Default 10 s.
+    pub window: Duration,
+}
+
+impl Default for ClusterRule {
+    fn default() -> Self {
+        Self { failures: 20, window: Duration::from_secs(10) }
+    }
+}
+
+/// When a provider is paused: every call to it, from every worker (and,
+/// with a shared breaker, every process), waits until the pause is over,
+/// without spending attempts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PauseRule {
+    /// An answer with one of these statuses and a `Retry-After` pauses the
+    /// provider for that long (capped by the retry policy's
+    /// `max_retry_after`). Default 429 and 503.
+    pub statuses: Vec<u16>,
+    /// This many transport errors in a row (connection refused or reset,
+    /// timeouts) pause the provider for `duration` (`None`: never).
+    pub after_errors: Option<u32>,
+    /// The pause after `after_errors`. Default 30 s.
+    pub duration: Duration,
+}
+
+impl Default for PauseRule {
+    fn default() -> Self {
+        Self { statuses: vec![429, 503], after_errors: None, duration: Duration::from_secs(30) }
+    }
+}
+
 /// A provider and its policy: an integration.
 #[derive(Clone, Debug)]
 pub struct ProviderSpec {
@@ -81,6 +119,12 @@ pub struct ProviderSpec {
     pub timeouts: Timeouts,
     /// When to stop calling the provider (`None`: never).
     pub breaker: Option<BreakerConfig>,
+    /// The cluster-wide trip rule when the breaker is shared
+    /// (`failwell_cluster`); unused by an in-process breaker.
+    pub cluster_rule: ClusterRule,
+    /// When every call to the provider stops for a while (needs the
+    /// breaker, which holds the pause).
+    pub pause: PauseRule,
     /// The provider's share of concurrency.
     pub bulkhead: BulkheadConfig,
     /// How many retries may follow the provider's recent calls.

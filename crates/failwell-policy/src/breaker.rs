@@ -469,36 +469,51 @@ pub trait BreakerStore: Send + Sync + 'static {
 }
 
 /// A store chosen at run time (in-process, or shared by a cluster): every
-/// call forwards to the boxed store, at the cost of one indirect call.
-impl BreakerStore for Box<dyn BreakerStore> {
+/// call goes to the boxed store, at the cost of one indirect call.
+pub struct DynStore(Box<dyn BreakerStore>);
+
+impl DynStore {
+    /// Boxes `store`.
+    pub fn new(store: impl BreakerStore) -> Self {
+        Self(Box::new(store))
+    }
+}
+
+impl fmt::Debug for DynStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DynStore").field("name", self.0.name()).field("state", &self.0.state()).finish()
+    }
+}
+
+impl BreakerStore for DynStore {
     fn name(&self) -> &Arc<str> {
-        (**self).name()
+        self.0.name()
     }
     #[inline]
     fn try_acquire(&self) -> Result<Ticket, BreakerOpen> {
-        (**self).try_acquire()
+        self.0.try_acquire()
     }
     #[inline]
     fn record(&self, ticket: Ticket, outcome: CallOutcome) {
-        (**self).record(ticket, outcome)
+        self.0.record(ticket, outcome)
     }
     fn state(&self) -> BreakerState {
-        (**self).state()
+        self.0.state()
     }
     fn force(&self, state: Option<BreakerState>) {
-        (**self).force(state)
+        self.0.force(state)
     }
     fn subscribe(&self) -> broadcast::Receiver<StateChange> {
-        (**self).subscribe()
+        self.0.subscribe()
     }
     fn probe_timeout(&self) -> Duration {
-        (**self).probe_timeout()
+        self.0.probe_timeout()
     }
     fn peek(&self) -> Option<Option<Duration>> {
-        (**self).peek()
+        self.0.peek()
     }
     fn pause(&self, duration: Duration) {
-        (**self).pause(duration)
+        self.0.pause(duration)
     }
 }
 

@@ -65,6 +65,11 @@ impl RetryPolicy {
         Self { max_attempts: max_attempts.max(1), ..self.clone() }
     }
 
+    /// The longest `Retry-After` honoured.
+    pub fn max_retry_after(&self) -> Duration {
+        self.max_retry_after
+    }
+
     /// The backoff between attempts.
     pub fn backoff(&self) -> &Backoff {
         &self.backoff

@@ -37,7 +37,7 @@ pub mod retry_after;
 pub use backoff::{Backoff, BackoffError, Jitter};
 pub use breaker::{
     BreakerConfig, BreakerConfigError, BreakerOpen, BreakerState, BreakerStore, CallOutcome, CircuitBreaker,
-    InProcess, Permit, SlidingWindow, StateChange, Ticket, announce,
+    DynStore, InProcess, Permit, SlidingWindow, StateChange, Ticket, announce,
 };
 pub use budget::{RetryBudget, RetryBudgetConfig, RetryBudgetConfigError};
 pub use bulkhead::{Bulkhead, BulkheadConfig, BulkheadConfigError, BulkheadFull, BulkheadPermit};

@@ -17,7 +17,8 @@ pub mod webhook;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use failwell_engine::Engine;
+use failwell_cluster::Cluster;
+use failwell_engine::{Engine, ForwardTarget, ForwardTargets, ProviderClient, Providers};
 use failwell_policy::Bulkhead;
 use failwell_store::{SqliteStore, StoreError};
 use tokio::net::TcpListener;
@@ -38,6 +39,42 @@ pub enum StartError {
     /// The API's limits are invalid.
     #[error("invalid API limits")]
     Limits(#[source] failwell_policy::BulkheadConfigError),
+    /// The shared breakers could not be set up.
+    #[error("cannot set up the shared breakers")]
+    Cluster(#[source] failwell_engine::ClientError),
+}
+
+/// The providers (and the forward targets, which are providers too) with
+/// their breakers shared through `cluster`: the same clients, each breaker's
+/// state in the cluster's store under the provider's name, tripped by the
+/// provider's [`failwell_engine::ClusterRule`]. Errors: a provider's client
+/// cannot be rebuilt.
+fn share(
+    providers: &Providers,
+    forwards: &ForwardTargets,
+    cluster: &Cluster,
+) -> Result<(Providers, ForwardTargets), failwell_engine::ClientError> {
+    let mut shared = Providers::new();
+    for (name, client) in providers {
+        let spec = client.spec().clone();
+        let rule = spec.cluster_rule;
+        let client = ProviderClient::with_breaker_store(spec, |name, config| {
+            match cluster.breaker(name, config, rule.failures, rule.window) {
+                Ok(store) => Ok(failwell_policy::DynStore::new(store)),
+                Err(e) => Err(failwell_engine::ClientError::Store(Box::new(e))),
+            }
+        })?;
+        shared.insert(name.clone(), client);
+    }
+    let forwards = forwards
+        .iter()
+        .map(|(name, target)| {
+            let client =
+                shared.get(&target.client.spec().name).cloned().unwrap_or_else(|| target.client.clone());
+            (name.clone(), ForwardTarget { client, ..target.clone() })
+        })
+        .collect();
+    Ok((shared, forwards))
 }
 
 /// The process's Prometheus recorder, installed on the first call; `None`
@@ -65,6 +102,8 @@ pub struct Server {
     addr: SocketAddr,
     store: SqliteStore,
     engine: Engine,
+    /// Keeps the shared breakers' driver running.
+    cluster: Option<Cluster>,
     http: JoinHandle<std::io::Result<()>>,
     stop_http: CancellationToken,
 }
@@ -76,17 +115,32 @@ impl Server {
     pub async fn start(config: Config, listener: TcpListener) -> Result<Self, StartError> {
         let addr = listener.local_addr().map_err(StartError::Listener)?;
         let store = SqliteStore::open(&config.database_url, config.synchronous).await?;
+        let (cluster, providers, forwards) = match config.cluster {
+            Some(cluster_config) => {
+                let cluster = Cluster::start(cluster_config)
+                    .map_err(|e| StartError::Cluster(failwell_engine::ClientError::Store(Box::new(e))))?;
+                let (providers, forwards) =
+                    share(&config.providers, &config.forwards, &cluster).map_err(StartError::Cluster)?;
+                tracing::info!(
+                    store = cluster.store(),
+                    owner = cluster.owner(),
+                    "breakers shared with the cluster"
+                );
+                (Some(cluster), Arc::new(providers), Arc::new(forwards))
+            }
+            None => (None, config.providers, config.forwards),
+        };
         let engine = Engine::start(
             store.clone(),
-            config.providers.clone(),
-            config.forwards,
+            providers.clone(),
+            forwards,
             config.relay,
             config.forwarder,
             config.reconciler,
         );
         let state = Arc::new(api::AppState {
             store: store.clone(),
-            providers: config.providers,
+            providers,
             wake: engine.waker(),
             webhooks: config.webhooks,
             forward: engine.forward_waker(),
@@ -102,7 +156,7 @@ impl Server {
             axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await
         });
         tracing::info!(%addr, "failwell is serving");
-        Ok(Self { addr, store, engine, http, stop_http })
+        Ok(Self { addr, store, engine, cluster, http, stop_http })
     }
 
     /// The API's address.
@@ -131,6 +185,7 @@ impl Server {
             Ok(Ok(())) => {}
         }
         self.engine.shutdown().await;
+        drop(self.cluster);
         self.store.close().await;
     }
 }

@@ -140,6 +140,8 @@ fn provider_client(
         base_url: base_url.parse().unwrap(),
         timeouts: Timeouts { connect: ms(100), headers, body_idle, total },
         breaker: None,
+        cluster_rule: Default::default(),
+        pause: Default::default(),
         bulkhead: BulkheadConfig::default(),
         retry_budget: RetryBudgetConfig::default(),
         retry,

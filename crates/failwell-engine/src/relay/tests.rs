@@ -50,6 +50,8 @@ fn client_with(keys: bool, retry_budget: RetryBudgetConfig) -> ProviderClient {
             total: Duration::from_millis(100),
         },
         breaker: Some(BreakerConfig::default()),
+        cluster_rule: Default::default(),
+        pause: Default::default(),
         bulkhead: BulkheadConfig::default(),
         retry_budget,
         retry,

@@ -309,10 +309,16 @@ impl<B: BreakerStore, C> Policy<B, C> {
 
     /// The circuit breaker (any [`BreakerStore`]).
     pub fn breaker<B2: BreakerStore>(self, breaker: CircuitBreaker<B2>) -> Policy<B2, C> {
+        self.optional_breaker(Some(breaker))
+    }
+
+    /// The circuit breaker, if any (`None`: calls are not guarded; the
+    /// store type is fixed all the same).
+    pub fn optional_breaker<B2: BreakerStore>(self, breaker: Option<CircuitBreaker<B2>>) -> Policy<B2, C> {
         Policy {
             deadline: self.deadline,
             bulkhead: self.bulkhead,
-            breaker: Some(breaker),
+            breaker,
             retry: self.retry,
             attempt_timeout: self.attempt_timeout,
             classify: self.classify,

@@ -80,11 +80,14 @@ pub struct Config {
     pub webhooks: Arc<crate::inbox::Webhooks>,
     /// Where webhook events are forwarded, by integration name.
     pub forwards: Arc<failwell_engine::ForwardTargets>,
+    /// Breakers and pauses shared with the other processes (`[cluster]`;
+    /// `None`: each process has its own).
+    pub cluster: Option<failwell_cluster::ClusterConfig>,
 }
 
 /// The top-level keys: only `FAILWELL_*` variables naming one of these are
 /// configuration (so `FAILWELL_LOG` and the like are left alone).
-const TOP_LEVEL_KEYS: [&str; 10] = [
+const TOP_LEVEL_KEYS: [&str; 11] = [
     "database_url",
     "sqlite_synchronous",
     "listen",
@@ -95,6 +98,7 @@ const TOP_LEVEL_KEYS: [&str; 10] = [
     "reconciler",
     "providers",
     "webhooks",
+    "cluster",
 ];
 
 /// The HTTP API's bulkhead and request deadline (`[api]`).

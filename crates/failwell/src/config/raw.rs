@@ -23,6 +23,30 @@ pub(super) struct RawConfig {
     pub(super) providers: BTreeMap<String, RawProvider>,
     #[serde(default)]
     pub(super) webhooks: BTreeMap<String, RawWebhook>,
+    pub(super) cluster: Option<RawCluster>,
+}
+
+/// `[cluster]`: breakers and pauses shared with the other processes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCluster {
+    pub(super) url: String,
+    #[serde(default = "d_namespace")]
+    pub(super) namespace: String,
+    #[serde(default = "d_cluster_timeout")]
+    pub(super) timeout_ms: u64,
+    #[serde(default = "d_resync")]
+    pub(super) resync_ms: u64,
+}
+
+fn d_namespace() -> String {
+    "failwell".into()
+}
+fn d_cluster_timeout() -> u64 {
+    250
+}
+fn d_resync() -> u64 {
+    1_000
 }
 
 /// `[webhooks.NAME]`: a webhook source.
@@ -202,6 +226,8 @@ pub(super) struct RawProvider {
     pub(super) bulkhead: RawBulkhead,
     #[serde(default)]
     pub(super) retry_budget: RawRetryBudget,
+    #[serde(default)]
+    pub(super) pause: RawPause,
     pub(super) lookup: Option<RawLookup>,
     #[serde(default)]
     pub(super) operations: BTreeMap<String, RawOperation>,
@@ -241,6 +267,23 @@ pub(super) struct RawBreaker {
     pub(super) open_multiplier: f64,
     pub(super) max_open_ms: u64,
     pub(super) half_open_probes: u32,
+    pub(super) cluster_failures: u32,
+    pub(super) cluster_window_ms: u64,
+}
+
+/// `[providers.NAME.pause]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawPause {
+    pub(super) statuses: Vec<u16>,
+    pub(super) after_errors: u32,
+    pub(super) for_ms: u64,
+}
+
+impl Default for RawPause {
+    fn default() -> Self {
+        Self { statuses: vec![429, 503], after_errors: 0, for_ms: 30_000 }
+    }
 }
 
 impl Default for RawBreaker {
@@ -259,6 +302,8 @@ impl Default for RawBreaker {
             open_multiplier: 2.0,
             max_open_ms: 300_000,
             half_open_probes: 1,
+            cluster_failures: 20,
+            cluster_window_ms: 10_000,
         }
     }
 }

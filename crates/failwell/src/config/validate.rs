@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use failwell_engine::{
-    Encoding, ForwardTarget, ForwardTargets, LookupSpec, OperationSpec, ProviderClient, ProviderSpec,
-    Providers, ReconcilerConfig, RelayConfig,
+    ClusterRule, Encoding, ForwardTarget, ForwardTargets, LookupSpec, OperationSpec, PauseRule,
+    ProviderClient, ProviderSpec, Providers, ReconcilerConfig, RelayConfig,
 };
 use failwell_policy::{
     Answer, Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, Manifest, Offers,
@@ -15,8 +15,8 @@ use failwell_policy::{
 use failwell_store::Synchronous;
 
 use super::raw::{
-    RawBreaker, RawBulkhead, RawConfig, RawForward, RawLedger, RawOperation, RawProvider, RawRelay,
-    RawRetryBudget, RawWebhook,
+    RawBreaker, RawBulkhead, RawCluster, RawConfig, RawForward, RawLedger, RawOperation, RawPause,
+    RawProvider, RawRelay, RawRetryBudget, RawWebhook,
 };
 use super::{ApiLimits, Checker, Config, ConfigError, MAX_CONCURRENCY};
 
@@ -100,6 +100,7 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
         providers: Arc::new(providers),
         webhooks: Arc::new(webhooks),
         forwards: Arc::new(forwards),
+        cluster: cluster(c, raw.cluster)?,
     })
 }
 
@@ -321,6 +322,14 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
         base_url,
         timeouts,
         breaker: breaker(c, name, &p.breaker)?,
+        cluster_rule: ClusterRule {
+            failures: match p.breaker.cluster_failures {
+                0 => return Err(c.invalid(key("breaker.cluster_failures"), "must be at least 1")),
+                n => n,
+            },
+            window: c.positive(&key("breaker.cluster_window_ms"), p.breaker.cluster_window_ms)?,
+        },
+        pause: pause(c, name, &p.pause, p.breaker.enabled)?,
         bulkhead: bulkhead(c, &format!("providers.{name}.bulkhead"), &p.bulkhead)?,
         retry_budget: retry_budget(c, name, &p.retry_budget)?,
         retry,
@@ -333,6 +342,45 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
         lookup,
         operations,
     })
+}
+
+fn pause(c: &Checker<'_>, name: &str, p: &RawPause, breaker: bool) -> Result<PauseRule, ConfigError> {
+    let key = |k: &str| format!("providers.{name}.pause.{k}");
+    if let Some(bad) = p.statuses.iter().find(|s| !(100..=599).contains(*s)) {
+        return Err(c.invalid(key("statuses"), format!("{bad} is not an HTTP status (100-599)")));
+    }
+    let rule = PauseRule {
+        statuses: p.statuses.clone(),
+        after_errors: (p.after_errors > 0).then_some(p.after_errors),
+        duration: c.positive(&key("for_ms"), p.for_ms)?,
+    };
+    if !breaker && (c.is_set(&key("statuses")) || rule.after_errors.is_some()) {
+        return Err(c.invalid(
+            key(if rule.after_errors.is_some() { "after_errors" } else { "statuses" }),
+            "a pause is held by the provider's breaker: it needs breaker.enabled = true",
+        ));
+    }
+    Ok(rule)
+}
+
+fn cluster(
+    c: &Checker<'_>,
+    raw: Option<RawCluster>,
+) -> Result<Option<failwell_cluster::ClusterConfig>, ConfigError> {
+    let Some(raw) = raw else { return Ok(None) };
+    failwell_cluster::Cluster::check_url(&raw.url).map_err(|e| c.invalid("cluster.url", e.to_string()))?;
+    if raw.namespace.is_empty()
+        || raw.namespace.len() > 100
+        || raw.namespace.chars().any(|ch| ch.is_whitespace())
+    {
+        return Err(c.invalid("cluster.namespace", "must be 1 to 100 characters without spaces"));
+    }
+    Ok(Some(failwell_cluster::ClusterConfig {
+        url: raw.url,
+        namespace: raw.namespace,
+        timeout: c.positive("cluster.timeout_ms", raw.timeout_ms)?,
+        resync: c.positive("cluster.resync_ms", raw.resync_ms)?,
+    }))
 }
 
 /// A rate in (0, 1], or 0 for "off".
