@@ -261,6 +261,8 @@ impl Cluster {
             return Err(ClusterError::Duplicate(name.to_owned()));
         }
         views.insert(breaker.view().name.clone(), breaker.view().clone());
+        // Read at once (it answers from its fallback until then).
+        let _ = self.commands.try_send(Command::Apply { view: breaker.view().clone(), event: Event::Load });
         Ok(breaker)
     }
 
@@ -377,7 +379,6 @@ async fn drive(
                 let recovering = shared.degraded.load(Ordering::Acquire);
                 for view in shared.views() {
                     match within(timeout, backend.apply(&view.name, &view.rules, &Event::Load, None)).await {
-                        Ok(snapshot) if recovering => view.recover(&snapshot),
                         Ok(snapshot) => view.apply(&snapshot),
                         Err(error) => {
                             published = None;

@@ -277,14 +277,23 @@ impl View {
         }
     }
 
-    /// Takes in what the store said. A snapshot older than the view's is
-    /// ignored (pub/sub and replies can cross).
+    /// Takes in what the store said (the driver calls it only while the
+    /// store is reachable). A degraded view (the store was unreachable, or
+    /// the view is new) takes the snapshot as the truth and leaves its
+    /// fallback; otherwise a snapshot older than the view's is ignored
+    /// (pub/sub and replies can cross).
     pub(crate) fn apply(&self, snapshot: &Snapshot) {
         let mut inner = self.lock();
-        if inner.degraded || snapshot.generation < inner.generation {
+        let from = self.state_of(&inner);
+        if inner.degraded {
+            inner.degraded = false;
+            inner.generation = snapshot.generation;
+            inner.probe_taken = false;
+            inner.careful_busy = false;
+            inner.claiming = false;
+        } else if snapshot.generation < inner.generation {
             return;
         }
-        let from = self.state_of(&inner);
         self.take(&mut inner, snapshot);
         let to = self.state_of(&inner);
         self.announce(from, to, reason(snapshot));
@@ -331,20 +340,6 @@ impl View {
             self.publish(&inner);
             self.announce(from, self.local.state(), "shared state unreachable: in-process fallback".into());
         }
-    }
-
-    /// The store is back: `snapshot` (just read) replaces what the view had.
-    pub(crate) fn recover(&self, snapshot: &Snapshot) {
-        let mut inner = self.lock();
-        let from = self.state_of(&inner);
-        inner.degraded = false;
-        inner.generation = snapshot.generation;
-        inner.probe_taken = false;
-        inner.careful_busy = false;
-        inner.claiming = false;
-        self.take(&mut inner, snapshot);
-        let to = self.state_of(&inner);
-        self.announce(from, to, reason(snapshot));
     }
 }
 

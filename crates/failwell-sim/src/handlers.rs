@@ -98,7 +98,7 @@ async fn create_charge(State(state): State<Arc<SimState>>, request: Request) -> 
     let (fault, latency) = state.begin_charge(reference);
     tokio::time::sleep(latency).await;
     // 3. Pre-commit faults: nothing stored, no effect.
-    if state.unavailable() {
+    if state.refuse() {
         return unavailable().into_response();
     }
     if let Some(response) = pre_commit_reply(&state, fault) {
@@ -182,7 +182,7 @@ async fn commit_and_answer(
 /// Lookup latency, then 503 if down or in the outage window.
 async fn lookup_gate(state: &SimState) -> Result<(), Response> {
     tokio::time::sleep(state.next_lookup_latency()).await;
-    if state.unavailable() {
+    if state.refuse() {
         return Err(unavailable().into_response());
     }
     Ok(())

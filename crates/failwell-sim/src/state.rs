@@ -33,6 +33,10 @@ pub struct Effects {
     pub by_reference: BTreeMap<String, ReferenceEffects>,
     /// Webhook deliveries (all zero without [`crate::SimConfig::webhooks`]).
     pub webhooks: WebhookStats,
+    /// Requests (calls and lookups) answered 503 because the provider was
+    /// down (down mode or the outage window).
+    #[serde(default)]
+    pub refused: u64,
 }
 
 /// Per-reference counters inside [`Effects`].
@@ -167,6 +171,16 @@ impl SimState {
     pub fn unavailable(&self) -> bool {
         self.down.load(Ordering::SeqCst)
             || (self.config.profile == Profile::Outage && self.started.elapsed() < self.config.outage)
+    }
+
+    /// Whether this request must be answered 503 ([`unavailable`](Self::unavailable));
+    /// counts it in [`Effects::refused`] when so.
+    pub fn refuse(&self) -> bool {
+        let refuse = self.unavailable();
+        if refuse {
+            self.lock().effects.refused += 1;
+        }
+        refuse
     }
 
     /// Sets or clears down mode.

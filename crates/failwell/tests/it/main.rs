@@ -2,6 +2,7 @@
 //! provider simulator on loopback. One test binary for the crate.
 
 mod api;
+mod cluster;
 mod config;
 mod crash;
 mod demo;

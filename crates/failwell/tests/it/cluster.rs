@@ -1,0 +1,285 @@
+//! Breakers shared by four `failwell serve` processes (`[cluster]`), each
+//! with 64 relay workers, against one simulator that goes dead and comes
+//! back: the whole cluster stops after the threshold, one probe per open
+//! period reaches the provider, every process closes within 200 ms of the
+//! probe that succeeded, and no message is lost. Then the same with the
+//! shared store itself going away.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use failwell_sim::Simulator;
+use serde_json::Value;
+
+use crate::helpers::{Gateway, SETTLE, free_port, simulator};
+
+/// `cluster_failures`: failures anywhere that open the breaker everywhere.
+const THRESHOLD: u64 = 10;
+/// The open period (fixed: `max_open_ms` is the same).
+const OPEN_MS: u64 = 1_500;
+const PROCESSES: usize = 4;
+
+fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+fn provider_settings() -> String {
+    format!(
+        "max_attempts = 20\ndeadline_ms = 120000\n\
+         breaker = {{ open_ms = {OPEN_MS}, max_open_ms = {OPEN_MS}, cluster_failures = {THRESHOLD}, \
+         cluster_window_ms = 30000 }}"
+    )
+}
+
+fn cluster_section(url: &str, namespace: &str) -> String {
+    format!("[cluster]\nurl = \"{url}\"\nnamespace = \"{namespace}\"\nresync_ms = 300\n")
+}
+
+async fn start_cluster(sim: &Simulator, url: &str) -> Vec<Gateway> {
+    let namespace = format!("it-{}", free_port());
+    let mut gateways = Vec::new();
+    for _ in 0..PROCESSES {
+        gateways.push(
+            Gateway::start_with(&sim.base_url(), &provider_settings(), &cluster_section(url, &namespace))
+                .await,
+        );
+    }
+    gateways
+}
+
+/// The payments breaker's state in one process.
+async fn breaker_state(gateway: &Gateway) -> String {
+    let body: Value = gateway
+        .http
+        .get(format!("{}/v1/providers", gateway.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    body["providers"][0]["breaker"]["state"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Submits charges round-robin to the processes until `stop`, about one
+/// per 2 ms; returns the references.
+fn submit_until(
+    gateways: Arc<Vec<Gateway>>,
+    stop: Arc<AtomicBool>,
+    prefix: &'static str,
+) -> tokio::task::JoinHandle<Vec<String>> {
+    tokio::spawn(async move {
+        let mut keys = Vec::new();
+        let n = AtomicUsize::new(0);
+        while !stop.load(Ordering::Acquire) && keys.len() < 5_000 {
+            let i = n.fetch_add(1, Ordering::Relaxed);
+            let key = format!("{prefix}-{i:05}");
+            let response = gateways[i % gateways.len()].charge(&key, 100 + i as u64).await;
+            let status = response.status().as_u16();
+            assert!(status == 201 || status == 202, "{key}: {status} {}", response.text().await.unwrap());
+            keys.push(key);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        keys
+    })
+}
+
+async fn all_settled(gateways: &[Gateway], keys: &[String], sim: &Simulator) {
+    let mut settled = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        settled.push(gateways[i % gateways.len()].settled(key, SETTLE).await);
+    }
+    let effects = sim.effects();
+    assert_eq!(effects.double_effects(), 0);
+    for (key, op) in keys.iter().zip(&settled) {
+        // A settled charge either went through once or was declined
+        // (the simulator declines some amounts): never lost, never twice.
+        let expected = u64::from(op["status"] == "succeeded");
+        assert_eq!(effects.by_reference[key].effects, expected, "{key}: {op:#}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_stop_together_probe_once_per_period_and_close_together() {
+    let sim = simulator(|_| {}).await;
+    let gateways = Arc::new(start_cluster(&sim, &redis_url()).await);
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = submit_until(gateways.clone(), stop.clone(), "c4");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // The provider goes dead under load.
+    let refused_before = sim.effects().refused;
+    sim.set_down(true);
+    let dead_at = Instant::now();
+    let mut open = [false; PROCESSES];
+    while open.iter().any(|o| !o) {
+        for (i, gateway) in gateways.iter().enumerate() {
+            open[i] = open[i] || breaker_state(gateway).await == "open";
+        }
+        assert!(dead_at.elapsed() < Duration::from_secs(10), "not every process opened: {open:?}");
+    }
+    let received = sim.effects().refused - refused_before;
+    assert!(
+        received <= THRESHOLD + PROCESSES as u64,
+        "the dead provider got {received} calls before every process had the breaker open (threshold {THRESHOLD}, \
+         {PROCESSES} processes)\n{}",
+        gateways[0].log()
+    );
+    assert!(received >= THRESHOLD, "the breaker opened after only {received} failures");
+
+    // Dead for four more open periods: one probe per period, cluster-wide.
+    let watch_from = Instant::now();
+    let mut probes: Vec<Instant> = Vec::new();
+    let mut seen = sim.effects().refused;
+    while watch_from.elapsed() < Duration::from_millis(4 * OPEN_MS) {
+        let now = sim.effects().refused;
+        assert!(now <= seen + 1, "{} probes at once", now - seen);
+        if now > seen {
+            probes.push(Instant::now());
+            seen = now;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(probes.len() >= 2, "the probes stopped: {}", probes.len());
+    assert!(probes.len() as u64 <= 4 + 1, "{} probes in 4 open periods", probes.len());
+    for pair in probes.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(gap >= Duration::from_millis(OPEN_MS - 100), "two probes {gap:?} apart");
+    }
+
+    // The provider recovers: the next probe succeeds and every process
+    // closes within 200 ms of it.
+    let requests = sim.effects().requests;
+    let lookups_refused = sim.effects().refused;
+    sim.set_down(false);
+    let recovered = Instant::now();
+    loop {
+        let effects = sim.effects();
+        if effects.requests > requests && effects.refused == lookups_refused {
+            break;
+        }
+        assert!(recovered.elapsed() < Duration::from_secs(5), "no probe after the recovery");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let probe_at = Instant::now();
+    let mut closed = [None; PROCESSES];
+    while closed.iter().any(Option::is_none) {
+        for (i, gateway) in gateways.iter().enumerate() {
+            if closed[i].is_none() && breaker_state(gateway).await == "closed" {
+                closed[i] = Some(probe_at.elapsed());
+            }
+        }
+        assert!(probe_at.elapsed() < Duration::from_secs(2), "not every process closed: {closed:?}");
+    }
+    let slowest = closed.iter().flatten().max().unwrap();
+    eprintln!(
+        "calls to the dead provider before every process opened: {received} (threshold {THRESHOLD}); probes in \
+         {} ms: {}; closed after the successful probe: {closed:?}",
+        4 * OPEN_MS,
+        probes.len()
+    );
+    assert!(*slowest <= Duration::from_millis(200), "closed {closed:?} after the probe");
+
+    // Nothing was lost: every charge submitted, before, during and after
+    // the outage, settled, with exactly one effect when it succeeded.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Release);
+    let keys = load.await.unwrap();
+    all_settled(&gateways, &keys, &sim).await;
+}
+
+/// A `redis-server` of the test's own, to kill and start again.
+struct OwnRedis {
+    port: u16,
+    child: tokio::process::Child,
+}
+
+impl OwnRedis {
+    async fn start(port: u16) -> Self {
+        let child = tokio::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("redis-server must be installed (Debian package redis-server)");
+        let started = Instant::now();
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            assert!(started.elapsed() < Duration::from_secs(5), "redis-server did not start on {port}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Self { port, child }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+/// `failwell_cluster_degraded` of one process, from `GET /metrics`.
+async fn degraded(gateway: &Gateway) -> Option<f64> {
+    let text =
+        gateway.http.get(format!("{}/metrics", gateway.base)).send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .find(|l| l.starts_with("failwell_cluster_degraded"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+async fn wait_degraded(gateways: &[Gateway], value: f64) {
+    let started = Instant::now();
+    for gateway in gateways {
+        while degraded(gateway).await != Some(value) {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "failwell_cluster_degraded never became {value}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stopped_mid_run_degrades_and_recovers_without_losing_a_message() {
+    let sim = simulator(|_| {}).await;
+    let port = free_port();
+    let mut redis = OwnRedis::start(port).await;
+    let namespace = "it-redis-stop";
+    let mut gateways = Vec::new();
+    for _ in 0..2 {
+        let section = cluster_section(&redis.url(), namespace);
+        gateways.push(Gateway::start_with(&sim.base_url(), &provider_settings(), &section).await);
+    }
+    let gateways = Arc::new(gateways);
+    wait_degraded(&gateways, 0.0).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = submit_until(gateways.clone(), stop.clone(), "rs");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Redis dies (SIGKILL of the server this test started): both processes
+    // notice, log it, expose it, and keep delivering on their own breakers.
+    redis.child.kill().await.unwrap();
+    wait_degraded(&gateways, 1.0).await;
+    let delivered = sim.effects().charges;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(sim.effects().charges > delivered, "charges kept flowing while Redis was down");
+    for gateway in gateways.iter() {
+        assert!(gateway.log().contains("running degraded"), "{}", gateway.log());
+    }
+
+    // Redis is back (empty): both processes share again.
+    let _redis = OwnRedis::start(port).await;
+    wait_degraded(&gateways, 0.0).await;
+    for gateway in gateways.iter() {
+        assert!(gateway.log().contains("reachable again"), "{}", gateway.log());
+        assert_eq!(breaker_state(gateway).await, "closed");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Release);
+    let keys = load.await.unwrap();
+    all_settled(&gateways, &keys, &sim).await;
+    for gateway in gateways.iter() {
+        let health = gateway.http.get(format!("{}/healthz", gateway.base)).send().await.unwrap();
+        assert!(health.status().is_success(), "the process is alive");
+    }
+}
