@@ -338,12 +338,13 @@ async fn drive(
                     continue;
                 }
                 for (view, event) in merge(batch.drain(..)) {
-                    let claim = matches!(event, Event::Claim { .. });
                     match within(timeout, backend.apply(&view.name, &view.rules, &event, None)).await {
                         Ok(snapshot) => {
                             view.apply(&snapshot);
-                            if claim {
-                                view.claim_answered();
+                            match event {
+                                Event::Claim { .. } => view.claim_answered(),
+                                Event::Failures { .. } => view.failures_counted(),
+                                _ => {}
                             }
                         }
                         Err(error) => {

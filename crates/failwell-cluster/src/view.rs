@@ -237,7 +237,11 @@ impl View {
     fn record_slow(self: &Arc<Self>, ticket: Ticket, outcome: CallOutcome) {
         let mut inner = self.lock();
         let current = ticket.generation() == inner.generation as u32;
-        if ticket.started() & CAREFUL != 0 && current {
+        // The careful call's slot is free again once its outcome is known
+        // to the store: at once for a success, when the store has counted
+        // it for a failure (`failures_counted`), so a process never has
+        // more than one failure the store has not counted.
+        if ticket.started() & CAREFUL != 0 && current && outcome != CallOutcome::Failure {
             inner.careful_busy = false;
         }
         if inner.degraded || !current {
@@ -268,7 +272,9 @@ impl View {
                     inner.suspect = true;
                     self.publish(&inner);
                 }
-                self.send(Event::Failures { generation, count: 1 });
+                if !self.send(Event::Failures { generation, count: 1 }) {
+                    inner.careful_busy = false;
+                }
             }
             CallOutcome::Success if inner.suspect => {
                 self.send(Event::Success { generation });
@@ -297,6 +303,12 @@ impl View {
         self.take(&mut inner, snapshot);
         let to = self.state_of(&inner);
         self.announce(from, to, reason(snapshot));
+    }
+
+    /// The store has counted this view's failures (the answer to its
+    /// report has been applied): a careful call may go out again.
+    pub(crate) fn failures_counted(&self) {
+        self.lock().careful_busy = false;
     }
 
     /// The answer to this view's claim has been applied: it may claim again.

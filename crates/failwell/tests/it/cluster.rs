@@ -62,8 +62,18 @@ async fn breaker_state(gateway: &Gateway) -> String {
     body["providers"][0]["breaker"]["state"].as_str().unwrap_or_default().to_owned()
 }
 
+/// The time of day (s) of the last "circuit breaker closed" line of `log`
+/// that contains `reason`.
+fn last_close(log: &str, reason: &str) -> Option<f64> {
+    let line = log.lines().filter(|l| l.contains("circuit breaker closed") && l.contains(reason)).last()?;
+    // `2026-11-30T06:36:07.192841Z …`, after the colour codes.
+    let stamp = line.split('T').nth(1)?.split('Z').next()?;
+    let mut parts = stamp.split(':').map(|p| p.parse::<f64>().ok());
+    Some(parts.next()?? * 3600.0 + parts.next()?? * 60.0 + parts.next()??)
+}
+
 /// Submits charges round-robin to the processes until `stop`, about one
-/// per 2 ms; returns the references.
+/// per 4 ms; returns the references.
 fn submit_until(
     gateways: Arc<Vec<Gateway>>,
     stop: Arc<AtomicBool>,
@@ -79,7 +89,7 @@ fn submit_until(
             let status = response.status().as_u16();
             assert!(status == 201 || status == 202, "{key}: {status} {}", response.text().await.unwrap());
             keys.push(key);
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            tokio::time::sleep(Duration::from_millis(4)).await;
         }
         keys
     })
@@ -149,37 +159,28 @@ async fn four_processes_stop_together_probe_once_per_period_and_close_together()
     }
 
     // The provider recovers: the next probe succeeds and every process
-    // closes within 200 ms of it.
-    let requests = sim.effects().requests;
-    let lookups_refused = sim.effects().refused;
+    // closes within 200 ms of it (by the processes' own log lines, so the
+    // time the API takes to answer under the backlog is not counted).
     sim.set_down(false);
     let recovered = Instant::now();
-    loop {
-        let effects = sim.effects();
-        if effects.requests > requests && effects.refused == lookups_refused {
-            break;
-        }
-        assert!(recovered.elapsed() < Duration::from_secs(5), "no probe after the recovery");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let probe_at = Instant::now();
-    let mut closed = [None; PROCESSES];
-    while closed.iter().any(Option::is_none) {
+    let mut closed = [false; PROCESSES];
+    while closed.iter().any(|c| !c) {
         for (i, gateway) in gateways.iter().enumerate() {
-            if closed[i].is_none() && breaker_state(gateway).await == "closed" {
-                closed[i] = Some(probe_at.elapsed());
-            }
+            closed[i] = closed[i] || breaker_state(gateway).await == "closed";
         }
-        assert!(probe_at.elapsed() < Duration::from_secs(2), "not every process closed: {closed:?}");
+        assert!(recovered.elapsed() < Duration::from_secs(5), "not every process closed: {closed:?}");
     }
-    let slowest = closed.iter().flatten().max().unwrap();
+    let logs: Vec<String> = gateways.iter().map(Gateway::log).collect();
+    let probed = logs.iter().filter_map(|log| last_close(log, "probe succeeded")).collect::<Vec<_>>();
+    assert_eq!(probed.len(), 1, "one process closed by its own probe");
+    let closes: Vec<f64> = logs.iter().map(|log| last_close(log, "closed").unwrap() - probed[0]).collect();
     eprintln!(
         "calls to the dead provider before every process opened: {received} (threshold {THRESHOLD}); probes in \
-         {} ms: {}; closed after the successful probe: {closed:?}",
+         {} ms: {}; closed after the successful probe (s): {closes:?}",
         4 * OPEN_MS,
         probes.len()
     );
-    assert!(*slowest <= Duration::from_millis(200), "closed {closed:?} after the probe");
+    assert!(closes.iter().all(|c| (0.0..=0.2).contains(c)), "closed {closes:?} s after the probe");
 
     // Nothing was lost: every charge submitted, before, during and after
     // the outage, settled, with exactly one effect when it succeeded.
@@ -282,4 +283,72 @@ async fn redis_stopped_mid_run_degrades_and_recovers_without_losing_a_message() 
         let health = gateway.http.get(format!("{}/healthz", gateway.base)).send().await.unwrap();
         assert!(health.status().is_success(), "the process is alive");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_pauses_every_process_without_spending_attempts() {
+    let sim = simulator(|config| config.retry_after_secs = 2).await;
+    sim.script("rl-first", vec![failwell_sim::Fault::RateLimited]);
+    let gateways = start_cluster(&sim, &redis_url()).await;
+    let limited = gateways[0].charge("rl-first", 100).await;
+    assert!(limited.status().is_success());
+    let started = Instant::now();
+    while sim.effects().requests == 0 {
+        assert!(started.elapsed() < Duration::from_secs(5), "the first charge never arrived");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let limited_at = Instant::now();
+    // Charges submitted to every other process (once the 429's answer has
+    // reached failwell and been shared) wait for the Retry-After.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut keys = Vec::new();
+    for (i, gateway) in gateways.iter().enumerate().skip(1) {
+        for j in 0..5 {
+            let key = format!("rl-{i}-{j}");
+            assert!(gateway.charge(&key, 1_000 + 10 * j).await.status().is_success());
+            keys.push((i, key));
+        }
+    }
+    while sim.effects().requests == 1 {
+        assert!(limited_at.elapsed() < Duration::from_secs(5), "nothing was sent after the pause");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let paused_for = limited_at.elapsed();
+    assert!(paused_for >= Duration::from_millis(1_900), "the next call came {paused_for:?} after the 429");
+    assert_eq!(breaker_state(&gateways[1]).await, "closed", "a pause is not a trip");
+    for (i, key) in &keys {
+        let op = gateways[*i].settled(key, SETTLE).await;
+        assert_eq!(op["status"], "succeeded", "{op:#}");
+        assert_eq!(op["attempts"], 1, "waiting out a pause spends no attempt: {op:#}");
+    }
+    let first = gateways[0].settled("rl-first", SETTLE).await;
+    assert_eq!(first["status"], "succeeded", "{first:#}");
+}
+
+#[tokio::test]
+async fn transport_errors_in_a_row_pause_the_provider() {
+    // Nothing listens at this address: every call is refused at connect.
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let settings = "max_attempts = 50\npause = { after_errors = 3, for_ms = 2000 }\n\
+                    breaker = { enabled = true, minimum_calls = 1000, window_calls = 1000 }";
+    let gateway = Gateway::start(&dead, settings).await;
+    let keys: Vec<String> = (0..10).map(|i| format!("te-{i}")).collect();
+    for key in &keys {
+        assert!(gateway.charge(key, 500).await.status().is_success());
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let mut starts = Vec::new();
+    for key in &keys {
+        let op = gateway.operation(key).await;
+        for call in crate::helpers::calls(&op) {
+            starts.push(call["started_at_ms"].as_i64().unwrap());
+        }
+    }
+    starts.sort();
+    let first = starts[0];
+    // The burst before the third refusal paused everyone, then two quiet
+    // seconds (without the pause: a call every 20–200 ms per message).
+    let quiet = starts.iter().filter(|s| (first + 300..first + 1_800).contains(*s)).count();
+    assert_eq!(quiet, 0, "calls during the pause: {starts:?}");
+    assert!(starts.iter().any(|s| *s >= first + 1_900), "calls resumed after the pause: {starts:?}");
 }
