@@ -65,7 +65,7 @@ async fn breaker_state(gateway: &Gateway) -> String {
 /// The time of day (s) of the last "circuit breaker closed" line of `log`
 /// that contains `reason`.
 fn last_close(log: &str, reason: &str) -> Option<f64> {
-    let line = log.lines().filter(|l| l.contains("circuit breaker closed") && l.contains(reason)).last()?;
+    let line = log.lines().rev().find(|l| l.contains("circuit breaker closed") && l.contains(reason))?;
     // `2026-11-30T06:36:07.192841Z …`, after the colour codes.
     let stamp = line.split('T').nth(1)?.split('Z').next()?;
     let mut parts = stamp.split(':').map(|p| p.parse::<f64>().ok());
