@@ -311,16 +311,17 @@ impl Shared {
 }
 
 /// The driver: applies the views' events in order (adjacent failure
-/// reports of one breaker merged into one), takes in published snapshots,
-/// reads every record each `resync`, and runs degraded while the store
-/// cannot be reached.
+/// reports of one breaker merged into one), reads every record each
+/// `resync`, and runs degraded while the store cannot be reached. Published
+/// snapshots are taken in by a task of their own, so a slow store operation
+/// never delays what other processes announce.
 async fn drive(
     mut backend: Backend,
     shared: Arc<Shared>,
     mut commands: mpsc::Receiver<Command>,
     config: ClusterConfig,
 ) {
-    let mut published: Option<BoxStream<'static, Snapshot>> = None;
+    let mut published: Option<JoinHandle<()>> = None;
     let mut resync = tokio::time::interval(config.resync);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let timeout = config.timeout;
@@ -329,6 +330,7 @@ async fn drive(
         tokio::select! {
             received = commands.recv_many(&mut batch, 256) => {
                 if received == 0 {
+                    stop(published.take()).await;
                     return;
                 }
                 if published.is_none() {
@@ -348,7 +350,7 @@ async fn drive(
                             }
                         }
                         Err(error) => {
-                            published = None;
+                            stop(published.take()).await;
                             shared.degrade(&error);
                             break;
                         }
@@ -356,21 +358,14 @@ async fn drive(
                 }
                 batch.clear();
             }
-            snapshot = next(&mut published) => match snapshot {
-                Some(snapshot) => {
-                    if let Some(view) = shared.view(&snapshot.name) {
-                        view.apply(&snapshot);
-                    }
-                }
-                None => {
-                    published = None;
-                    shared.degrade(&ClusterError::Lost);
-                }
-            },
+            _ = ended(&mut published) => {
+                published = None;
+                shared.degrade(&ClusterError::Lost);
+            }
             _ = resync.tick() => {
                 if published.is_none() {
                     match within(timeout, backend.subscribe()).await {
-                        Ok(stream) => published = Some(stream),
+                        Ok(stream) => published = Some(tokio::spawn(take_in(stream, shared.clone()))),
                         Err(error) => {
                             shared.degrade(&error);
                             continue;
@@ -382,7 +377,7 @@ async fn drive(
                     match within(timeout, backend.apply(&view.name, &view.rules, &Event::Load, None)).await {
                         Ok(snapshot) => view.apply(&snapshot),
                         Err(error) => {
-                            published = None;
+                            stop(published.take()).await;
                             shared.degrade(&error);
                             break;
                         }
@@ -395,6 +390,35 @@ async fn drive(
                 }
             }
         }
+    }
+}
+
+/// Applies every published snapshot to its view until the stream ends (the
+/// subscription's connection was lost).
+async fn take_in(mut stream: BoxStream<'static, Snapshot>, shared: Arc<Shared>) {
+    while let Some(snapshot) = stream.next().await {
+        if let Some(view) = shared.view(&snapshot.name) {
+            view.apply(&snapshot);
+        }
+    }
+}
+
+/// Stops the subscription task and waits until it has, so no snapshot it
+/// was applying lands after the views are marked degraded.
+async fn stop(published: Option<JoinHandle<()>>) {
+    if let Some(task) = published {
+        task.abort();
+        let _ = task.await;
+    }
+}
+
+/// Completes when the subscription task ends by itself; never without one.
+async fn ended(published: &mut Option<JoinHandle<()>>) {
+    match published {
+        Some(task) => {
+            let _ = task.await;
+        }
+        None => std::future::pending().await,
     }
 }
 
@@ -422,13 +446,6 @@ async fn within<T>(
     operation: impl Future<Output = Result<T, ClusterError>>,
 ) -> Result<T, ClusterError> {
     tokio::time::timeout(timeout, operation).await.unwrap_or(Err(ClusterError::Timeout(timeout.as_millis())))
-}
-
-async fn next(published: &mut Option<BoxStream<'static, Snapshot>>) -> Option<Snapshot> {
-    match published {
-        Some(stream) => stream.next().await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]

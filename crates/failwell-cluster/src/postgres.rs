@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use serde::{Deserialize, Serialize};
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, Row};
 
 use crate::ClusterError;
@@ -35,6 +35,29 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS failwell_breakers (
     pause_until bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (namespace, name)
 )";
+
+/// The record's columns and the server's clock (ms), as one select list.
+macro_rules! columns {
+    () => {
+        "generation, phase, recent, trips, open_until, probe_owner, probe_until, pause_until,
+         (extract(epoch from clock_timestamp()) * 1000)::bigint AS now"
+    };
+}
+
+const NOW: &str = "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+fn record_of(row: &PgRow) -> Record {
+    Record {
+        generation: u64::try_from(row.get::<i64, _>("generation")).unwrap_or(0),
+        phase: Phase::from_code(i64::from(row.get::<i16, _>("phase"))),
+        recent: row.get("recent"),
+        trips: u32::try_from(row.get::<i32, _>("trips")).unwrap_or(0),
+        open_until: row.get("open_until"),
+        probe_owner: row.get("probe_owner"),
+        probe_until: row.get("probe_until"),
+        pause_until: row.get("pause_until"),
+    }
+}
 
 /// A `NOTIFY` payload: a snapshot and the namespace it belongs to.
 #[derive(Serialize, Deserialize)]
@@ -87,38 +110,51 @@ impl PostgresBackend {
             tx.commit().await?;
             self.ready = true;
         }
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("INSERT INTO failwell_breakers (namespace, name) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+        // A read takes no lock: the row as it is (or none yet).
+        if *event == Event::Load {
+            let row = sqlx::query(concat!(
+                "SELECT ",
+                columns!(),
+                " FROM failwell_breakers WHERE namespace = $1 AND name = $2"
+            ))
             .bind(&self.namespace)
             .bind(name)
-            .execute(&mut *tx)
+            .fetch_optional(&self.pool)
             .await?;
-        let row = sqlx::query(
-            "SELECT generation, phase, recent, trips, open_until, probe_owner, probe_until, pause_until,
-                    (extract(epoch from clock_timestamp()) * 1000)::bigint AS now
-             FROM failwell_breakers WHERE namespace = $1 AND name = $2 FOR UPDATE",
-        )
+            let (mut record, server_now) = match row {
+                Some(row) => (record_of(&row), row.get("now")),
+                None => (Record::default(), sqlx::query_scalar(NOW).fetch_one(&self.pool).await?),
+            };
+            return Ok(record.apply(name, rules, event, now.unwrap_or(server_now)));
+        }
+        let mut tx = self.pool.begin().await?;
+        // Creates the row or locks it (the no-op update takes the row lock),
+        // and reads it, in one statement.
+        let row = sqlx::query(concat!(
+            "INSERT INTO failwell_breakers (namespace, name) VALUES ($1, $2)
+             ON CONFLICT (namespace, name) DO UPDATE SET name = EXCLUDED.name
+             RETURNING ",
+            columns!()
+        ))
         .bind(&self.namespace)
         .bind(name)
         .fetch_one(&mut *tx)
         .await?;
-        let mut record = Record {
-            generation: u64::try_from(row.get::<i64, _>("generation")).unwrap_or(0),
-            phase: Phase::from_code(i64::from(row.get::<i16, _>("phase"))),
-            recent: row.get("recent"),
-            trips: u32::try_from(row.get::<i32, _>("trips")).unwrap_or(0),
-            open_until: row.get("open_until"),
-            probe_owner: row.get("probe_owner"),
-            probe_until: row.get("probe_until"),
-            pause_until: row.get("pause_until"),
-        };
+        let mut record = record_of(&row);
         let now = now.unwrap_or_else(|| row.get("now"));
         let snapshot = record.apply(name, rules, event, now);
         if snapshot.changed {
+            let notice = Notice {
+                namespace: self.namespace.clone(),
+                snapshot: Snapshot { won: false, changed: false, ..snapshot.clone() },
+            };
+            // The update and the notification (sent at commit), in one statement.
             sqlx::query(
-                "UPDATE failwell_breakers SET generation = $3, phase = $4, recent = $5, trips = $6,
-                        open_until = $7, probe_owner = $8, probe_until = $9, pause_until = $10
-                 WHERE namespace = $1 AND name = $2",
+                "WITH updated AS (
+                    UPDATE failwell_breakers SET generation = $3, phase = $4, recent = $5, trips = $6,
+                           open_until = $7, probe_owner = $8, probe_until = $9, pause_until = $10
+                    WHERE namespace = $1 AND name = $2 RETURNING name)
+                 SELECT pg_notify($11, $12) FROM updated",
             )
             .bind(&self.namespace)
             .bind(name)
@@ -130,17 +166,10 @@ impl PostgresBackend {
             .bind(&record.probe_owner)
             .bind(record.probe_until)
             .bind(record.pause_until)
+            .bind(CHANNEL)
+            .bind(serde_json::to_string(&notice).unwrap_or_default())
             .execute(&mut *tx)
             .await?;
-            let notice = Notice {
-                namespace: self.namespace.clone(),
-                snapshot: Snapshot { won: false, changed: false, ..snapshot.clone() },
-            };
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(CHANNEL)
-                .bind(serde_json::to_string(&notice).unwrap_or_default())
-                .execute(&mut *tx)
-                .await?;
         }
         tx.commit().await?;
         Ok(snapshot)

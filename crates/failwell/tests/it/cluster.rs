@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::helpers::{Gateway, SETTLE, free_port, simulator};
 
 /// `cluster_failures`: failures anywhere that open the breaker everywhere.
-const THRESHOLD: u64 = 10;
+const THRESHOLD: u64 = 20;
 /// The open period (fixed: `max_open_ms` is the same).
 const OPEN_MS: u64 = 1_500;
 const PROCESSES: usize = 4;
@@ -112,8 +112,34 @@ async fn all_settled(gateways: &[Gateway], keys: &[String], sim: &Simulator) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_stop_together_probe_once_per_period_and_close_together() {
+    four_processes(&redis_url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_share_a_breaker_through_postgres() {
+    four_processes(&postgres_schema().await).await;
+}
+
+/// A PostgreSQL URL (`DATABASE_URL`) whose connections use a fresh schema
+/// of their own.
+async fn postgres_schema() -> String {
+    let url =
+        std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let schema = format!("it_{}", free_port());
+    let pool = sqlx::PgPool::connect(&url).await.expect("PostgreSQL at DATABASE_URL");
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&pool).await.unwrap();
+    pool.close().await;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-csearch_path%3D{schema}")
+}
+
+async fn four_processes(url: &str) {
     let sim = simulator(|_| {}).await;
-    let gateways = Arc::new(start_cluster(&sim, &redis_url()).await);
+    let gateways = Arc::new(start_cluster(&sim, url).await);
     let stop = Arc::new(AtomicBool::new(false));
     let load = submit_until(gateways.clone(), stop.clone(), "c4");
     tokio::time::sleep(Duration::from_secs(1)).await;
