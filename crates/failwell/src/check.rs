@@ -26,7 +26,7 @@ pub fn report(config: &Config) -> String {
         let spec = client.spec();
         for (name, operation) in &spec.operations {
             out.push('\n');
-            operation_report(&mut out, spec, name, operation, config.relay.concurrency);
+            operation_report(&mut out, spec, name, operation, config);
         }
     }
     out
@@ -40,7 +40,8 @@ fn ms(d: Duration) -> String {
     }
 }
 
-fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &OperationSpec, workers: usize) {
+fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &OperationSpec, config: &Config) {
+    let workers = config.relay.concurrency;
     let m = &op.manifest;
     let url = spec.base_url.join(&op.path).map_or_else(|_| op.path.clone(), |u| u.to_string());
     let _ = writeln!(out, "{}.{name}: {} {url}", spec.name, op.method);
@@ -65,6 +66,35 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
             })
         }
         None => "no breaker".into(),
+    };
+    let breaker = match (&config.cluster, &spec.breaker) {
+        (Some(cluster), Some(_)) => {
+            let store = cluster.url.split_once("://").map_or("?", |(scheme, _)| scheme);
+            format!(
+                "shared breaker ({store}, namespace {:?}): opens in every process on {} failures anywhere within \
+                 {} with no success between, one probe per open period cluster-wide; {breaker} while the store \
+                 is unreachable",
+                cluster.namespace,
+                spec.cluster_rule.failures,
+                ms(spec.cluster_rule.window)
+            )
+        }
+        _ => breaker,
+    };
+    let breaker = match (&spec.breaker, spec.pause.statuses.is_empty(), spec.pause.after_errors) {
+        (None, ..) => breaker,
+        (Some(_), true, None) => breaker,
+        (Some(_), statuses_empty, after_errors) => {
+            let mut pauses = Vec::new();
+            if !statuses_empty {
+                let statuses: Vec<String> = spec.pause.statuses.iter().map(u16::to_string).collect();
+                pauses.push(format!("a {} with Retry-After", statuses.join("/")));
+            }
+            if let Some(n) = after_errors {
+                pauses.push(format!("{n} transport errors in a row ({})", ms(spec.pause.duration)));
+            }
+            format!("{breaker}; paused by {}", pauses.join(" or "))
+        }
     };
     let unavailable = match (m.on_unavailable, op.max_stale) {
         (OnUnavailable::Reject, _) => {

@@ -493,3 +493,68 @@ fn every_manifest_refusal_names_the_operation_the_rule_and_the_fix() {
         ],
     );
 }
+
+#[test]
+fn invalid_cluster_and_pause_settings_name_the_key() {
+    refused(
+        |t| t + "\n[cluster]\nurl = \"mysql://user:hunter2@db/x\"\n",
+        &[],
+        &["{file}", "cluster.url", "unsupported cluster URL scheme", "user:***@db"],
+    );
+    refused(
+        |t| t + "\n[cluster]\nurl = \"redis://127.0.0.1:6379\"\nnamespace = \"\"\n",
+        &[],
+        &["cluster.namespace"],
+    );
+    refused(
+        |t| t + "\n[cluster]\nurl = \"redis://127.0.0.1:6379\"\nresync_ms = 0\n",
+        &[],
+        &["cluster.resync_ms", "greater than 0"],
+    );
+    refused(|t| t + "\n[cluster]\nurl = \"redis://h\"\nport = 1\n", &[], &["cluster.port", "unknown field"]);
+    refused(
+        |t| t.replace("max_open_ms = 1000", "max_open_ms = 1000, cluster_failures = 0"),
+        &[],
+        &["providers.payments.breaker.cluster_failures", "at least 1"],
+    );
+    refused(
+        |t| {
+            t.replace(
+                "[providers.payments.lookup]",
+                "[providers.payments.pause]\nstatuses = [99]\n\n[providers.payments.lookup]",
+            )
+        },
+        &[],
+        &["providers.payments.pause.statuses", "99 is not an HTTP status"],
+    );
+    refused(
+        |t| {
+            t.replace(
+                "breaker = { open_ms = 300, max_open_ms = 1000 }",
+                "breaker = { enabled = false }\npause = { after_errors = 3 }",
+            )
+        },
+        &[],
+        &["providers.payments.pause.after_errors", "needs breaker.enabled = true"],
+    );
+}
+
+#[test]
+fn check_describes_a_shared_breaker() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.toml");
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../failwell.toml")).unwrap();
+    std::fs::write(&path, example + "\n[cluster]\nurl = \"redis://127.0.0.1:6379\"\nnamespace = \"shop\"\n")
+        .unwrap();
+    let out = std::process::Command::new(binary()).args(["check", "--config"]).arg(&path).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains(
+            "shared breaker (redis, namespace \"shop\"): opens in every process on 20 failures anywhere"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("paused by a 429/503 with Retry-After"), "{text}");
+}
