@@ -57,20 +57,6 @@ impl RedisBackend {
         event: &Event,
         now: Option<i64>,
     ) -> Result<Snapshot, ClusterError> {
-        let result = self.invoke(name, rules, event, now).await;
-        if result.is_err() {
-            self.connection = None;
-        }
-        result
-    }
-
-    async fn invoke(
-        &mut self,
-        name: &str,
-        rules: &Rules,
-        event: &Event,
-        now: Option<i64>,
-    ) -> Result<Snapshot, ClusterError> {
         let connection = match &mut self.connection {
             Some(connection) => connection,
             None => self
@@ -94,7 +80,7 @@ impl RedisBackend {
             Event::Force(phase) => ("force", phase.map_or(0, |p| p.code()).to_string(), String::new()),
         };
         let key = format!("{}:breaker:{name}", self.namespace);
-        let json: String = self
+        let json: Result<String, _> = self
             .script
             .key(&key)
             .key(format!("{key}:failures"))
@@ -111,8 +97,14 @@ impl RedisBackend {
             .arg(a)
             .arg(b)
             .invoke_async(connection)
-            .await?;
-        parse_snapshot(json.as_bytes())
+            .await;
+        match json {
+            Ok(json) => parse_snapshot(json.as_bytes()),
+            Err(error) => {
+                self.connection = None;
+                Err(error.into())
+            }
+        }
     }
 
     /// The published snapshots, from a connection of its own. The stream
