@@ -378,6 +378,25 @@ async fn degraded_while_redis_is_down_then_shared_again() {
     }
 }
 
+#[tokio::test]
+async fn an_open_breaker_stays_open_when_the_store_goes_away() {
+    let mut redis = OwnRedis::start(free_port());
+    let all = processes(&redis.url(), &unique(), 1).await;
+    let (cluster, breaker) = &all[0];
+    for _ in 0..FAILURES {
+        wait_for("a permit", Duration::from_secs(2), || fail(breaker)).await;
+    }
+    wait_for("open", Duration::from_secs(2), || breaker.state() == BreakerState::Open).await;
+    redis.kill();
+    wait_for("degraded", Duration::from_secs(3), || cluster.degraded()).await;
+    // The open period the cluster decided still holds ...
+    assert_eq!(breaker.state(), BreakerState::Open);
+    assert!(breaker.try_acquire().is_err());
+    // ... and when it is over the process's own breaker decides.
+    wait_for("the fallback", Duration::from_secs(2), || breaker.try_acquire().is_ok()).await;
+    assert_eq!(breaker.state(), BreakerState::Closed);
+}
+
 #[test]
 fn urls_are_checked_without_connecting() {
     assert!(Cluster::check_url("redis://127.0.0.1:1").is_ok());

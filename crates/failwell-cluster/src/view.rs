@@ -19,9 +19,11 @@
 //! - a **pause** is written locally at once and shared.
 //!
 //! While the cluster's store cannot be reached (the driver marks every view
-//! *degraded*), the view answers from an [`InProcess`] breaker with the
-//! provider's own rules, started fresh; when the store is back, the shared
-//! record is read again and takes over.
+//! *degraded*), the view keeps the cluster's last refusal until it runs out
+//! (an open period, another process's probe lease, forced open), then
+//! answers from an [`InProcess`] breaker with the provider's own rules,
+//! started fresh; when the store is back, the shared record is read again
+//! and takes over.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -165,7 +167,11 @@ impl View {
     }
 
     fn state_of(&self, inner: &Inner) -> BreakerState {
-        if inner.degraded { self.local.state() } else { inner.phase.state() }
+        if inner.degraded && self.last_known_refusal(inner, Instant::now()).is_none() {
+            self.local.state()
+        } else {
+            inner.phase.state()
+        }
     }
 
     fn refuse(&self, state: BreakerState, retry_in: Option<Duration>) -> BreakerOpen {
@@ -197,6 +203,12 @@ impl View {
             self.publish(&inner);
         }
         if inner.degraded {
+            // What the cluster last said still holds until it runs out: a
+            // provider the cluster found dead is not tried again by every
+            // process that loses the store.
+            if let Some(refused) = self.last_known_refusal(&inner, now) {
+                return Err(refused);
+            }
             drop(inner);
             return self.local.try_acquire();
         }
@@ -231,6 +243,22 @@ impl View {
                 let wait = if inner.probe_mine { SHORT_WAIT } else { inner.probe_until - now };
                 Err(self.refuse(BreakerState::HalfOpen, Some(wait.max(SHORT_WAIT))))
             }
+        }
+    }
+
+    /// While degraded: the refusal the last shared state still implies
+    /// (open until its end, another process's probe until its lease ends,
+    /// forced open), if any.
+    fn last_known_refusal(&self, inner: &Inner, now: Instant) -> Option<BreakerOpen> {
+        match inner.phase {
+            Phase::Open if now < inner.open_until => {
+                Some(self.refuse(BreakerState::Open, Some(inner.open_until - now)))
+            }
+            Phase::HalfOpen if !inner.probe_mine && now < inner.probe_until => {
+                Some(self.refuse(BreakerState::HalfOpen, Some(inner.probe_until - now)))
+            }
+            Phase::ForcedOpen => Some(self.refuse(BreakerState::ForcedOpen, None)),
+            _ => None,
         }
     }
 
@@ -446,6 +474,9 @@ impl BreakerStore for SharedBreaker {
             return Some(Some(until - now));
         }
         if inner.degraded {
+            if let Some(refused) = self.view.last_known_refusal(&inner, now) {
+                return Some(refused.retry_in);
+            }
             drop(inner);
             return self.view.local.peek();
         }
