@@ -16,15 +16,16 @@ local name, channel = ARGV[3], ARGV[4]
 local limit, window, probe_timeout = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local open_for, multiplier, max_open = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 
-local f = redis.call('HMGET', h, 'g', 'p', 't', 'ou', 'po', 'pu', 'pa')
+local f = redis.call('HMGET', h, 'g', 'p', 't', 'ou', 'po', 'pu', 'pa', 'e')
 local r = {
   g = tonumber(f[1]) or 0, p = tonumber(f[2]) or 0, t = tonumber(f[3]) or 0, ou = tonumber(f[4]) or 0,
-  po = f[5] or '', pu = tonumber(f[6]) or 0, pa = tonumber(f[7]) or 0,
+  po = f[5] or '', pu = tonumber(f[6]) or 0, pa = tonumber(f[7]) or 0, e = tonumber(f[8]) or 0,
 }
 if type(r.po) ~= 'string' then r.po = '' end
 local recent = {}
 for i, t in ipairs(redis.call('LRANGE', l, 0, -1)) do recent[i] = tonumber(t) end
-local before = { r.g, r.p, r.t, r.ou, r.po, r.pu, r.pa }
+local before = { r.g, r.p, r.t, r.ou, r.po, r.pu, r.pa, r.e }
+if r.e == 0 and op ~= 'load' then r.e = now end
 local recent_changed, won = false, false
 
 local function open_ms(trips)
@@ -47,7 +48,9 @@ local function in_window()
   return n
 end
 
-if op == 'failures' then
+if op == 'trip' then
+  if r.p == 0 and tonumber(ARGV[11]) == r.g then open(1) end
+elseif op == 'failures' then
   if r.p == 0 and tonumber(ARGV[11]) == r.g then
     for _ = 1, math.min(tonumber(ARGV[12]), limit) do table.insert(recent, 1, now) end
     while #recent > limit do table.remove(recent) end
@@ -76,11 +79,12 @@ elseif op == 'force' then
 end
 
 local changed = recent_changed
-local after = { r.g, r.p, r.t, r.ou, r.po, r.pu, r.pa }
-for i = 1, 7 do if before[i] ~= after[i] then changed = true end end
+local after = { r.g, r.p, r.t, r.ou, r.po, r.pu, r.pa, r.e }
+for i = 1, 8 do if before[i] ~= after[i] then changed = true end end
 if changed then
   local n = function(x) return string.format('%.0f', x) end
-  redis.call('HSET', h, 'g', n(r.g), 'p', n(r.p), 't', n(r.t), 'ou', n(r.ou), 'po', r.po, 'pu', n(r.pu), 'pa', n(r.pa))
+  redis.call('HSET', h, 'g', n(r.g), 'p', n(r.p), 't', n(r.t), 'ou', n(r.ou), 'po', r.po, 'pu', n(r.pu),
+    'pa', n(r.pa), 'e', n(r.e))
   redis.call('DEL', l)
   for _, t in ipairs(recent) do redis.call('RPUSH', l, n(t)) end
 end
@@ -88,7 +92,7 @@ end
 local phases = { [0] = 'closed', 'open', 'half_open', 'forced_open', 'forced_closed' }
 local function left(u) return math.max(0, u - now) end
 local snap = {
-  name = name, generation = r.g, phase = phases[r.p],
+  name = name, epoch = r.e, generation = r.g, phase = phases[r.p],
   failures = (r.p == 0) and in_window() or 0,
   open_ms = (r.p == 1) and left(r.ou) or 0,
   probe_owner = (r.p == 2) and r.po or '',

@@ -58,7 +58,7 @@ pub struct ClusterConfig {
     /// a column). Default `failwell`.
     pub namespace: String,
     /// The longest wait for the store on one operation; past it the
-    /// process runs degraded. Default 250 ms.
+    /// process runs degraded. Default 1 s.
     pub timeout: Duration,
     /// How often every record is read again (and, while degraded, how
     /// often the store is tried). Default 1 s.
@@ -71,7 +71,7 @@ impl ClusterConfig {
         Self {
             url: url.to_owned(),
             namespace: "failwell".to_owned(),
-            timeout: Duration::from_millis(250),
+            timeout: Duration::from_secs(1),
             resync: Duration::from_secs(1),
         }
     }
@@ -80,10 +80,11 @@ impl ClusterConfig {
 /// Why a cluster could not be set up or a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    /// The URL's scheme is not one of the supported stores.
-    #[error("unsupported cluster URL scheme in {0:?}: use redis://, rediss://, postgres:// or postgresql://")]
+    /// The URL's scheme is not one of the supported stores (only the
+    /// scheme is shown: the URL may hold a password).
+    #[error("unsupported cluster URL scheme {0}: use redis://, rediss://, postgres:// or postgresql://")]
     Scheme(String),
-    /// The URL could not be parsed.
+    /// The URL could not be parsed (the URL itself is not shown).
     #[error("invalid cluster URL: {0}")]
     Url(String),
     /// Two breakers with one name in one cluster.
@@ -107,6 +108,31 @@ pub enum ClusterError {
     /// No answer within the configured timeout.
     #[error("no answer within {0} ms")]
     Timeout(u128),
+}
+
+impl ClusterError {
+    /// Whether the store could not be reached or did not answer (the
+    /// process runs degraded), rather than answering with an error about
+    /// one record.
+    pub fn unreachable(&self) -> bool {
+        match self {
+            Self::Redis(e) => {
+                e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+            }
+            Self::Postgres(e) => matches!(
+                e,
+                sqlx::Error::Io(_)
+                    | sqlx::Error::Tls(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::Protocol(_)
+            ),
+            Self::Timeout(_) | Self::Lost => true,
+            Self::Scheme(_) | Self::Url(_) | Self::Duplicate(_) | Self::Breaker(_) | Self::Snapshot(_) => {
+                false
+            }
+        }
+    }
 }
 
 pub(crate) fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, ClusterError> {
@@ -134,7 +160,7 @@ impl Backend {
             "postgres" | "postgresql" => {
                 Ok(Self::Postgres(PostgresBackend::new(url, &config.namespace, config.timeout)?))
             }
-            _ => Err(ClusterError::Scheme(redact(url))),
+            _ => Err(ClusterError::Scheme(shown_scheme(url))),
         }
     }
 
@@ -170,17 +196,17 @@ fn scheme(url: &str) -> &str {
     url.split_once("://").map(|(s, _)| s).unwrap_or_default()
 }
 
-/// A URL with its password replaced by `***`, for errors and logs.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(start), Some(at)) if at > start => {
-            let credentials = &url[start + 3..at];
-            match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..start + 3], &url[at..]),
-                None => url.to_owned(),
-            }
+/// The scheme of `url` for an error message; the rest of a URL (which may
+/// hold a password) is never shown.
+fn shown_scheme(url: &str) -> String {
+    match scheme(url) {
+        s if !s.is_empty()
+            && s.len() <= 20
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) =>
+        {
+            format!("{s:?}")
         }
-        _ => url.to_owned(),
+        _ => "none (expected SCHEME://…)".to_owned(),
     }
 }
 
@@ -199,6 +225,10 @@ struct Shared {
     kind: &'static str,
     views: RwLock<HashMap<Arc<str>, Arc<View>>>,
     degraded: AtomicBool,
+    /// The store has answered at least once.
+    reached: AtomicBool,
+    /// Running degraded has been logged (reset when the store answers).
+    warned: AtomicBool,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -223,6 +253,8 @@ impl Cluster {
             kind: backend.kind(),
             views: RwLock::default(),
             degraded: AtomicBool::new(true),
+            reached: AtomicBool::new(false),
+            warned: AtomicBool::new(false),
         });
         metrics::gauge!("failwell_cluster_degraded", "store" => shared.kind).set(1.0);
         let (commands, receiver) = mpsc::channel(4096);
@@ -238,7 +270,7 @@ impl Cluster {
                 ::redis::Client::open(url).map(|_| ()).map_err(|e| ClusterError::Url(e.to_string()))
             }
             "postgres" | "postgresql" => postgres::options(url).map(|_| ()),
-            _ => Err(ClusterError::Scheme(redact(url))),
+            _ => Err(ClusterError::Scheme(shown_scheme(url))),
         }
     }
 
@@ -300,12 +332,24 @@ impl Shared {
 
     fn degrade(&self, error: &ClusterError) {
         metrics::counter!("failwell_cluster_errors_total", "store" => self.kind).increment(1);
-        if !self.degraded.swap(true, Ordering::AcqRel) {
+        self.degraded.store(true, Ordering::Release);
+        if !self.warned.swap(true, Ordering::AcqRel) {
             tracing::warn!(store = self.kind, %error, "shared breaker state unreachable: running degraded on in-process breakers");
             metrics::gauge!("failwell_cluster_degraded", "store" => self.kind).set(1.0);
         }
         for view in self.views() {
             view.degrade();
+        }
+    }
+
+    fn recovered(&self) {
+        self.degraded.store(false, Ordering::Release);
+        self.warned.store(false, Ordering::Release);
+        metrics::gauge!("failwell_cluster_degraded", "store" => self.kind).set(0.0);
+        if self.reached.swap(true, Ordering::AcqRel) {
+            tracing::info!(store = self.kind, "shared breaker state reachable again");
+        } else {
+            tracing::info!(store = self.kind, "shared breaker state reachable");
         }
     }
 }
@@ -343,16 +387,20 @@ async fn drive(
                     match within(timeout, backend.apply(&view.name, &view.rules, &event, None)).await {
                         Ok(snapshot) => {
                             view.apply(&snapshot);
-                            match event {
-                                Event::Claim { .. } => view.claim_answered(),
-                                Event::Failures { .. } => view.failures_counted(),
-                                _ => {}
-                            }
+                            answered(&view, &event);
                         }
-                        Err(error) => {
+                        Err(error) if error.unreachable() => {
                             stop(published.take()).await;
                             shared.degrade(&error);
                             break;
+                        }
+                        Err(error) => {
+                            // The store answered, with an error about this
+                            // breaker's record (e.g. its keys hold something
+                            // else): the others are not affected.
+                            metrics::counter!("failwell_cluster_errors_total", "store" => shared.kind).increment(1);
+                            tracing::error!(breaker = %view.name, %error, "the shared store refused an update");
+                            answered(&view, &event);
                         }
                     }
                 }
@@ -376,17 +424,19 @@ async fn drive(
                 for view in shared.views() {
                     match within(timeout, backend.apply(&view.name, &view.rules, &Event::Load, None)).await {
                         Ok(snapshot) => view.apply(&snapshot),
-                        Err(error) => {
+                        Err(error) if error.unreachable() => {
                             stop(published.take()).await;
                             shared.degrade(&error);
                             break;
                         }
+                        Err(error) => {
+                            metrics::counter!("failwell_cluster_errors_total", "store" => shared.kind).increment(1);
+                            tracing::error!(breaker = %view.name, %error, "the shared store cannot read a record");
+                        }
                     }
                 }
                 if recovering && published.is_some() {
-                    shared.degraded.store(false, Ordering::Release);
-                    metrics::gauge!("failwell_cluster_degraded", "store" => shared.kind).set(0.0);
-                    tracing::info!(store = shared.kind, "shared breaker state reachable again");
+                    shared.recovered();
                 }
             }
         }
@@ -419,6 +469,17 @@ async fn ended(published: &mut Option<JoinHandle<()>>) {
             let _ = task.await;
         }
         None => std::future::pending().await,
+    }
+}
+
+/// Frees what waited for the answer to `event` (a claim, a careful call's
+/// count, a trip).
+fn answered(view: &View, event: &Event) {
+    match event {
+        Event::Claim { .. } => view.claim_answered(),
+        Event::Failures { .. } => view.failures_counted(),
+        Event::Trip { .. } => view.trip_answered(),
+        _ => {}
     }
 }
 

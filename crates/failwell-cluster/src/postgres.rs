@@ -33,13 +33,14 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS failwell_breakers (
     probe_owner text NOT NULL DEFAULT '',
     probe_until bigint NOT NULL DEFAULT 0,
     pause_until bigint NOT NULL DEFAULT 0,
+    epoch bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (namespace, name)
 )";
 
 /// The record's columns and the server's clock (ms), as one select list.
 macro_rules! columns {
     () => {
-        "generation, phase, recent, trips, open_until, probe_owner, probe_until, pause_until,
+        "epoch, generation, phase, recent, trips, open_until, probe_owner, probe_until, pause_until,
          (extract(epoch from clock_timestamp()) * 1000)::bigint AS now"
     };
 }
@@ -48,6 +49,7 @@ const NOW: &str = "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint
 
 fn record_of(row: &PgRow) -> Record {
     Record {
+        epoch: row.get("epoch"),
         generation: u64::try_from(row.get::<i64, _>("generation")).unwrap_or(0),
         phase: Phase::from_code(i64::from(row.get::<i16, _>("phase"))),
         recent: row.get("recent"),
@@ -107,6 +109,12 @@ impl PostgresBackend {
                 .execute(&mut *tx)
                 .await?;
             sqlx::query(SCHEMA).execute(&mut *tx).await?;
+            // A table made before records had an epoch.
+            sqlx::query(
+                "ALTER TABLE failwell_breakers ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0",
+            )
+            .execute(&mut *tx)
+            .await?;
             tx.commit().await?;
             self.ready = true;
         }
@@ -152,7 +160,7 @@ impl PostgresBackend {
             sqlx::query(
                 "WITH updated AS (
                     UPDATE failwell_breakers SET generation = $3, phase = $4, recent = $5, trips = $6,
-                           open_until = $7, probe_owner = $8, probe_until = $9, pause_until = $10
+                           open_until = $7, probe_owner = $8, probe_until = $9, pause_until = $10, epoch = $13
                     WHERE namespace = $1 AND name = $2 RETURNING name)
                  SELECT pg_notify($11, $12) FROM updated",
             )
@@ -168,6 +176,7 @@ impl PostgresBackend {
             .bind(record.pause_until)
             .bind(CHANNEL)
             .bind(serde_json::to_string(&notice).unwrap_or_default())
+            .bind(record.epoch)
             .execute(&mut *tx)
             .await?;
         }

@@ -139,6 +139,13 @@ pub enum Event {
         /// How many failed (reported together).
         count: u32,
     },
+    /// A process's own rules (the provider's `BreakerConfig`, e.g. a
+    /// failure rate) tripped in the closed period `generation`: open
+    /// everywhere.
+    Trip {
+        /// The closed period.
+        generation: u64,
+    },
     /// A call admitted in the closed period `generation` succeeded while
     /// failures were counted: the count starts again.
     Success {
@@ -170,6 +177,10 @@ pub enum Event {
 /// One breaker's shared record.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Record {
+    /// When the record was created (server ms; 0: no record yet). A record
+    /// the store lost (deleted, evicted, flushed) comes back with another
+    /// epoch, and processes then take it as it is.
+    pub epoch: i64,
     /// Bumped on every phase change.
     pub generation: u64,
     /// The phase.
@@ -195,6 +206,8 @@ pub struct Record {
 pub struct Snapshot {
     /// The breaker's name.
     pub name: String,
+    /// The record's creation time (see [`Record::epoch`]).
+    pub epoch: i64,
     /// Bumped on every phase change; a process ignores a snapshot older
     /// than the one it has.
     pub generation: u64,
@@ -225,8 +238,16 @@ impl Record {
     pub fn apply(&mut self, name: &str, rules: &Rules, event: &Event, now: i64) -> Snapshot {
         let mut won = false;
         let before = self.clone();
+        if self.epoch == 0 && *event != Event::Load {
+            self.epoch = now;
+        }
         match event {
             Event::Load => {}
+            Event::Trip { generation } => {
+                if self.phase == Phase::Closed && *generation == self.generation {
+                    self.open(rules, 1, now);
+                }
+            }
             Event::Failures { generation, count } => {
                 if self.phase == Phase::Closed && *generation == self.generation {
                     let keep = rules.failures as usize;
@@ -310,6 +331,7 @@ impl Record {
         let left = |until: i64| u64::try_from(until.saturating_sub(now)).unwrap_or(0);
         Snapshot {
             name: name.to_owned(),
+            epoch: self.epoch,
             generation: self.generation,
             phase: self.phase,
             failures: if self.phase == Phase::Closed { self.in_window(rules, now) } else { 0 },

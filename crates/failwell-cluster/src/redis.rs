@@ -2,9 +2,9 @@
 //! (atomic on the server, published on the namespace's channel when the
 //! record changed), and every process subscribes to that channel.
 //!
-//! Keys: `{namespace}:breaker:{name}` (hash: generation, phase, trips, open
-//! until, probe owner and lease end, pause end) and
-//! `{namespace}:breaker:{name}:failures` (list of failure times, newest
+//! Keys: `{namespace}:breaker:{name}` (hash: epoch, generation, phase,
+//! trips, open until, probe owner and lease end, pause end) and
+//! `{namespace}:breaker-failures:{name}` (list of failure times, newest
 //! first). Channel: `{namespace}:breakers`.
 
 use std::time::Duration;
@@ -67,6 +67,7 @@ impl RedisBackend {
             Event::Load => ("load", String::new(), String::new()),
             Event::Failures { generation, count } => ("failures", generation.to_string(), count.to_string()),
             Event::Success { generation } => ("success", generation.to_string(), String::new()),
+            Event::Trip { generation } => ("trip", generation.to_string(), String::new()),
             Event::Claim { owner } => ("claim", owner.clone(), String::new()),
             Event::Probe { generation, result } => {
                 let result = match result {
@@ -79,11 +80,12 @@ impl RedisBackend {
             Event::Pause { ms } => ("pause", ms.to_string(), String::new()),
             Event::Force(phase) => ("force", phase.map_or(0, |p| p.code()).to_string(), String::new()),
         };
-        let key = format!("{}:breaker:{name}", self.namespace);
+        // Distinct prefixes: no breaker name makes one breaker's record
+        // another's failure list.
         let json: Result<String, _> = self
             .script
-            .key(&key)
-            .key(format!("{key}:failures"))
+            .key(format!("{}:breaker:{name}", self.namespace))
+            .key(format!("{}:breaker-failures:{name}", self.namespace))
             .arg(op)
             .arg(now.map(|n| n.to_string()).unwrap_or_default())
             .arg(name)

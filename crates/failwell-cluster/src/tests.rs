@@ -54,10 +54,14 @@ fn config(url: &str, namespace: &str) -> ClusterConfig {
     }
 }
 
+/// Rules whose in-process part never trips (a full window of 1000
+/// failures): the tests see the cluster rule alone.
 fn breaker_config() -> BreakerConfig {
     BreakerConfig {
-        consecutive_failures: Some(3),
-        failure_rate: None,
+        consecutive_failures: None,
+        failure_rate: Some(1.0),
+        minimum_calls: 1000,
+        window: failwell_policy::SlidingWindow::Count(1000),
         open_for: Duration::from_millis(300),
         max_open_for: Duration::from_secs(2),
         probe_timeout: Duration::from_secs(2),
@@ -69,10 +73,20 @@ const FAILURES: u32 = 5;
 
 /// `n` processes of one cluster, each with breaker `p`, connected.
 async fn processes(url: &str, namespace: &str, n: usize) -> Vec<(Cluster, CircuitBreaker<SharedBreaker>)> {
+    processes_with(url, namespace, n, breaker_config()).await
+}
+
+/// The same with the provider's own rules `rules`.
+async fn processes_with(
+    url: &str,
+    namespace: &str,
+    n: usize,
+    rules: BreakerConfig,
+) -> Vec<(Cluster, CircuitBreaker<SharedBreaker>)> {
     let mut all = Vec::new();
     for _ in 0..n {
         let cluster = Cluster::start(config(url, namespace)).unwrap();
-        let store = cluster.breaker("p", breaker_config(), FAILURES, Duration::from_secs(10)).unwrap();
+        let store = cluster.breaker("p", rules.clone(), FAILURES, Duration::from_secs(10)).unwrap();
         all.push((cluster, CircuitBreaker::with_store(store)));
     }
     for (cluster, _) in &all {
@@ -342,7 +356,8 @@ async fn degraded_while_redis_is_down_then_shared_again() {
     let port = free_port();
     let mut redis = OwnRedis::start(port);
     let url = redis.url();
-    let all = processes(&url, &unique(), 2).await;
+    let in_a_row = BreakerConfig { consecutive_failures: Some(3), ..breaker_config() };
+    let all = processes_with(&url, &unique(), 2, in_a_row).await;
     let (cluster, breaker) = &all[0];
     redis.kill();
     // The next report fails (or the subscription drops): degraded, and calls
@@ -397,6 +412,118 @@ async fn an_open_breaker_stays_open_when_the_store_goes_away() {
     assert_eq!(breaker.state(), BreakerState::Closed);
 }
 
+#[tokio::test]
+async fn a_process_whose_own_rules_trip_opens_the_breaker_everywhere() {
+    // 80 % failures: a success every fifth call resets the cluster's count
+    // (5 in a row), but the provider's own failure-rate rule trips.
+    let url = redis_url();
+    let namespace = unique();
+    let rate = BreakerConfig {
+        consecutive_failures: None,
+        failure_rate: Some(0.5),
+        window: failwell_policy::SlidingWindow::Count(10),
+        minimum_calls: 10,
+        ..breaker_config()
+    };
+    let all = processes_with(&url, &namespace, 2, rate).await;
+    let a = &all[0].1;
+    for call in 0..10 {
+        let permit = loop {
+            if let Ok(permit) = a.try_acquire() {
+                break permit;
+            }
+            sleep(Duration::from_millis(2)).await;
+        };
+        permit.record(if call % 5 == 0 { CallOutcome::Success } else { CallOutcome::Failure });
+    }
+    for (_, breaker) in &all {
+        wait_for("open everywhere", Duration::from_secs(2), || breaker.state() == BreakerState::Open).await;
+    }
+}
+
+#[tokio::test]
+async fn a_record_the_store_lost_is_taken_as_it_is() {
+    let redis = OwnRedis::start(free_port());
+    let all = processes(&redis.url(), &unique(), 2).await;
+    for _ in 0..FAILURES {
+        wait_for("a permit", Duration::from_secs(2), || fail(&all[0].1)).await;
+    }
+    for (_, breaker) in &all {
+        wait_for("open", Duration::from_secs(2), || breaker.state() == BreakerState::Open).await;
+    }
+    // An operator (or an eviction) deletes everything.
+    let client = ::redis::Client::open(redis.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = ::redis::cmd("FLUSHALL").query_async(&mut connection).await.unwrap();
+    for (_, breaker) in &all {
+        wait_for("closed again", Duration::from_secs(2), || breaker.state() == BreakerState::Closed).await;
+    }
+    // And the new record counts: five more failures open it again.
+    for i in 0..FAILURES as usize {
+        wait_for("a permit", Duration::from_secs(2), || fail(&all[i % 2].1)).await;
+    }
+    for (_, breaker) in &all {
+        wait_for("open again", Duration::from_secs(2), || breaker.state() == BreakerState::Open).await;
+    }
+}
+
+#[tokio::test]
+async fn a_lease_whose_holder_died_is_claimed_by_another_process() {
+    let mut all = processes(&redis_url(), &unique(), 2).await;
+    for _ in 0..FAILURES {
+        wait_for("a permit", Duration::from_secs(2), || fail(&all[0].1)).await;
+    }
+    wait_for("open", Duration::from_secs(2), || all[1].1.state() == BreakerState::Open).await;
+    // Process 0 wins the probe and dies with it (the permit is never
+    // recorded, its driver stops).
+    let probe = loop {
+        if let Ok(permit) = all[0].1.try_acquire() {
+            break permit;
+        }
+        sleep(Duration::from_millis(5)).await;
+    };
+    assert!(probe.is_probe());
+    std::mem::forget(probe);
+    drop(all.remove(0));
+    let (_, survivor) = &all[0];
+    wait_for("half-open", Duration::from_secs(2), || survivor.state() == BreakerState::HalfOpen).await;
+    assert!(survivor.peek().is_some(), "refused while the lease runs");
+    // The lease (the probe timeout, 2 s) runs out: a call here would claim,
+    // which counts the lost probe as failed; after that open period the
+    // survivor probes and closes the breaker.
+    wait_for("the lease to run out", Duration::from_secs(4), || survivor.peek().is_none()).await;
+    wait_for("a probe here", Duration::from_secs(5), || {
+        survivor.try_acquire().is_ok_and(|permit| {
+            let probe = permit.is_probe();
+            permit.record(CallOutcome::Success);
+            probe
+        })
+    })
+    .await;
+    assert_eq!(survivor.state(), BreakerState::Closed);
+}
+
+#[tokio::test]
+async fn names_that_look_like_each_others_keys_do_not_collide() {
+    let namespace = unique();
+    let cluster = Cluster::start(config(&redis_url(), &namespace)).unwrap();
+    let p = CircuitBreaker::with_store(
+        cluster.breaker("p", breaker_config(), FAILURES, Duration::from_secs(10)).unwrap(),
+    );
+    let q = CircuitBreaker::with_store(
+        cluster.breaker("p:failures", breaker_config(), FAILURES, Duration::from_secs(10)).unwrap(),
+    );
+    wait_for("connected", Duration::from_secs(5), || !cluster.degraded()).await;
+    for _ in 0..FAILURES {
+        wait_for("a permit", Duration::from_secs(2), || fail(&p)).await;
+    }
+    wait_for("open", Duration::from_secs(2), || p.state() == BreakerState::Open).await;
+    sleep(Duration::from_millis(500)).await;
+    assert!(!cluster.degraded());
+    assert_eq!(q.state(), BreakerState::Closed);
+    assert!(fail(&q));
+}
+
 #[test]
 fn urls_are_checked_without_connecting() {
     assert!(Cluster::check_url("redis://127.0.0.1:1").is_ok());
@@ -421,6 +548,7 @@ fn events() -> impl Strategy<Value = Vec<(u16, Event)>> {
         Just(Event::Load),
         (0u64..6, 1u32..4).prop_map(|(generation, count)| Event::Failures { generation, count }),
         (0u64..6).prop_map(|generation| Event::Success { generation }),
+        (0u64..6).prop_map(|generation| Event::Trip { generation }),
         prop_oneof![Just("a"), Just("b")].prop_map(|o| Event::Claim { owner: o.to_owned() }),
         (
             0u64..6,

@@ -76,12 +76,16 @@ pub(crate) struct View {
     /// Low 32 bits: the generation; above: [`SLOW`], [`SUSPECT`].
     word: AtomicU64,
     inner: Mutex<Inner>,
+    /// The provider's own rules: fed every outcome while connected (a
+    /// trip opens the shared breaker everywhere), the gate while degraded.
     local: InProcess,
     commands: mpsc::Sender<Command>,
     events: broadcast::Sender<StateChange>,
+    rejected: metrics::Counter,
 }
 
 struct Inner {
+    epoch: i64,
     generation: u64,
     phase: Phase,
     open_until: Instant,
@@ -93,6 +97,8 @@ struct Inner {
     careful_busy: bool,
     claiming: bool,
     degraded: bool,
+    /// The local rules tripped and the store was told.
+    local_tripped: bool,
 }
 
 impl SharedBreaker {
@@ -111,6 +117,7 @@ impl SharedBreaker {
             probe_timeout: config.probe_timeout,
             word: AtomicU64::new(SLOW),
             inner: Mutex::new(Inner {
+                epoch: 0,
                 generation: 0,
                 phase: Phase::Closed,
                 open_until: now,
@@ -122,10 +129,12 @@ impl SharedBreaker {
                 careful_busy: false,
                 claiming: false,
                 degraded: true,
+                local_tripped: false,
             }),
             local: InProcess::new(name, config)?,
             commands,
             events: broadcast::channel(64).0,
+            rejected: metrics::counter!("failwell_breaker_rejected_total", "breaker" => name.to_owned()),
         };
         Ok(Self { view: Arc::new(view) })
     }
@@ -175,6 +184,7 @@ impl View {
     }
 
     fn refuse(&self, state: BreakerState, retry_in: Option<Duration>) -> BreakerOpen {
+        self.rejected.increment(1);
         BreakerOpen { breaker: self.name.clone(), state, retry_in, paused: false }
     }
 
@@ -294,6 +304,7 @@ impl View {
             self.send(Event::Probe { generation, result });
             return;
         }
+        self.local.observe(outcome);
         match outcome {
             CallOutcome::Failure => {
                 if !inner.suspect {
@@ -302,6 +313,11 @@ impl View {
                 }
                 if !self.send(Event::Failures { generation, count: 1 }) {
                     inner.careful_busy = false;
+                }
+                if !inner.local_tripped && self.local.state() == BreakerState::Open {
+                    // The provider's own rules (e.g. its failure rate) say
+                    // stop: stop everywhere.
+                    inner.local_tripped = self.send(Event::Trip { generation });
                 }
             }
             CallOutcome::Success if inner.suspect => {
@@ -319,8 +335,17 @@ impl View {
     pub(crate) fn apply(&self, snapshot: &Snapshot) {
         let mut inner = self.lock();
         let from = self.state_of(&inner);
-        if inner.degraded {
+        // A record made again (the store lost it: deleted, evicted,
+        // flushed) counts from zero: take it as it is.
+        if inner.degraded || snapshot.epoch != inner.epoch {
+            // The shared record decides from now on; the local rules count
+            // afresh (they may have tripped while they were the gate).
+            inner.local_tripped = false;
+            if self.local.state() != BreakerState::Closed {
+                self.local.reset("shared state reachable: the cluster decides");
+            }
             inner.degraded = false;
+            inner.epoch = snapshot.epoch;
             inner.generation = snapshot.generation;
             inner.probe_taken = false;
             inner.careful_busy = false;
@@ -337,6 +362,17 @@ impl View {
     /// report has been applied): a careful call may go out again.
     pub(crate) fn failures_counted(&self) {
         self.lock().careful_busy = false;
+    }
+
+    /// The answer to this view's trip has been applied: if the store did
+    /// not open (the trip came from an older period), the local rules count
+    /// afresh.
+    pub(crate) fn trip_answered(&self) {
+        let mut inner = self.lock();
+        if inner.phase == Phase::Closed && inner.local_tripped {
+            inner.local_tripped = false;
+            self.local.reset("shared: the trip came from an older period");
+        }
     }
 
     /// The answer to this view's claim has been applied: it may claim again.
@@ -357,12 +393,19 @@ impl View {
         inner.probe_until = now + Duration::from_millis(snapshot.probe_ms);
         if snapshot.pause_ms > 0 {
             let until = now + Duration::from_millis(snapshot.pause_ms);
+            if inner.pause_until.is_none_or(|u| u + SHORT_WAIT < until) {
+                tracing::warn!(breaker = %self.name, ms = snapshot.pause_ms, "provider paused by the cluster");
+            }
             inner.pause_until = Some(inner.pause_until.map_or(until, |u| u.max(until)));
         } else if snapshot.generation > inner.generation {
             // A newer record with no pause (an operator's reset): a local
             // pause is one the store has already seen or one set while
             // degraded.
             inner.pause_until = None;
+        }
+        if snapshot.phase == Phase::Closed && snapshot.generation > inner.generation && inner.local_tripped {
+            inner.local_tripped = false;
+            self.local.reset("shared: closed");
         }
         inner.generation = snapshot.generation;
         inner.suspect = snapshot.phase == Phase::Closed && snapshot.failures > 0;
@@ -376,9 +419,10 @@ impl View {
         if !inner.degraded {
             let from = self.state_of(&inner);
             inner.degraded = true;
-            self.local.force(None);
+            inner.local_tripped = false;
             self.publish(&inner);
-            self.announce(from, self.local.state(), "shared state unreachable: in-process fallback".into());
+            let to = self.state_of(&inner);
+            self.announce(from, to, "shared state unreachable: in-process fallback".into());
         }
     }
 }
@@ -422,6 +466,7 @@ impl BreakerStore for SharedBreaker {
             && ticket.started() & CAREFUL == 0
             && self.view.word.load(Ordering::Acquire) & SUSPECT == 0
         {
+            self.view.local.observe(outcome);
             return;
         }
         self.view.record_slow(ticket, outcome);
@@ -485,8 +530,15 @@ impl BreakerStore for SharedBreaker {
             Phase::ForcedOpen => Some(None),
             Phase::Open => (now < inner.open_until).then(|| Some(inner.open_until - now)),
             Phase::HalfOpen if inner.probe_mine && !inner.probe_taken => None,
+            // Another process's lease ran out: a call here would claim.
+            Phase::HalfOpen if !inner.probe_mine && now >= inner.probe_until => None,
             Phase::HalfOpen => Some(Some(inner.probe_until.saturating_duration_since(now))),
         }
+    }
+
+    fn paused_for(&self) -> Option<Duration> {
+        let now = Instant::now();
+        self.view.lock().pause_until.filter(|u| now < *u).map(|u| u - now)
     }
 
     fn pause(&self, duration: Duration) {

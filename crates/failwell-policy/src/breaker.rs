@@ -458,6 +458,8 @@ pub trait BreakerStore: Send + Sync + 'static {
     /// state; a later end wins over an earlier one. Counts nothing and
     /// changes no state; [`force`](Self::force)`(None)` lifts it.
     fn pause(&self, duration: Duration);
+    /// Time left in a pause, if paused.
+    fn paused_for(&self) -> Option<Duration>;
     /// Whether a call made now would be refused, without taking a permit,
     /// changing state or counting anything: `None` when it would be let
     /// through, `Some(retry_in)` when refused (`retry_in` as in
@@ -514,6 +516,9 @@ impl BreakerStore for DynStore {
     }
     fn pause(&self, duration: Duration) {
         self.0.pause(duration)
+    }
+    fn paused_for(&self) -> Option<Duration> {
+        self.0.paused_for()
     }
 }
 
@@ -599,6 +604,11 @@ impl<S: BreakerStore> CircuitBreaker<S> {
     /// Refuses every call for `duration` (see [`BreakerStore::pause`]).
     pub fn pause(&self, duration: Duration) {
         self.store.pause(duration);
+    }
+
+    /// Time left in a pause, if paused.
+    pub fn paused_for(&self) -> Option<Duration> {
+        self.store.paused_for()
     }
 
     /// State changes from now on (a bounded channel: a slow receiver loses
@@ -736,6 +746,33 @@ impl InProcess {
         // A panic while holding the lock cannot leave the counters
         // inconsistent in a way worse than a lost outcome.
         self.slow_path.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts the outcome of a call admitted elsewhere (by a shared breaker
+    /// that uses this one to apply the provider's own rules), in the
+    /// current closed period; ignored unless closed. Not timed: slow-call
+    /// rules do not see it. A success is loads only while the window holds
+    /// no failure.
+    #[inline]
+    pub fn observe(&self, outcome: CallOutcome) {
+        let generation = generation_of(self.word.load(Ordering::Acquire));
+        self.record_counted(Ticket::counted(generation, 0), outcome);
+    }
+
+    /// Closes the breaker and counts afresh, with `reason` in the state
+    /// change (a pause is kept).
+    pub fn reset(&self, reason: &str) {
+        self.move_to(BreakerState::Closed, reason);
+    }
+
+    fn move_to(&self, to: BreakerState, reason: &str) {
+        let now = self.clock.now();
+        loop {
+            let word = self.word.load(Ordering::Acquire);
+            if self.transition(word, to, now, reason.into()) {
+                return;
+            }
+        }
     }
 
     /// Time left in a pause, if paused (one atomic load when not).
@@ -1057,21 +1094,17 @@ impl BreakerStore for InProcess {
     }
 
     fn force(&self, state: Option<BreakerState>) {
-        let to = state.unwrap_or(BreakerState::Closed);
-        let reason = match state {
-            Some(_) => "forced by an operator",
+        match state {
+            Some(to) => self.move_to(to, "forced by an operator"),
             None => {
                 self.pause_until.store(0, Ordering::Release);
-                "reset by an operator"
-            }
-        };
-        let now = self.clock.now();
-        loop {
-            let word = self.word.load(Ordering::Acquire);
-            if self.transition(word, to, now, reason.into()) {
-                return;
+                self.move_to(BreakerState::Closed, "reset by an operator");
             }
         }
+    }
+
+    fn paused_for(&self) -> Option<Duration> {
+        InProcess::paused_for(self)
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StateChange> {

@@ -419,7 +419,10 @@ async fn providers<S: Store>(State(state): State<Arc<AppState<S>>>) -> Response 
             let guards = client.guards();
             json!({
                 "name": name,
-                "breaker": guards.breaker.as_ref().map(|b| json!({"state": b.state().as_str()})),
+                "breaker": guards.breaker.as_ref().map(|b| json!({
+                    "state": b.state().as_str(),
+                    "paused_ms": b.paused_for().map_or(0, |d| d.as_millis() as u64),
+                })),
                 "bulkhead": {
                     "in_flight": guards.bulkhead.in_flight(),
                     "max_concurrent": guards.bulkhead.config().max_concurrent,

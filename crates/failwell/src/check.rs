@@ -72,8 +72,8 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
             let store = cluster.url.split_once("://").map_or("?", |(scheme, _)| scheme);
             format!(
                 "shared breaker ({store}, namespace {:?}): opens in every process on {} failures anywhere within \
-                 {} with no success between, one probe per open period cluster-wide; {breaker} while the store \
-                 is unreachable",
+                 {} with no success between, or when one process's own rules trip, one probe per open period \
+                 cluster-wide; own rules: {breaker}",
                 cluster.namespace,
                 spec.cluster_rule.failures,
                 ms(spec.cluster_rule.window)

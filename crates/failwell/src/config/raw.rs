@@ -43,7 +43,7 @@ fn d_namespace() -> String {
     "failwell".into()
 }
 fn d_cluster_timeout() -> u64 {
-    250
+    1_000
 }
 fn d_resync() -> u64 {
     1_000

@@ -324,8 +324,8 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
         breaker: breaker(c, name, &p.breaker)?,
         cluster_rule: ClusterRule {
             failures: match p.breaker.cluster_failures {
-                0 => return Err(c.invalid(key("breaker.cluster_failures"), "must be at least 1")),
-                n => n,
+                n @ 1..=10_000 => n,
+                _ => return Err(c.invalid(key("breaker.cluster_failures"), "must be between 1 and 10000")),
             },
             window: c.positive(&key("breaker.cluster_window_ms"), p.breaker.cluster_window_ms)?,
         },
@@ -346,8 +346,8 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
 
 fn pause(c: &Checker<'_>, name: &str, p: &RawPause, breaker: bool) -> Result<PauseRule, ConfigError> {
     let key = |k: &str| format!("providers.{name}.pause.{k}");
-    if let Some(bad) = p.statuses.iter().find(|s| !(100..=599).contains(*s)) {
-        return Err(c.invalid(key("statuses"), format!("{bad} is not an HTTP status (100-599)")));
+    if let Some(bad) = p.statuses.iter().find(|s| !(400..=599).contains(*s)) {
+        return Err(c.invalid(key("statuses"), format!("{bad} is not an error status (400-599)")));
     }
     let rule = PauseRule {
         statuses: p.statuses.clone(),
@@ -371,9 +371,9 @@ fn cluster(
     failwell_cluster::Cluster::check_url(&raw.url).map_err(|e| c.invalid("cluster.url", e.to_string()))?;
     if raw.namespace.is_empty()
         || raw.namespace.len() > 100
-        || raw.namespace.chars().any(|ch| ch.is_whitespace())
+        || !raw.namespace.chars().all(|ch| ch.is_ascii_alphanumeric() || "_.-".contains(ch))
     {
-        return Err(c.invalid("cluster.namespace", "must be 1 to 100 characters without spaces"));
+        return Err(c.invalid("cluster.namespace", "must be 1 to 100 letters, digits, '_', '.' or '-'"));
     }
     Ok(Some(failwell_cluster::ClusterConfig {
         url: raw.url,

@@ -341,6 +341,17 @@ async fn a_rate_limit_pauses_every_process_without_spending_attempts() {
     // Charges submitted to every other process (once the 429's answer has
     // reached failwell and been shared) wait for the Retry-After.
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let providers: Value = gateways[1]
+        .http
+        .get(format!("{}/v1/providers", gateways[1].base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let paused_ms = providers["providers"][0]["breaker"]["paused_ms"].as_u64().unwrap();
+    assert!((1_000..=2_000).contains(&paused_ms), "another process shows the pause: {providers}");
     let mut keys = Vec::new();
     for (i, gateway) in gateways.iter().enumerate().skip(1) {
         for j in 0..5 {

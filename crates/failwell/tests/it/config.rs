@@ -499,7 +499,17 @@ fn invalid_cluster_and_pause_settings_name_the_key() {
     refused(
         |t| t + "\n[cluster]\nurl = \"mysql://user:hunter2@db/x\"\n",
         &[],
-        &["{file}", "cluster.url", "unsupported cluster URL scheme", "user:***@db"],
+        &["{file}", "cluster.url", "unsupported cluster URL scheme \"mysql\""],
+    );
+    refused(
+        |t| t + "\n[cluster]\nurl = \"redis:/:hunter2@127.0.0.1:6379\"\n",
+        &[],
+        &["cluster.url", "unsupported cluster URL scheme none"],
+    );
+    refused(
+        |t| t + "\n[cluster]\nurl = \"redis://127.0.0.1:6379\"\nnamespace = \"a:b\"\n",
+        &[],
+        &["cluster.namespace", "letters, digits"],
     );
     refused(
         |t| t + "\n[cluster]\nurl = \"redis://127.0.0.1:6379\"\nnamespace = \"\"\n",
@@ -515,7 +525,7 @@ fn invalid_cluster_and_pause_settings_name_the_key() {
     refused(
         |t| t.replace("max_open_ms = 1000", "max_open_ms = 1000, cluster_failures = 0"),
         &[],
-        &["providers.payments.breaker.cluster_failures", "at least 1"],
+        &["providers.payments.breaker.cluster_failures", "between 1 and 10000"],
     );
     refused(
         |t| {
@@ -525,7 +535,7 @@ fn invalid_cluster_and_pause_settings_name_the_key() {
             )
         },
         &[],
-        &["providers.payments.pause.statuses", "99 is not an HTTP status"],
+        &["providers.payments.pause.statuses", "99 is not an error status"],
     );
     refused(
         |t| {
