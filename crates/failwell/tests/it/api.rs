@@ -258,7 +258,7 @@ async fn providers_show_their_breaker_bulkhead_and_budget() {
         body,
         json!({"providers": [{
             "name": "payments",
-            "breaker": {"state": "closed"},
+            "breaker": {"state": "closed", "paused_ms": 0},
             "bulkhead": {"in_flight": 0, "max_concurrent": 7},
             "retry_budget": {"available": 100},
         }]})
