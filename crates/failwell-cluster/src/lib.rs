@@ -384,24 +384,10 @@ async fn drive(
                     continue;
                 }
                 for (view, event) in merge(batch.drain(..)) {
-                    match within(timeout, backend.apply(&view.name, &view.rules, &event, None)).await {
-                        Ok(snapshot) => {
-                            view.apply(&snapshot);
-                            answered(&view, &event);
-                        }
-                        Err(error) if error.unreachable() => {
-                            stop(published.take()).await;
-                            shared.degrade(&error);
-                            break;
-                        }
-                        Err(error) => {
-                            // The store answered, with an error about this
-                            // breaker's record (e.g. its keys hold something
-                            // else): the others are not affected.
-                            metrics::counter!("failwell_cluster_errors_total", "store" => shared.kind).increment(1);
-                            tracing::error!(breaker = %view.name, %error, "the shared store refused an update");
-                            answered(&view, &event);
-                        }
+                    if let Err(error) = exchange(&mut backend, &shared, &view, &event, timeout).await {
+                        stop(published.take()).await;
+                        shared.degrade(&error);
+                        break;
                     }
                 }
                 batch.clear();
@@ -422,17 +408,10 @@ async fn drive(
                 }
                 let recovering = shared.degraded.load(Ordering::Acquire);
                 for view in shared.views() {
-                    match within(timeout, backend.apply(&view.name, &view.rules, &Event::Load, None)).await {
-                        Ok(snapshot) => view.apply(&snapshot),
-                        Err(error) if error.unreachable() => {
-                            stop(published.take()).await;
-                            shared.degrade(&error);
-                            break;
-                        }
-                        Err(error) => {
-                            metrics::counter!("failwell_cluster_errors_total", "store" => shared.kind).increment(1);
-                            tracing::error!(breaker = %view.name, %error, "the shared store cannot read a record");
-                        }
+                    if let Err(error) = exchange(&mut backend, &shared, &view, &Event::Load, timeout).await {
+                        stop(published.take()).await;
+                        shared.degrade(&error);
+                        break;
                     }
                 }
                 if recovering && published.is_some() {
@@ -472,15 +451,33 @@ async fn ended(published: &mut Option<JoinHandle<()>>) {
     }
 }
 
-/// Frees what waited for the answer to `event` (a claim, a careful call's
-/// count, a trip).
-fn answered(view: &View, event: &Event) {
+/// Applies `event` to `view`'s record and gives the view the answer, then
+/// frees what waited for it (a claim, a careful call's count, a trip).
+/// An error about this record alone (the store answered, e.g. its keys
+/// hold something else) is logged and counted, and the others are not
+/// affected; errors only when the store cannot be reached.
+async fn exchange(
+    backend: &mut Backend,
+    shared: &Shared,
+    view: &View,
+    event: &Event,
+    timeout: Duration,
+) -> Result<(), ClusterError> {
+    match within(timeout, backend.apply(&view.name, &view.rules, event, None)).await {
+        Ok(snapshot) => view.apply(&snapshot),
+        Err(error) if error.unreachable() => return Err(error),
+        Err(error) => {
+            metrics::counter!("failwell_cluster_errors_total", "store" => shared.kind).increment(1);
+            tracing::error!(breaker = %view.name, %error, "the shared store refused an operation on a record");
+        }
+    }
     match event {
         Event::Claim { .. } => view.claim_answered(),
         Event::Failures { .. } => view.failures_counted(),
         Event::Trip { .. } => view.trip_answered(),
         _ => {}
     }
+    Ok(())
 }
 
 /// Merges adjacent failure reports of one breaker and one generation.

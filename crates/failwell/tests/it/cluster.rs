@@ -62,6 +62,19 @@ async fn breaker_state(gateway: &Gateway) -> String {
     body["providers"][0]["breaker"]["state"].as_str().unwrap_or_default().to_owned()
 }
 
+/// Waits until every process has shown the breaker in `state` (each may
+/// move on afterwards), at most `limit`.
+async fn all_show(gateways: &[Gateway], state: &str, limit: Duration) {
+    let started = Instant::now();
+    let mut seen = vec![false; gateways.len()];
+    while seen.iter().any(|s| !s) {
+        for (i, gateway) in gateways.iter().enumerate() {
+            seen[i] = seen[i] || breaker_state(gateway).await == state;
+        }
+        assert!(started.elapsed() < limit, "not every process showed {state}: {seen:?}");
+    }
+}
+
 /// The time of day (s) of the last "circuit breaker closed" line of `log`
 /// that contains `reason`.
 fn last_close(log: &str, reason: &str) -> Option<f64> {
@@ -147,14 +160,7 @@ async fn four_processes(url: &str) {
     // The provider goes dead under load.
     let refused_before = sim.effects().refused;
     sim.set_down(true);
-    let dead_at = Instant::now();
-    let mut open = [false; PROCESSES];
-    while open.iter().any(|o| !o) {
-        for (i, gateway) in gateways.iter().enumerate() {
-            open[i] = open[i] || breaker_state(gateway).await == "open";
-        }
-        assert!(dead_at.elapsed() < Duration::from_secs(10), "not every process opened: {open:?}");
-    }
+    all_show(&gateways, "open", Duration::from_secs(10)).await;
     // The simulator counts a refusal after its latency (1-5 ms): calls that
     // arrived before every process was open are all counted 100 ms later,
     // long before the first probe (1.5 s).
@@ -202,14 +208,7 @@ async fn four_processes(url: &str) {
     // closes within 200 ms of it (by the processes' own log lines, so the
     // time the API takes to answer under the backlog is not counted).
     sim.set_down(false);
-    let recovered = Instant::now();
-    let mut closed = [false; PROCESSES];
-    while closed.iter().any(|c| !c) {
-        for (i, gateway) in gateways.iter().enumerate() {
-            closed[i] = closed[i] || breaker_state(gateway).await == "closed";
-        }
-        assert!(recovered.elapsed() < Duration::from_secs(5), "not every process closed: {closed:?}");
-    }
+    all_show(&gateways, "closed", Duration::from_secs(5)).await;
     let logs: Vec<String> = gateways.iter().map(Gateway::log).collect();
     let probed = logs.iter().filter_map(|log| last_close(log, "probe succeeded")).collect::<Vec<_>>();
     assert_eq!(probed.len(), 1, "one process closed by its own probe");
