@@ -16,15 +16,16 @@ local name, channel = ARGV[3], ARGV[4]
 local limit, window, probe_timeout = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local open_for, multiplier, max_open = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 
-local f = redis.call('HMGET', h, 'g', 'p', 't', 'ou', 'po', 'pu', 'pa', 'e')
+local f = redis.call('HMGET', h, 'g', 'p', 't', 'ou', 'po', 'pu', 'pa', 'e', 'st')
 local r = {
   g = tonumber(f[1]) or 0, p = tonumber(f[2]) or 0, t = tonumber(f[3]) or 0, ou = tonumber(f[4]) or 0,
   po = f[5] or '', pu = tonumber(f[6]) or 0, pa = tonumber(f[7]) or 0, e = tonumber(f[8]) or 0,
+  st = tonumber(f[9]) or 0,
 }
 if type(r.po) ~= 'string' then r.po = '' end
 local recent = {}
 for i, t in ipairs(redis.call('LRANGE', l, 0, -1)) do recent[i] = tonumber(t) end
-local before = { r.g, r.p, r.t, r.ou, r.po, r.pu, r.pa, r.e }
+local before = { r.g, r.p, r.t, r.ou, r.po, r.pu, r.pa, r.e, r.st }
 if r.e == 0 and op ~= 'load' then r.e = now end
 local recent_changed, won = false, false
 
@@ -35,11 +36,14 @@ local function open_ms(trips)
   return ms
 end
 local function open(trips)
-  r.p = 1; r.g = r.g + 1; r.t = math.max(trips, 1); r.ou = now + open_ms(r.t); r.po = ''
+  r.p = 1; r.g = r.g + 1; r.t = math.max(trips, 1); r.ou = now + open_ms(r.t); r.po = ''; r.st = 0
   recent = {}; recent_changed = true
 end
+local function lease()
+  r.p = 2; r.g = r.g + 1; r.po = ARGV[11]; r.pu = now + probe_timeout; r.st = 0; won = true
+end
 local function reset()
-  r.p = 0; r.g = r.g + 1; r.t = 0; r.po = ''
+  r.p = 0; r.g = r.g + 1; r.t = 0; r.po = ''; r.st = 0
   recent = {}; recent_changed = true
 end
 local function in_window()
@@ -61,13 +65,16 @@ elseif op == 'success' then
   if r.p == 0 and tonumber(ARGV[11]) == r.g and #recent > 0 then recent = {}; recent_changed = true end
 elseif op == 'claim' then
   if r.p == 1 and now >= r.ou then
-    r.p = 2; r.g = r.g + 1; r.po = ARGV[11]; r.pu = now + probe_timeout; won = true
+    lease()
+  elseif r.p == 2 and now >= r.pu and r.st == 0 then
+    lease()
   elseif r.p == 2 and now >= r.pu then
     open(r.t + 1)
   end
 elseif op == 'probe' then
   if r.p == 2 and tonumber(ARGV[11]) == r.g then
-    if ARGV[12] == 'success' then reset()
+    if ARGV[12] == 'started' then r.st = 1
+    elseif ARGV[12] == 'success' then reset()
     elseif ARGV[12] == 'failure' then open(r.t + 1)
     else open(r.t); r.ou = now end
   end
@@ -75,16 +82,16 @@ elseif op == 'pause' then
   r.pa = math.max(r.pa, now + tonumber(ARGV[11]))
 elseif op == 'force' then
   local code = tonumber(ARGV[11])
-  if code == 0 then reset(); r.pa = 0 else r.p = code; r.g = r.g + 1; r.po = '' end
+  if code == 0 then reset(); r.pa = 0 else r.p = code; r.g = r.g + 1; r.po = ''; r.st = 0 end
 end
 
 local changed = recent_changed
-local after = { r.g, r.p, r.t, r.ou, r.po, r.pu, r.pa, r.e }
-for i = 1, 8 do if before[i] ~= after[i] then changed = true end end
+local after = { r.g, r.p, r.t, r.ou, r.po, r.pu, r.pa, r.e, r.st }
+for i = 1, 9 do if before[i] ~= after[i] then changed = true end end
 if changed then
   local n = function(x) return string.format('%.0f', x) end
   redis.call('HSET', h, 'g', n(r.g), 'p', n(r.p), 't', n(r.t), 'ou', n(r.ou), 'po', r.po, 'pu', n(r.pu),
-    'pa', n(r.pa), 'e', n(r.e))
+    'pa', n(r.pa), 'e', n(r.e), 'st', n(r.st))
   redis.call('DEL', l)
   for _, t in ipairs(recent) do redis.call('RPUSH', l, n(t)) end
 end

@@ -52,7 +52,8 @@ use view::View;
 /// Where the shared state lives and how the process talks to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterConfig {
-    /// `redis://…`, `rediss://…`, `postgres://…` or `postgresql://…`.
+    /// `redis://…`, `postgres://…` or `postgresql://…`, over plain TCP
+    /// (TLS is not built in: keep the store on a private network).
     pub url: String,
     /// Separates clusters that share one Redis or database (a key prefix,
     /// a column). Default `failwell`.
@@ -82,7 +83,7 @@ impl ClusterConfig {
 pub enum ClusterError {
     /// The URL's scheme is not one of the supported stores (only the
     /// scheme is shown: the URL may hold a password).
-    #[error("unsupported cluster URL scheme {0}: use redis://, rediss://, postgres:// or postgresql://")]
+    #[error("unsupported cluster URL scheme {0}: use redis://, postgres:// or postgresql://")]
     Scheme(String),
     /// The URL could not be parsed (the URL itself is not shown).
     #[error("invalid cluster URL: {0}")]
@@ -154,9 +155,7 @@ impl Backend {
     fn new(config: &ClusterConfig) -> Result<Self, ClusterError> {
         let url = config.url.as_str();
         match scheme(url) {
-            "redis" | "rediss" => {
-                Ok(Self::Redis(Box::new(RedisBackend::new(url, &config.namespace, config.timeout)?)))
-            }
+            "redis" => Ok(Self::Redis(Box::new(RedisBackend::new(url, &config.namespace, config.timeout)?))),
             "postgres" | "postgresql" => {
                 Ok(Self::Postgres(PostgresBackend::new(url, &config.namespace, config.timeout)?))
             }
@@ -266,9 +265,7 @@ impl Cluster {
     /// connecting. Errors as [`start`](Self::start).
     pub fn check_url(url: &str) -> Result<(), ClusterError> {
         match scheme(url) {
-            "redis" | "rediss" => {
-                ::redis::Client::open(url).map(|_| ()).map_err(|e| ClusterError::Url(e.to_string()))
-            }
+            "redis" => ::redis::Client::open(url).map(|_| ()).map_err(|e| ClusterError::Url(e.to_string())),
             "postgres" | "postgresql" => postgres::options(url).map(|_| ()),
             _ => Err(ClusterError::Scheme(shown_scheme(url))),
         }

@@ -34,13 +34,14 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS failwell_breakers (
     probe_until bigint NOT NULL DEFAULT 0,
     pause_until bigint NOT NULL DEFAULT 0,
     epoch bigint NOT NULL DEFAULT 0,
+    probe_started boolean NOT NULL DEFAULT false,
     PRIMARY KEY (namespace, name)
 )";
 
 /// The record's columns and the server's clock (ms), as one select list.
 macro_rules! columns {
     () => {
-        "epoch, generation, phase, recent, trips, open_until, probe_owner, probe_until, pause_until,
+        "epoch, probe_started, generation, phase, recent, trips, open_until, probe_owner, probe_until, pause_until,
          (extract(epoch from clock_timestamp()) * 1000)::bigint AS now"
     };
 }
@@ -50,6 +51,7 @@ const NOW: &str = "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint
 fn record_of(row: &PgRow) -> Record {
     Record {
         epoch: row.get("epoch"),
+        probe_started: row.get("probe_started"),
         generation: u64::try_from(row.get::<i64, _>("generation")).unwrap_or(0),
         phase: Phase::from_code(i64::from(row.get::<i16, _>("phase"))),
         recent: row.get("recent"),
@@ -71,6 +73,12 @@ struct Notice {
 
 /// The connection options of `url`. Errors when it cannot be parsed.
 pub(crate) fn options(url: &str) -> Result<PgConnectOptions, ClusterError> {
+    let lower = url.to_ascii_lowercase();
+    if ["sslmode=require", "sslmode=verify-ca", "sslmode=verify-full"].iter().any(|m| lower.contains(m)) {
+        return Err(ClusterError::Url(
+            "sslmode require/verify-*: TLS is not built in (keep the store on a private network)".into(),
+        ));
+    }
     url.parse().map_err(|e: sqlx::Error| ClusterError::Url(e.to_string()))
 }
 
@@ -88,7 +96,17 @@ impl PostgresBackend {
         let pool = PgPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(timeout)
-            .connect_lazy_with(options(url)?.disable_statement_logging());
+            // A row locked by someone else, or a slow server, costs at most
+            // `timeout` per statement, and the connection is not left
+            // waiting behind it.
+            .connect_lazy_with(
+                options(url)?
+                    .options([
+                        ("lock_timeout", timeout.as_millis().to_string()),
+                        ("statement_timeout", timeout.as_millis().to_string()),
+                    ])
+                    .disable_statement_logging(),
+            );
         Ok(Self { pool, namespace: namespace.to_owned(), ready: false })
     }
 
@@ -109,9 +127,10 @@ impl PostgresBackend {
                 .execute(&mut *tx)
                 .await?;
             sqlx::query(SCHEMA).execute(&mut *tx).await?;
-            // A table made before records had an epoch.
+            // A table made before records had these columns.
             sqlx::query(
-                "ALTER TABLE failwell_breakers ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0",
+                "ALTER TABLE failwell_breakers ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0,
+                 ADD COLUMN IF NOT EXISTS probe_started boolean NOT NULL DEFAULT false",
             )
             .execute(&mut *tx)
             .await?;
@@ -160,7 +179,8 @@ impl PostgresBackend {
             sqlx::query(
                 "WITH updated AS (
                     UPDATE failwell_breakers SET generation = $3, phase = $4, recent = $5, trips = $6,
-                           open_until = $7, probe_owner = $8, probe_until = $9, pause_until = $10, epoch = $13
+                           open_until = $7, probe_owner = $8, probe_until = $9, pause_until = $10, epoch = $13,
+                           probe_started = $14
                     WHERE namespace = $1 AND name = $2 RETURNING name)
                  SELECT pg_notify($11, $12) FROM updated",
             )
@@ -177,6 +197,7 @@ impl PostgresBackend {
             .bind(CHANNEL)
             .bind(serde_json::to_string(&notice).unwrap_or_default())
             .bind(record.epoch)
+            .bind(record.probe_started)
             .execute(&mut *tx)
             .await?;
         }

@@ -125,6 +125,9 @@ pub enum ProbeResult {
     /// The probe was not judged (cut short by the caller): open with no
     /// wait, so another process can claim the next probe at once.
     Release,
+    /// The lease holder sent its probe (a lease that runs out after this
+    /// counts as a failed probe; before it, it passes to the next claimer).
+    Started,
 }
 
 /// What a process tells the shared record.
@@ -195,6 +198,8 @@ pub struct Record {
     pub probe_owner: String,
     /// End of the probe lease (server ms).
     pub probe_until: i64,
+    /// Whether the lease holder has sent its probe.
+    pub probe_started: bool,
     /// End of the pause (server ms).
     pub pause_until: i64,
 }
@@ -265,20 +270,25 @@ impl Record {
                 }
             }
             Event::Claim { owner } => match self.phase {
+                // The open period is over, or the lease ran out before its
+                // holder sent the probe (it had no call to send): the lease
+                // is the claimer's.
                 Phase::Open if now >= self.open_until => {
-                    self.phase = Phase::HalfOpen;
-                    self.generation += 1;
-                    self.probe_owner = owner.clone();
-                    self.probe_until = now.saturating_add(rules.probe_timeout_ms as i64);
+                    self.lease(owner, rules, now);
                     won = true;
                 }
-                // The lease ran out with no result: the probe counts as failed.
+                Phase::HalfOpen if now >= self.probe_until && !self.probe_started => {
+                    self.lease(owner, rules, now);
+                    won = true;
+                }
+                // The probe went out and never reported: it counts as failed.
                 Phase::HalfOpen if now >= self.probe_until => self.open(rules, self.trips + 1, now),
                 _ => {}
             },
             Event::Probe { generation, result } => {
                 if self.phase == Phase::HalfOpen && *generation == self.generation {
                     match result {
+                        ProbeResult::Started => self.probe_started = true,
                         ProbeResult::Success => self.reset(Phase::Closed),
                         ProbeResult::Failure => self.open(rules, self.trips + 1, now),
                         ProbeResult::Release => {
@@ -295,6 +305,7 @@ impl Record {
                 self.phase = *phase;
                 self.generation += 1;
                 self.probe_owner.clear();
+                self.probe_started = false;
             }
             Event::Force(None) => {
                 self.reset(Phase::Closed);
@@ -310,6 +321,14 @@ impl Record {
         self.recent.iter().filter(|t| **t > since).count() as u32
     }
 
+    fn lease(&mut self, owner: &str, rules: &Rules, now: i64) {
+        self.phase = Phase::HalfOpen;
+        self.generation += 1;
+        self.probe_owner = owner.to_owned();
+        self.probe_until = now.saturating_add(rules.probe_timeout_ms as i64);
+        self.probe_started = false;
+    }
+
     fn open(&mut self, rules: &Rules, trips: u32, now: i64) {
         self.phase = Phase::Open;
         self.generation += 1;
@@ -317,6 +336,7 @@ impl Record {
         self.open_until = now.saturating_add(rules.open_ms(self.trips) as i64);
         self.recent.clear();
         self.probe_owner.clear();
+        self.probe_started = false;
     }
 
     fn reset(&mut self, phase: Phase) {
@@ -325,6 +345,7 @@ impl Record {
         self.trips = 0;
         self.recent.clear();
         self.probe_owner.clear();
+        self.probe_started = false;
     }
 
     fn snapshot(&self, name: &str, rules: &Rules, now: i64, won: bool, changed: bool) -> Snapshot {

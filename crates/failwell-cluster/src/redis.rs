@@ -30,7 +30,7 @@ pub(crate) struct RedisBackend {
 }
 
 impl RedisBackend {
-    /// A backend for `url` (`redis://` or `rediss://`); connects lazily.
+    /// A backend for `url` (`redis://`, plain TCP); connects lazily.
     /// Errors when the URL cannot be parsed.
     pub(crate) fn new(url: &str, namespace: &str, timeout: Duration) -> Result<Self, ClusterError> {
         let client = Client::open(url).map_err(|e| ClusterError::Url(e.to_string()))?;
@@ -74,6 +74,7 @@ impl RedisBackend {
                     ProbeResult::Success => "success",
                     ProbeResult::Failure => "failure",
                     ProbeResult::Release => "release",
+                    ProbeResult::Started => "started",
                 };
                 ("probe", generation.to_string(), result.to_owned())
             }

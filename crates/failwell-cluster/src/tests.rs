@@ -427,18 +427,71 @@ async fn a_process_whose_own_rules_trip_opens_the_breaker_everywhere() {
     };
     let all = processes_with(&url, &namespace, 2, rate).await;
     let a = &all[0].1;
-    for call in 0..10 {
-        let permit = loop {
-            if let Ok(permit) = a.try_acquire() {
-                break permit;
+    // Twice: the process that tripped also probes and closes the breaker,
+    // and its own rules still count afterwards.
+    for round in 0..2 {
+        for call in 0..10 {
+            let permit = loop {
+                if let Ok(permit) = a.try_acquire() {
+                    break permit;
+                }
+                sleep(Duration::from_millis(2)).await;
+            };
+            permit.record(if call % 5 == 0 { CallOutcome::Success } else { CallOutcome::Failure });
+        }
+        for (_, breaker) in &all {
+            wait_for("open everywhere", Duration::from_secs(2), || breaker.state() == BreakerState::Open)
+                .await;
+        }
+        if round == 0 {
+            wait_for("a probe in the tripping process", Duration::from_secs(3), || {
+                a.try_acquire().is_ok_and(|permit| {
+                    let probe = permit.is_probe();
+                    permit.record(CallOutcome::Success);
+                    probe
+                })
+            })
+            .await;
+            for (_, breaker) in &all {
+                wait_for("closed everywhere", Duration::from_secs(2), || {
+                    breaker.state() == BreakerState::Closed
+                })
+                .await;
             }
-            sleep(Duration::from_millis(2)).await;
-        };
-        permit.record(if call % 5 == 0 { CallOutcome::Success } else { CallOutcome::Failure });
+        }
     }
-    for (_, breaker) in &all {
-        wait_for("open everywhere", Duration::from_secs(2), || breaker.state() == BreakerState::Open).await;
+}
+
+#[tokio::test]
+async fn a_lease_never_used_passes_to_the_next_process_without_a_longer_open_period() {
+    let all = processes(&redis_url(), &unique(), 2).await;
+    for _ in 0..FAILURES {
+        wait_for("a permit", Duration::from_secs(2), || fail(&all[0].1)).await;
     }
+    wait_for("open", Duration::from_secs(2), || all[1].1.state() == BreakerState::Open).await;
+    // Process 0 asks for the probe lease (its call is refused while it
+    // asks) and then has no call to send.
+    sleep(Duration::from_millis(400)).await;
+    assert!(all[0].1.try_acquire().is_err(), "the call that asks for the lease waits");
+    wait_for("process 0 holds the lease", Duration::from_secs(2), || {
+        all[1].1.state() == BreakerState::HalfOpen
+    })
+    .await;
+    // After the lease (2 s), process 1's call takes it over: straight to
+    // its own probe, never open again in between.
+    let survivor = &all[1].1;
+    let started = Instant::now();
+    loop {
+        assert_ne!(survivor.state(), BreakerState::Open, "the unused lease counted as a failed probe");
+        if let Ok(permit) = survivor.try_acquire() {
+            assert!(permit.is_probe());
+            permit.record(CallOutcome::Success);
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(4), "no probe after the lease ran out");
+        sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(survivor.state(), BreakerState::Closed);
 }
 
 #[tokio::test]
@@ -552,7 +605,12 @@ fn events() -> impl Strategy<Value = Vec<(u16, Event)>> {
         prop_oneof![Just("a"), Just("b")].prop_map(|o| Event::Claim { owner: o.to_owned() }),
         (
             0u64..6,
-            prop_oneof![Just(ProbeResult::Success), Just(ProbeResult::Failure), Just(ProbeResult::Release)]
+            prop_oneof![
+                Just(ProbeResult::Success),
+                Just(ProbeResult::Failure),
+                Just(ProbeResult::Release),
+                Just(ProbeResult::Started)
+            ]
         )
             .prop_map(|(generation, result)| Event::Probe { generation, result }),
         (0u64..500).prop_map(|ms| Event::Pause { ms }),

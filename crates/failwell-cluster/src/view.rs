@@ -241,6 +241,7 @@ impl View {
             }
             Phase::HalfOpen if inner.probe_mine && !inner.probe_taken => {
                 inner.probe_taken = true;
+                self.send(Event::Probe { generation: inner.generation, result: ProbeResult::Started });
                 Ok(Ticket::probe(generation, SHARED))
             }
             Phase::HalfOpen if !inner.probe_mine && now >= inner.probe_until => {
@@ -298,6 +299,7 @@ impl View {
                 inner.phase = Phase::Closed;
                 inner.generation += 1;
                 inner.suspect = false;
+                self.local_counts_afresh(&mut inner, "shared: probe succeeded");
                 self.publish(&inner);
                 self.announce(BreakerState::HalfOpen, BreakerState::Closed, "probe succeeded".into());
             }
@@ -340,10 +342,7 @@ impl View {
         if inner.degraded || snapshot.epoch != inner.epoch {
             // The shared record decides from now on; the local rules count
             // afresh (they may have tripped while they were the gate).
-            inner.local_tripped = false;
-            if self.local.state() != BreakerState::Closed {
-                self.local.reset("shared state reachable: the cluster decides");
-            }
+            self.local_counts_afresh(&mut inner, "shared state reachable: the cluster decides");
             inner.degraded = false;
             inner.epoch = snapshot.epoch;
             inner.generation = snapshot.generation;
@@ -364,14 +363,22 @@ impl View {
         self.lock().careful_busy = false;
     }
 
+    /// The provider's own rules count afresh: closed, and free to trip
+    /// (and tell the store) again.
+    fn local_counts_afresh(&self, inner: &mut Inner, reason: &str) {
+        inner.local_tripped = false;
+        if self.local.state() != BreakerState::Closed {
+            self.local.reset(reason);
+        }
+    }
+
     /// The answer to this view's trip has been applied: if the store did
     /// not open (the trip came from an older period), the local rules count
     /// afresh.
     pub(crate) fn trip_answered(&self) {
         let mut inner = self.lock();
         if inner.phase == Phase::Closed && inner.local_tripped {
-            inner.local_tripped = false;
-            self.local.reset("shared: the trip came from an older period");
+            self.local_counts_afresh(&mut inner, "shared: the trip came from an older period");
         }
     }
 
@@ -403,9 +410,8 @@ impl View {
             // degraded.
             inner.pause_until = None;
         }
-        if snapshot.phase == Phase::Closed && snapshot.generation > inner.generation && inner.local_tripped {
-            inner.local_tripped = false;
-            self.local.reset("shared: closed");
+        if snapshot.phase == Phase::Closed && snapshot.generation > inner.generation {
+            self.local_counts_afresh(inner, "shared: closed");
         }
         inner.generation = snapshot.generation;
         inner.suspect = snapshot.phase == Phase::Closed && snapshot.failures > 0;
