@@ -50,6 +50,11 @@ async fn start_cluster(sim: &Simulator, url: &str) -> Vec<Gateway> {
 
 /// The payments breaker's state in one process.
 async fn breaker_state(gateway: &Gateway) -> String {
+    payments_breaker(gateway).await["state"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The payments breaker as `GET /v1/providers` shows it.
+async fn payments_breaker(gateway: &Gateway) -> Value {
     let body: Value = gateway
         .http
         .get(format!("{}/v1/providers", gateway.base))
@@ -59,7 +64,7 @@ async fn breaker_state(gateway: &Gateway) -> String {
         .json()
         .await
         .unwrap();
-    body["providers"][0]["breaker"]["state"].as_str().unwrap_or_default().to_owned()
+    body["providers"][0]["breaker"].clone()
 }
 
 /// Waits until every process has shown the breaker in `state` (each may
@@ -340,17 +345,9 @@ async fn a_rate_limit_pauses_every_process_without_spending_attempts() {
     // Charges submitted to every other process (once the 429's answer has
     // reached failwell and been shared) wait for the Retry-After.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let providers: Value = gateways[1]
-        .http
-        .get(format!("{}/v1/providers", gateways[1].base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let paused_ms = providers["providers"][0]["breaker"]["paused_ms"].as_u64().unwrap();
-    assert!((1_000..=2_000).contains(&paused_ms), "another process shows the pause: {providers}");
+    let breaker = payments_breaker(&gateways[1]).await;
+    let paused_ms = breaker["paused_ms"].as_u64().unwrap();
+    assert!((1_000..=2_000).contains(&paused_ms), "another process shows the pause: {breaker}");
     let mut keys = Vec::new();
     for (i, gateway) in gateways.iter().enumerate().skip(1) {
         for j in 0..5 {
