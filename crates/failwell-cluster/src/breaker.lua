@@ -27,7 +27,7 @@ local recent = {}
 for i, t in ipairs(redis.call('LRANGE', l, 0, -1)) do recent[i] = tonumber(t) end
 local before = { r.g, r.p, r.t, r.ou, r.po, r.pu, r.pa, r.e, r.st }
 if r.e == 0 and op ~= 'load' then r.e = now end
-local recent_changed, won = false, false
+local recent_changed = false
 
 local function open_ms(trips)
   local e = math.min(math.max(trips - 1, 0), 1000)
@@ -40,7 +40,7 @@ local function open(trips)
   recent = {}; recent_changed = true
 end
 local function lease()
-  r.p = 2; r.g = r.g + 1; r.po = ARGV[11]; r.pu = now + probe_timeout; r.st = 0; won = true
+  r.p = 2; r.g = r.g + 1; r.po = ARGV[11]; r.pu = now + probe_timeout; r.st = 0
 end
 local function reset()
   r.p = 0; r.g = r.g + 1; r.t = 0; r.po = ''; r.st = 0
@@ -107,6 +107,5 @@ local snap = {
   pause_ms = left(r.pa),
 }
 if changed then redis.call('PUBLISH', channel, cjson.encode(snap)) end
-snap.won = won
 snap.changed = changed
 return cjson.encode(snap)

@@ -140,10 +140,11 @@ pub(crate) fn parse_snapshot(bytes: &[u8]) -> Result<Snapshot, ClusterError> {
     Ok(serde_json::from_slice(bytes)?)
 }
 
-/// What a view asks of the driver.
-pub(crate) enum Command {
-    /// Apply `event` to the view's record and take in the answer.
-    Apply { view: Arc<View>, event: Event },
+/// What a view asks of the driver: apply `event` to the view's record and
+/// take in the answer.
+pub(crate) struct Command {
+    pub(crate) view: Arc<View>,
+    pub(crate) event: Event,
 }
 
 enum Backend {
@@ -291,7 +292,7 @@ impl Cluster {
         }
         views.insert(breaker.view().name.clone(), breaker.view().clone());
         // Read at once (it answers from its fallback until then).
-        let _ = self.commands.try_send(Command::Apply { view: breaker.view().clone(), event: Event::Load });
+        let _ = self.commands.try_send(Command { view: breaker.view().clone(), event: Event::Load });
         Ok(breaker)
     }
 
@@ -480,7 +481,7 @@ async fn exchange(
 /// Merges adjacent failure reports of one breaker and one generation.
 fn merge(commands: impl Iterator<Item = Command>) -> Vec<(Arc<View>, Event)> {
     let mut merged: Vec<(Arc<View>, Event)> = Vec::new();
-    for Command::Apply { view, event } in commands {
+    for Command { view, event } in commands {
         if let (
             Some((last, Event::Failures { generation, count })),
             Event::Failures { generation: g, count: c },

@@ -173,7 +173,7 @@ impl PostgresBackend {
         if snapshot.changed {
             let notice = Notice {
                 namespace: self.namespace.clone(),
-                snapshot: Snapshot { won: false, changed: false, ..snapshot.clone() },
+                snapshot: Snapshot { changed: false, ..snapshot.clone() },
             };
             // The update and the notification (sent at commit), in one statement.
             sqlx::query(

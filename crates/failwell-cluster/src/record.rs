@@ -228,9 +228,6 @@ pub struct Snapshot {
     pub probe_ms: u64,
     /// Time left in the pause, ms (0: not paused).
     pub pause_ms: u64,
-    /// Whether this reply granted the caller's [`Event::Claim`].
-    #[serde(default)]
-    pub won: bool,
     /// Whether the event changed the record (a changed record is
     /// published).
     #[serde(default)]
@@ -241,7 +238,6 @@ impl Record {
     /// Applies `event` at server time `now` (ms) under `rules`, and returns
     /// the record's snapshot named `name`.
     pub fn apply(&mut self, name: &str, rules: &Rules, event: &Event, now: i64) -> Snapshot {
-        let mut won = false;
         let before = self.clone();
         if self.epoch == 0 && *event != Event::Load {
             self.epoch = now;
@@ -275,11 +271,9 @@ impl Record {
                 // is the claimer's.
                 Phase::Open if now >= self.open_until => {
                     self.lease(owner, rules, now);
-                    won = true;
                 }
                 Phase::HalfOpen if now >= self.probe_until && !self.probe_started => {
                     self.lease(owner, rules, now);
-                    won = true;
                 }
                 // The probe went out and never reported: it counts as failed.
                 Phase::HalfOpen if now >= self.probe_until => self.open(rules, self.trips + 1, now),
@@ -313,7 +307,7 @@ impl Record {
             }
         }
         let changed = *self != before;
-        self.snapshot(name, rules, now, won, changed)
+        self.snapshot(name, rules, now, changed)
     }
 
     fn in_window(&self, rules: &Rules, now: i64) -> u32 {
@@ -348,7 +342,7 @@ impl Record {
         self.probe_started = false;
     }
 
-    fn snapshot(&self, name: &str, rules: &Rules, now: i64, won: bool, changed: bool) -> Snapshot {
+    fn snapshot(&self, name: &str, rules: &Rules, now: i64, changed: bool) -> Snapshot {
         let left = |until: i64| u64::try_from(until.saturating_sub(now)).unwrap_or(0);
         Snapshot {
             name: name.to_owned(),
@@ -360,7 +354,6 @@ impl Record {
             probe_owner: if self.phase == Phase::HalfOpen { self.probe_owner.clone() } else { String::new() },
             probe_ms: if self.phase == Phase::HalfOpen { left(self.probe_until) } else { 0 },
             pause_ms: left(self.pause_until),
-            won,
             changed,
         }
     }

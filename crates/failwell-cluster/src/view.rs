@@ -158,7 +158,7 @@ impl View {
     /// Sends `event` to the driver; false when the channel is full (the
     /// event is dropped, counted) or closed.
     fn send(self: &Arc<Self>, event: Event) -> bool {
-        let sent = self.commands.try_send(Command::Apply { view: self.clone(), event }).is_ok();
+        let sent = self.commands.try_send(Command { view: self.clone(), event }).is_ok();
         if !sent {
             metrics::counter!("failwell_cluster_dropped_total", "breaker" => self.name.to_string())
                 .increment(1);
