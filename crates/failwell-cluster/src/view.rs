@@ -176,7 +176,7 @@ impl View {
     }
 
     fn state_of(&self, inner: &Inner) -> BreakerState {
-        if inner.degraded && self.last_known_refusal(inner, Instant::now()).is_none() {
+        if inner.degraded && Self::last_known_refusal(inner, Instant::now()).is_none() {
             self.local.state()
         } else {
             inner.phase.state()
@@ -212,13 +212,13 @@ impl View {
             inner.pause_until = None;
             self.publish(&inner);
         }
+        // What the cluster last said holds until it runs out, also while
+        // degraded: a provider the cluster found dead is not tried again
+        // by every process that loses the store.
+        if let Some((state, retry_in)) = Self::last_known_refusal(&inner, now) {
+            return Err(self.refuse(state, retry_in));
+        }
         if inner.degraded {
-            // What the cluster last said still holds until it runs out: a
-            // provider the cluster found dead is not tried again by every
-            // process that loses the store.
-            if let Some(refused) = self.last_known_refusal(&inner, now) {
-                return Err(refused);
-            }
             drop(inner);
             return self.local.try_acquire();
         }
@@ -231,44 +231,36 @@ impl View {
                 Ok(Ticket::counted(generation, SHARED | CAREFUL))
             }
             Phase::ForcedClosed => Ok(Ticket::untracked()),
-            Phase::ForcedOpen => Err(self.refuse(BreakerState::ForcedOpen, None)),
-            Phase::Open if now < inner.open_until => {
-                Err(self.refuse(BreakerState::Open, Some(inner.open_until - now)))
-            }
-            Phase::Open => {
-                self.claim(&mut inner);
-                Err(self.refuse(BreakerState::Open, Some(SHORT_WAIT)))
-            }
             Phase::HalfOpen if inner.probe_mine && !inner.probe_taken => {
                 inner.probe_taken = true;
                 self.send(Event::Probe { generation: inner.generation, result: ProbeResult::Started });
                 Ok(Ticket::probe(generation, SHARED))
             }
-            Phase::HalfOpen if !inner.probe_mine && now >= inner.probe_until => {
-                // The lease ran out with no result: ask again (the store
-                // counts the lost probe as failed).
+            // This process's probe is out: its result comes soon.
+            Phase::HalfOpen if inner.probe_mine => Err(self.refuse(BreakerState::HalfOpen, Some(SHORT_WAIT))),
+            // The open period is over, or another process's lease ran out
+            // (the store passes on a lease whose probe never went out, and
+            // counts one that went out as failed): ask for it.
+            phase @ (Phase::Open | Phase::HalfOpen) => {
                 self.claim(&mut inner);
-                Err(self.refuse(BreakerState::HalfOpen, Some(SHORT_WAIT)))
+                Err(self.refuse(phase.state(), Some(SHORT_WAIT)))
             }
-            Phase::HalfOpen => {
-                let wait = if inner.probe_mine { SHORT_WAIT } else { inner.probe_until - now };
-                Err(self.refuse(BreakerState::HalfOpen, Some(wait.max(SHORT_WAIT))))
-            }
+            // Refused above (`last_known_refusal`).
+            Phase::ForcedOpen => Err(self.refuse(BreakerState::ForcedOpen, None)),
         }
     }
 
-    /// While degraded: the refusal the last shared state still implies
-    /// (open until its end, another process's probe until its lease ends,
-    /// forced open), if any.
-    fn last_known_refusal(&self, inner: &Inner, now: Instant) -> Option<BreakerOpen> {
+    /// The refusal the last shared state implies until it runs out (open
+    /// until its end, another process's probe until its lease ends, forced
+    /// open), if any: in force whether or not the store can be reached.
+    /// Reads only: the state and the wait (`None`: until an operator acts).
+    fn last_known_refusal(inner: &Inner, now: Instant) -> Option<(BreakerState, Option<Duration>)> {
         match inner.phase {
-            Phase::Open if now < inner.open_until => {
-                Some(self.refuse(BreakerState::Open, Some(inner.open_until - now)))
-            }
+            Phase::Open if now < inner.open_until => Some((BreakerState::Open, Some(inner.open_until - now))),
             Phase::HalfOpen if !inner.probe_mine && now < inner.probe_until => {
-                Some(self.refuse(BreakerState::HalfOpen, Some(inner.probe_until - now)))
+                Some((BreakerState::HalfOpen, Some(inner.probe_until - now)))
             }
-            Phase::ForcedOpen => Some(self.refuse(BreakerState::ForcedOpen, None)),
+            Phase::ForcedOpen => Some((BreakerState::ForcedOpen, None)),
             _ => None,
         }
     }
@@ -524,22 +516,17 @@ impl BreakerStore for SharedBreaker {
         if let Some(until) = inner.pause_until.filter(|u| now < *u) {
             return Some(Some(until - now));
         }
+        if let Some((_, retry_in)) = View::last_known_refusal(&inner, now) {
+            return Some(retry_in);
+        }
         if inner.degraded {
-            if let Some(refused) = self.view.last_known_refusal(&inner, now) {
-                return Some(refused.retry_in);
-            }
             drop(inner);
             return self.view.local.peek();
         }
-        match inner.phase {
-            Phase::Closed | Phase::ForcedClosed => None,
-            Phase::ForcedOpen => Some(None),
-            Phase::Open => (now < inner.open_until).then(|| Some(inner.open_until - now)),
-            Phase::HalfOpen if inner.probe_mine && !inner.probe_taken => None,
-            // Another process's lease ran out: a call here would claim.
-            Phase::HalfOpen if !inner.probe_mine && now >= inner.probe_until => None,
-            Phase::HalfOpen => Some(Some(inner.probe_until.saturating_duration_since(now))),
-        }
+        // This process's probe is out; anything else lets a call through
+        // or asks for the probe lease (an open period over, another
+        // process's lease run out).
+        (inner.phase == Phase::HalfOpen && inner.probe_mine && inner.probe_taken).then_some(Some(SHORT_WAIT))
     }
 
     fn paused_for(&self) -> Option<Duration> {
