@@ -25,6 +25,7 @@ pub(crate) fn operation() -> Operation {
         effect_possible: false,
         lookup_misses: 0,
         created_at_ms: 0,
+        delivery_started_at_ms: 0,
         updated_at_ms: 0,
     }
 }

@@ -195,7 +195,7 @@ fn not_found(client: &ProviderClient, op: &Operation, now: i64) -> (Resolution, 
     let since = |at_ms: i64| Duration::from_millis((now - at_ms).max(0) as u64);
     let seen = NotFound {
         attempts: op.attempts,
-        age: since(op.created_at_ms),
+        age: since(op.delivery_started_at_ms),
         key_age: since(op.key_first_sent_at_ms.unwrap_or(now)),
         misses: op.lookup_misses,
         effect_possible: op.effect_possible,

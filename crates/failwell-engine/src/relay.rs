@@ -109,7 +109,7 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
     let due = Due {
         attempts: message.attempts,
         interrupted: message.interrupted,
-        age: since(op.created_at_ms),
+        age: since(op.delivery_started_at_ms),
         key_age: since(op.key_first_sent_at_ms.unwrap_or(now)),
     };
     let (retry_policy, idempotency) = spec.policies_of(&op.operation);
@@ -198,7 +198,7 @@ fn decide_after(client: &ProviderClient, message: &Claimed, result: &CallResult)
     let now = now_ms();
     let attempted = Attempted {
         attempts: message.attempts,
-        age: Duration::from_millis((now - op.created_at_ms).max(0) as u64),
+        age: Duration::from_millis((now - op.delivery_started_at_ms).max(0) as u64),
         key_age: Duration::from_millis((now - op.key_first_sent_at_ms.unwrap_or(now)).max(0) as u64),
         previous_delay: Duration::from_millis(message.previous_delay_ms),
         effect_possible: op.effect_possible || message.interrupted,

@@ -6,7 +6,8 @@
 //! the next one ([`backoff`], [`retry_after`]), which idempotency key an
 //! intent carries ([`idempotency`]) and what to do after an attempt of
 //! queued work ([`decision`]), and what a provider's webhook event does to
-//! our record of an operation ([`ledger`]), and which combinations of an
+//! our record of an operation ([`ledger`]), where we and the provider
+//! disagree over a time window ([`compare`]), and which combinations of an
 //! integration's written answers are refused ([`manifest`]). They do no I/O and read no
 //! clock: callers pass `now` and randomness in, so every rule is tested as a
 //! plain table.
@@ -24,6 +25,7 @@ pub mod breaker;
 pub mod budget;
 pub mod bulkhead;
 pub mod classify;
+pub mod compare;
 pub mod clock;
 pub mod deadline;
 pub mod decision;
@@ -41,6 +43,9 @@ pub use breaker::{
 };
 pub use budget::{RetryBudget, RetryBudgetConfig, RetryBudgetConfigError};
 pub use bulkhead::{Bulkhead, BulkheadConfig, BulkheadConfigError, BulkheadFull, BulkheadPermit};
+pub use compare::{
+    Discrepancy, DiscrepancyKind, OurRecord, OurStatus, TheirRecord, TheirStatus, compare,
+};
 pub use classify::{Class, Classification, Classifier, Observed, TransportFailure, is_repeatable};
 pub use deadline::{Deadline, DeadlineExceeded, Timeouts, TimeoutsError};
 pub use decision::{

@@ -12,6 +12,7 @@
 
 mod error;
 mod model;
+mod operator;
 mod sqlite;
 
 use std::future::Future;
@@ -22,6 +23,10 @@ pub use model::{
     EventReport, EventStep, ForwardCompletion, ForwardTransition, LedgerEffect, NewEvent, NewOperation,
     Operation, OperationEvent, OperationStatus, Received, Reconciled, Recorded, Resolution, StoredEvent,
     Submitted, Transition,
+};
+pub use operator::{
+    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, IntegrationStats, NewReport, Report,
+    Stats,
 };
 pub use sqlite::{Outbox, SqliteStore, Synchronous};
 
@@ -160,4 +165,103 @@ pub trait Store: Clone + Send + Sync + 'static {
         completions: Vec<ForwardCompletion>,
         now_ms: i64,
     ) -> impl Future<Output = Result<Vec<Recorded>, StoreError>> + Send;
+
+    /// Dead letters of both kinds matching `filter`, newest first, at most
+    /// `limit`.
+    fn dead_letters(
+        &self,
+        filter: DeadLetterFilter,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<DeadLetter>, StoreError>> + Send;
+
+    /// One dead letter, if `(kind, id)` is one.
+    fn dead_letter(
+        &self,
+        kind: DeadLetterKind,
+        id: i64,
+    ) -> impl Future<Output = Result<Option<DeadLetter>, StoreError>> + Send;
+
+    /// Puts a dead letter back in its queue, due now, with its attempts
+    /// counted afresh and (for a message) its operation `pending` again with
+    /// its deadline counted from now; the idempotency key stays the same.
+    /// Returns `false`, writing nothing, when `(kind, id)` is not a dead
+    /// letter (never was, replayed or purged meanwhile).
+    fn replay(
+        &self,
+        kind: DeadLetterKind,
+        id: i64,
+        channel: Channel,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Deletes a dead letter for good (its operation stays `failed`; the
+    /// history keeps who purged it and when). `false` when `(kind, id)` is
+    /// not a dead letter.
+    fn purge(
+        &self,
+        kind: DeadLetterKind,
+        id: i64,
+        channel: Channel,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Records that an operator has looked at the dead letters: those given
+    /// up until now no longer count as unacknowledged.
+    fn ack_dead_letters(
+        &self,
+        channel: Channel,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The four numbers of every integration (success ratio and p95 latency
+    /// of the calls started in the last `window_ms`, open entries and the
+    /// oldest one's age, dead letters since the last acknowledgement), with
+    /// a row for each name in `known` even when it has nothing.
+    fn stats(
+        &self,
+        now_ms: i64,
+        window_ms: u64,
+        known: &[String],
+    ) -> impl Future<Output = Result<Stats, StoreError>> + Send;
+
+    /// Everything that happened to one operation, oldest first: its state
+    /// changes and its message's (with who made them), every attempt, what
+    /// webhook events did, and the discrepancies reports found.
+    fn history(
+        &self,
+        operation_id: i64,
+    ) -> impl Future<Output = Result<Vec<HistoryEntry>, StoreError>> + Send;
+
+    /// Operations of `provider` created in `[from_ms, to_ms)`, oldest first.
+    fn operations_between(
+        &self,
+        provider: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> impl Future<Output = Result<Vec<Operation>, StoreError>> + Send;
+
+    /// Operations of `provider` carrying one of `references`.
+    fn operations_by_reference(
+        &self,
+        provider: &str,
+        references: &[String],
+    ) -> impl Future<Output = Result<Vec<Operation>, StoreError>> + Send;
+
+    /// Stores a comparison report and its discrepancies in one transaction;
+    /// returns the report's id.
+    fn save_report(&self, report: NewReport) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// The latest `limit` comparison reports, newest first.
+    fn reports(&self, limit: u32) -> impl Future<Output = Result<Vec<Report>, StoreError>> + Send;
+
+    /// One comparison report.
+    fn report(&self, id: i64) -> impl Future<Output = Result<Option<Report>, StoreError>> + Send;
+
+    /// Records the alert sink's answer for a report: `Ok(when it took it)`
+    /// or `Err(why not)`.
+    fn report_alerted(
+        &self,
+        id: i64,
+        result: Result<i64, String>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

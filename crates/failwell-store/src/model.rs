@@ -116,6 +116,9 @@ pub struct Operation {
     pub lookup_misses: u32,
     /// Creation time, ms since epoch.
     pub created_at_ms: i64,
+    /// When the current delivery started, ms since epoch: the creation,
+    /// or an operator's replay of its dead letter. Deadlines count from it.
+    pub delivery_started_at_ms: i64,
     /// Last change, ms since epoch.
     pub updated_at_ms: i64,
 }

@@ -78,6 +78,7 @@ fn claimed(attempts: u32, key_age_ms: i64, interrupted: bool) -> Claimed {
             key_first_sent_at_ms: Some(now - key_age_ms),
             attempts: attempts - 1,
             created_at_ms: now - key_age_ms,
+            delivery_started_at_ms: now - key_age_ms,
             updated_at_ms: now,
             ..crate::fixtures::operation()
         },

@@ -308,7 +308,7 @@ impl SqliteStore {
              available_at_ms = COALESCE(u.value ->> 2, available_at_ms), \
              previous_delay_ms = COALESCE(u.value ->> 3, previous_delay_ms), last_error = u.value ->> 4, \
              dead_at_ms = u.value ->> 5, locked_until_ms = NULL, lease_token = NULL, \
-             attempts = attempts - (u.value ->> 6), updated_at_ms = ?2 \
+             attempts = attempts - (u.value ->> 6), updated_at_ms = ?2, changed_by = 'forwarder' \
              FROM json_each(?1) u WHERE forwards.id = u.value ->> 0",
         )
         .bind(Value::Array(rows).to_string())
@@ -445,7 +445,8 @@ async fn apply_reports(
          next_reconcile_at_ms = CASE WHEN u.value ->> 3 THEN NULL WHEN u.value ->> 5 THEN ?2 \
            ELSE next_reconcile_at_ms END, \
          reconcile_attempts = CASE WHEN u.value ->> 5 THEN 0 ELSE reconcile_attempts END, \
-         updated_at_ms = CASE WHEN u.value ->> 3 OR u.value ->> 5 THEN ?2 ELSE updated_at_ms END \
+         updated_at_ms = CASE WHEN u.value ->> 3 OR u.value ->> 5 THEN ?2 ELSE updated_at_ms END, \
+         changed_by = 'webhook' \
          FROM json_each(?1) u WHERE operations.id = u.value ->> 0",
     )
     .bind(Value::Array(changed.clone()).to_string())
@@ -457,7 +458,7 @@ async fn apply_reports(
     // succeeded (replaying it then would be wrong).
     sqlx::query(
         "UPDATE outbox SET state = 'done', in_flight = 0, locked_until_ms = NULL, lease_token = NULL, \
-         dead_at_ms = NULL, updated_at_ms = ?2 FROM json_each(?1) u \
+         dead_at_ms = NULL, updated_at_ms = ?2, changed_by = 'webhook' FROM json_each(?1) u \
          WHERE outbox.operation_id = u.value ->> 0 AND u.value ->> 3 \
          AND (outbox.state = 'pending' OR (outbox.state = 'dead' AND u.value ->> 1 = 'succeeded'))",
     )

@@ -6,6 +6,7 @@
 //! array (`json_each`) instead of building SQL strings.
 
 mod inbox;
+mod operator;
 mod outbox;
 mod rows;
 mod store;

@@ -26,14 +26,26 @@ impl Outbox {
         op: &NewOperation,
         now_ms: i64,
     ) -> Result<Submitted, StoreError> {
+        Self::record(conn, op, now_ms, "app").await
+    }
+
+    /// [`Self::enqueue`], with `actor` as the history's author of the new
+    /// operation (`api` for the HTTP API, `app` for an application).
+    pub(super) async fn record(
+        conn: &mut SqliteConnection,
+        op: &NewOperation,
+        now_ms: i64,
+        actor: &str,
+    ) -> Result<Submitted, StoreError> {
         let hash = request_hash(op);
         let provider_key = derive_key(&op.provider, &op.operation, &op.idempotency_key, 0);
         let inserted = sqlx::query(
             "INSERT INTO operations (idempotency_key, provider, operation, reference, payload, request_hash, \
-             provider_key, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8) \
+             provider_key, created_at_ms, updated_at_ms, changed_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9) \
              ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, idempotency_key, provider, operation, \
              reference, payload, status, key_group, provider_key, key_first_sent_at_ms, attempts, provider_ref, \
-             response, last_error, FALSE AS dead_letter, reconcile_attempts, effect_possible, lookup_misses, created_at_ms, updated_at_ms",
+             response, last_error, FALSE AS dead_letter, reconcile_attempts, effect_possible, lookup_misses, created_at_ms, \
+             created_at_ms AS delivery_started_at_ms, updated_at_ms",
         )
         .bind(&op.idempotency_key)
         .bind(&op.provider)
@@ -43,6 +55,7 @@ impl Outbox {
         .bind(&hash)
         .bind(&provider_key)
         .bind(now_ms)
+        .bind(actor)
         .fetch_optional(&mut *conn)
         .await;
         let inserted = match inserted {

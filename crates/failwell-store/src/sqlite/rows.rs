@@ -14,7 +14,8 @@ macro_rules! select_operation {
         concat!(
             "SELECT o.id, o.idempotency_key, o.provider, o.operation, o.reference, o.payload, o.status, ",
             "o.key_group, o.provider_key, o.key_first_sent_at_ms, o.attempts, o.provider_ref, o.response, ",
-            "o.last_error, x.state = 'dead' AS dead_letter, o.reconcile_attempts, o.effect_possible, o.lookup_misses, o.created_at_ms, o.updated_at_ms ",
+            "o.last_error, x.state = 'dead' AS dead_letter, o.reconcile_attempts, o.effect_possible, o.lookup_misses, o.created_at_ms, ",
+            "COALESCE(o.replayed_at_ms, o.created_at_ms) AS delivery_started_at_ms, o.updated_at_ms ",
             "FROM operations o LEFT JOIN outbox x ON x.operation_id = o.id ",
             $tail
         )
@@ -69,6 +70,7 @@ pub(super) fn operation_from_row(row: &SqliteRow) -> Result<Operation, StoreErro
         effect_possible: get("effect_possible")? != 0,
         lookup_misses: get("lookup_misses")? as u32,
         created_at_ms: get("created_at_ms")?,
+        delivery_started_at_ms: get("delivery_started_at_ms")?,
         updated_at_ms: get("updated_at_ms")?,
     })
 }

@@ -10,6 +10,9 @@ use super::rows::{operation_by_key, operation_from_row, select_operation};
 use super::writes::{apply, insert_attempt, set_operation};
 use crate::Store;
 use crate::error::{Context, StoreError};
+use crate::operator::{
+    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, NewReport, Report, Stats,
+};
 use crate::model::{
     AttemptKind, AttemptRow, Claimed, ClaimedForward, Completion, Counts, EventRecord, ForwardCompletion,
     NewEvent, NewOperation, Operation, OperationEvent, OperationStatus, Received, Reconciled, Recorded,
@@ -19,7 +22,7 @@ use crate::model::{
 impl Store for SqliteStore {
     async fn submit(&self, op: NewOperation, now_ms: i64) -> Result<Submitted, StoreError> {
         let mut tx = self.begin().await?;
-        let submitted = Outbox::enqueue(&mut tx, &op, now_ms).await?;
+        let submitted = Outbox::record(&mut tx, &op, now_ms, "api").await?;
         if matches!(submitted, Submitted::Created(_)) {
             tx.commit().await.context("committing an operation")?;
         }
@@ -170,6 +173,7 @@ impl Store for SqliteStore {
                     None,
                     None,
                     now_ms,
+                    "reconciler",
                 )
                 .await?;
             }
@@ -179,7 +183,7 @@ impl Store for SqliteStore {
                      key_first_sent_at_ms = CASE WHEN key_group = ?2 THEN key_first_sent_at_ms END, \
                      key_group = ?2, next_reconcile_at_ms = NULL, lookup_misses = 0, \
                      effect_possible = CASE WHEN key_group = ?2 THEN effect_possible ELSE 0 END, \
-                     updated_at_ms = ?4 WHERE id = ?1",
+                     updated_at_ms = ?4, changed_by = 'reconciler' WHERE id = ?1",
                 )
                 .bind(r.operation_id)
                 .bind(i64::from(*key_group))
@@ -190,7 +194,8 @@ impl Store for SqliteStore {
                 .context("requeueing an operation")?;
                 sqlx::query(
                     "UPDATE outbox SET state = 'pending', available_at_ms = ?2, in_flight = 0, \
-                     locked_until_ms = NULL, lease_token = NULL, updated_at_ms = ?2 WHERE operation_id = ?1",
+                     locked_until_ms = NULL, lease_token = NULL, updated_at_ms = ?2, changed_by = 'reconciler' \
+                     WHERE operation_id = ?1",
                 )
                 .bind(r.operation_id)
                 .bind(now_ms)
@@ -208,11 +213,12 @@ impl Store for SqliteStore {
                     Some(error),
                     None,
                     now_ms,
+                    "reconciler",
                 )
                 .await?;
                 sqlx::query(
-                    "UPDATE outbox SET state = 'dead', dead_at_ms = ?2, last_error = ?3, updated_at_ms = ?2 \
-                     WHERE operation_id = ?1",
+                    "UPDATE outbox SET state = 'dead', dead_at_ms = ?2, last_error = ?3, updated_at_ms = ?2, \
+                     changed_by = 'reconciler' WHERE operation_id = ?1",
                 )
                 .bind(r.operation_id)
                 .bind(now_ms)
@@ -364,5 +370,67 @@ impl Store for SqliteStore {
         now_ms: i64,
     ) -> Result<Vec<Recorded>, StoreError> {
         self.complete_claimed_forwards(completions, now_ms).await
+    }
+
+    async fn dead_letters(&self, filter: DeadLetterFilter, limit: u32) -> Result<Vec<DeadLetter>, StoreError> {
+        self.list_dead_letters(filter, limit).await
+    }
+
+    async fn dead_letter(&self, kind: DeadLetterKind, id: i64) -> Result<Option<DeadLetter>, StoreError> {
+        self.one_dead_letter(kind, id).await
+    }
+
+    async fn replay(
+        &self,
+        kind: DeadLetterKind,
+        id: i64,
+        channel: Channel,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.replay_dead_letter(kind, id, channel, now_ms).await
+    }
+
+    async fn purge(&self, kind: DeadLetterKind, id: i64, channel: Channel, now_ms: i64) -> Result<bool, StoreError> {
+        self.purge_dead_letter(kind, id, channel, now_ms).await
+    }
+
+    async fn ack_dead_letters(&self, channel: Channel, now_ms: i64) -> Result<(), StoreError> {
+        self.acknowledge(channel, now_ms).await
+    }
+
+    async fn stats(&self, now_ms: i64, window_ms: u64, known: &[String]) -> Result<Stats, StoreError> {
+        self.integration_stats(now_ms, window_ms, known).await
+    }
+
+    async fn history(&self, operation_id: i64) -> Result<Vec<HistoryEntry>, StoreError> {
+        self.operation_history(operation_id).await
+    }
+
+    async fn operations_between(&self, provider: &str, from_ms: i64, to_ms: i64) -> Result<Vec<Operation>, StoreError> {
+        self.operations_created_between(provider, from_ms, to_ms).await
+    }
+
+    async fn operations_by_reference(
+        &self,
+        provider: &str,
+        references: &[String],
+    ) -> Result<Vec<Operation>, StoreError> {
+        self.operations_with_references(provider, references).await
+    }
+
+    async fn save_report(&self, report: NewReport) -> Result<i64, StoreError> {
+        self.insert_report(report).await
+    }
+
+    async fn reports(&self, limit: u32) -> Result<Vec<Report>, StoreError> {
+        self.list_reports(limit, None).await
+    }
+
+    async fn report(&self, id: i64) -> Result<Option<Report>, StoreError> {
+        Ok(self.list_reports(1, Some(id)).await?.pop())
+    }
+
+    async fn report_alerted(&self, id: i64, result: Result<i64, String>) -> Result<(), StoreError> {
+        self.set_report_alerted(id, result).await
     }
 }

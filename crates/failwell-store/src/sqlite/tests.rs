@@ -3,7 +3,7 @@ use serde_json::json;
 
 use super::*;
 use crate::{
-    AttemptKind, AttemptRecord, Completion, EventReport, ForwardCompletion, ForwardTransition, LedgerEffect,
+    AttemptKind, Channel, DeadLetterFilter, DeadLetterKind, AttemptRecord, Completion, EventReport, ForwardCompletion, ForwardTransition, LedgerEffect,
     NewEvent, NewOperation, OperationStatus, Received, Reconciled, Recorded, Resolution, Store, StoreError,
     Submitted, Transition,
 };
@@ -623,4 +623,102 @@ async fn a_late_answer_keeps_its_provider_id_or_is_a_conflict() {
     assert_eq!(s.complete(vec![late], 7).await.unwrap(), vec![Recorded::SettledElsewhere]);
     assert_eq!(s.operation("returned").await.unwrap().unwrap().status, OperationStatus::Failed);
     assert!(other.last_error.unwrap().starts_with("conflict: the provider answered our call succeeded"));
+}
+
+/// Submits `key` at `at` and dead-letters it after one failed call.
+async fn dead_letter(s: &SqliteStore, key: &str, at: i64) -> i64 {
+    s.submit(new_op(key, 100), at).await.unwrap();
+    let c = s.claim(at, 1, 1_000).await.unwrap().remove(0);
+    let dead = Completion {
+        outbox_id: c.outbox_id,
+        lease_token: c.lease_token,
+        operation_id: c.operation.id,
+        attempt: Some(AttemptRecord { started_at_ms: at, ..record(Outcome::Failed) }),
+        transition: Transition::DeadLetter { error: "attempts exhausted: HTTP 503".into() },
+    };
+    s.complete(vec![dead], at + 10).await.unwrap();
+    c.outbox_id
+}
+
+#[tokio::test]
+async fn a_replayed_dead_letter_is_delivered_again_under_the_same_key_with_fresh_attempts() {
+    let (_d, s) = store().await;
+    let id = dead_letter(&s, "k1", 100).await;
+    let listed = s.dead_letters(DeadLetterFilter::default(), 10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    let letter = &listed[0];
+    assert_eq!((letter.kind, letter.id, letter.key.as_str()), (DeadLetterKind::Message, id, "k1"));
+    assert_eq!((letter.attempts, letter.dead_at_ms), (1, 110));
+    assert_eq!(letter.payload["amount"], 100);
+    assert_eq!(letter.last_error.as_deref(), Some("attempts exhausted: HTTP 503"));
+    let before = s.operation("k1").await.unwrap().unwrap();
+
+    assert!(s.replay(DeadLetterKind::Message, id, Channel::Cli, 5_000).await.unwrap());
+    assert!(!s.replay(DeadLetterKind::Message, id, Channel::Cli, 5_001).await.unwrap(), "no longer dead");
+    assert!(s.dead_letters(DeadLetterFilter::default(), 10).await.unwrap().is_empty());
+    let op = s.operation("k1").await.unwrap().unwrap();
+    assert_eq!((op.status, op.dead_letter), (OperationStatus::Pending, false));
+    assert_eq!(op.provider_key, before.provider_key, "the same idempotency key");
+    assert_eq!((op.created_at_ms, op.delivery_started_at_ms), (100, 5_000));
+    let c = s.claim(5_000, 1, 1_000).await.unwrap().remove(0);
+    assert_eq!((c.attempts, c.interrupted), (1, false), "attempts count afresh");
+    let history = s.history(op.id).await.unwrap();
+    let changes: Vec<(&str, &str, &str)> =
+        history.iter().map(|h| (h.subject, h.actor.as_str(), h.change.as_str())).collect();
+    assert_eq!(
+        changes,
+        vec![
+            ("operation", "api", "created"),
+            ("attempt", "relay", "call 1: HTTP 200, failed, 2 ms"),
+            ("message", "relay", "pending -> dead"),
+            ("operation", "relay", "pending -> failed"),
+            ("message", "operator:cli", "dead -> pending"),
+            ("operation", "operator:cli", "failed -> pending"),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn purge_removes_a_dead_letter_for_good_and_the_history_says_who() {
+    let (_d, s) = store().await;
+    let id = dead_letter(&s, "k1", 100).await;
+    assert!(!s.purge(DeadLetterKind::Forward, id, Channel::Api, 200).await.unwrap(), "wrong kind");
+    assert!(s.purge(DeadLetterKind::Message, id, Channel::Api, 200).await.unwrap());
+    assert!(!s.purge(DeadLetterKind::Message, id, Channel::Api, 201).await.unwrap());
+    assert!(!s.replay(DeadLetterKind::Message, id, Channel::Api, 202).await.unwrap(), "gone");
+    assert_eq!(s.counts().await.unwrap().dead_letters, 0);
+    let op = s.operation("k1").await.unwrap().unwrap();
+    assert_eq!(op.status, OperationStatus::Failed);
+    let last = s.history(op.id).await.unwrap().pop().unwrap();
+    assert_eq!((last.at_ms, last.actor.as_str(), last.change.as_str()), (200, "operator:api", "purged"));
+    // The history itself cannot be rewritten.
+    assert!(sqlx::query("DELETE FROM history").execute(s.pool()).await.is_err());
+}
+
+#[tokio::test]
+async fn the_four_numbers_follow_the_calls_the_queue_and_the_acknowledgements() {
+    let (_d, s) = store().await;
+    let known = vec!["payments".to_owned(), "idle".to_owned()];
+    dead_letter(&s, "d1", 1_000).await;
+    s.ack_dead_letters(Channel::Cli, 2_000).await.unwrap();
+    dead_letter(&s, "d2", 3_000).await;
+    // Two open messages, the older created at 4_000; one answered call.
+    s.submit(new_op("open1", 1), 4_000).await.unwrap();
+    s.submit(new_op("open2", 1), 6_000).await.unwrap();
+    let stats = s.stats(10_000, 60_000, &known).await.unwrap();
+    assert_eq!(stats.last_ack_ms, Some(2_000));
+    let names: Vec<&str> = stats.integrations.iter().map(|i| i.integration.as_str()).collect();
+    assert_eq!(names, vec!["idle", "payments"]);
+    let idle = &stats.integrations[0];
+    assert_eq!((idle.calls, idle.success_ratio, idle.depth, idle.oldest_open_age_ms), (0, None, 0, None));
+    let p = &stats.integrations[1];
+    assert_eq!((p.calls, p.answered, p.success_ratio, p.p95_ms), (2, 0, Some(0.0), Some(2)));
+    assert_eq!((p.depth, p.oldest_open_age_ms), (2, Some(6_000)));
+    assert_eq!((p.dead_letters, p.dead_letters_unacked), (2, 1));
+    // Calls older than the window are not counted.
+    let later = s.stats(100_000, 60_000, &known).await.unwrap();
+    assert_eq!(later.integrations[1].calls, 0);
+    s.ack_dead_letters(Channel::Ui, 20_000).await.unwrap();
+    let acked = s.stats(20_000, 60_000, &known).await.unwrap();
+    assert_eq!((acked.integrations[1].dead_letters, acked.integrations[1].dead_letters_unacked), (2, 0));
 }

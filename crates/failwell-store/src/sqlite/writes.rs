@@ -69,7 +69,7 @@ pub(super) async fn apply(
         "UPDATE outbox SET state = ?3, available_at_ms = COALESCE(?4, available_at_ms), \
          previous_delay_ms = COALESCE(?5, previous_delay_ms), last_error = ?6, dead_at_ms = ?7, \
          in_flight = 0, locked_until_ms = NULL, lease_token = NULL, updated_at_ms = ?8, \
-         attempts = attempts - ?9 \
+         attempts = attempts - ?9, changed_by = 'relay' \
          WHERE id = ?1 AND lease_token = ?2 AND state = 'pending'",
     )
     .bind(c.outbox_id)
@@ -120,6 +120,7 @@ pub(super) async fn apply(
         error.map(String::as_str),
         reconcile_at,
         now_ms,
+        "relay",
     )
     .await?;
     Ok(Recorded::Applied)
@@ -174,7 +175,8 @@ async fn late_answer(
     );
     sqlx::query(
         "UPDATE operations SET status = 'unknown', provider_ref = COALESCE(provider_ref, ?2), \
-         last_error = ?3, next_reconcile_at_ms = ?4, reconcile_attempts = 0, updated_at_ms = ?4 WHERE id = ?1",
+         last_error = ?3, next_reconcile_at_ms = ?4, reconcile_attempts = 0, updated_at_ms = ?4, \
+         changed_by = 'relay' WHERE id = ?1",
     )
     .bind(c.operation_id)
     .bind(provider_ref)
@@ -196,12 +198,13 @@ pub(super) async fn set_operation(
     error: Option<&str>,
     reconcile_at_ms: Option<i64>,
     now_ms: i64,
+    actor: &str,
 ) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE operations SET status = ?2, provider_ref = COALESCE(?3, provider_ref), \
          response = COALESCE(?4, response), last_error = ?5, next_reconcile_at_ms = ?6, \
-         reconcile_attempts = CASE WHEN ?6 IS NULL THEN reconcile_attempts ELSE 0 END, updated_at_ms = ?7 \
-         WHERE id = ?1",
+         reconcile_attempts = CASE WHEN ?6 IS NULL THEN reconcile_attempts ELSE 0 END, updated_at_ms = ?7, \
+         changed_by = ?8 WHERE id = ?1",
     )
     .bind(id)
     .bind(status.as_str())
@@ -210,6 +213,7 @@ pub(super) async fn set_operation(
     .bind(error)
     .bind(reconcile_at_ms)
     .bind(now_ms)
+    .bind(actor)
     .execute(conn)
     .await
     .context("updating an operation")?;

@@ -1,0 +1,463 @@
+//! What operators read and do on SQLite: dead letters (list, replay,
+//! purge, acknowledge), an operation's history, the four numbers per
+//! integration, and the comparison reports.
+
+use std::collections::BTreeMap;
+
+use failwell_policy::Discrepancy;
+use hdrhistogram::Histogram;
+use serde_json::Value;
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
+
+use super::SqliteStore;
+use super::rows::{operation_from_row, select_operation};
+use crate::error::{Context, StoreError};
+use crate::model::Operation;
+use crate::operator::{
+    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, IntegrationStats, NewReport, Report,
+    Stats,
+};
+
+/// Dead letters of both kinds as one relation: `kind, id, integration, key,
+/// operation, attempts, last_error, dead_at_ms, created_at_ms, payload,
+/// text_payload`.
+const DEAD_LETTERS: &str = "SELECT * FROM (\
+    SELECT 'message' AS kind, x.id, o.provider AS integration, o.idempotency_key AS key, o.operation, \
+      x.attempts, x.last_error, x.dead_at_ms, x.created_at_ms, o.payload, 1 AS json_payload \
+    FROM outbox x JOIN operations o ON o.id = x.operation_id WHERE x.state = 'dead' \
+    UNION ALL \
+    SELECT 'forward', f.id, e.integration, e.event_id, NULL, f.attempts, f.last_error, f.dead_at_ms, \
+      f.created_at_ms, e.payload, 0 \
+    FROM forwards f JOIN inbox_events e ON e.seq = f.event_seq WHERE f.state = 'dead')";
+
+fn dead_letter_from_row(row: &SqliteRow) -> Result<DeadLetter, StoreError> {
+    let kind: String = row.try_get("kind").context("reading a dead letter")?;
+    let payload = if row.get::<i64, _>("json_payload") == 1 {
+        let text: String = row.try_get("payload").context("reading a dead letter")?;
+        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt { what: "payload", detail: e.to_string() })?
+    } else {
+        let bytes: Vec<u8> = row.try_get("payload").context("reading a dead letter")?;
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+    };
+    Ok(DeadLetter {
+        kind: DeadLetterKind::parse(&kind).ok_or(StoreError::Corrupt { what: "dead letter kind", detail: kind })?,
+        id: row.get("id"),
+        integration: row.get("integration"),
+        key: row.get("key"),
+        operation: row.get("operation"),
+        attempts: row.get::<i64, _>("attempts") as u32,
+        last_error: row.get("last_error"),
+        dead_at_ms: row.get::<Option<i64>, _>("dead_at_ms").unwrap_or_default(),
+        created_at_ms: row.get("created_at_ms"),
+        payload,
+    })
+}
+
+impl SqliteStore {
+    pub(super) async fn list_dead_letters(
+        &self,
+        filter: DeadLetterFilter,
+        limit: u32,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{DEAD_LETTERS} WHERE (?1 IS NULL OR kind = ?1) AND (?2 IS NULL OR integration = ?2) \
+             AND (?3 IS NULL OR dead_at_ms > ?3) ORDER BY dead_at_ms DESC, id DESC LIMIT ?4"
+        )))
+        .bind(filter.kind.map(DeadLetterKind::as_str))
+        .bind(filter.integration)
+        .bind(filter.since_ms)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await
+        .context("listing dead letters")?;
+        rows.iter().map(dead_letter_from_row).collect()
+    }
+
+    pub(super) async fn one_dead_letter(
+        &self,
+        kind: DeadLetterKind,
+        id: i64,
+    ) -> Result<Option<DeadLetter>, StoreError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!("{DEAD_LETTERS} WHERE kind = ?1 AND id = ?2")))
+            .bind(kind.as_str())
+            .bind(id)
+            .fetch_optional(&self.reader)
+            .await
+            .context("reading a dead letter")?;
+        row.as_ref().map(dead_letter_from_row).transpose()
+    }
+
+    pub(super) async fn replay_dead_letter(
+        &self,
+        kind: DeadLetterKind,
+        id: i64,
+        channel: Channel,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        let table = match kind {
+            DeadLetterKind::Message => "outbox",
+            DeadLetterKind::Forward => "forwards",
+        };
+        let moved = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {table} SET state = 'pending', attempts = 0, previous_delay_ms = 0, available_at_ms = ?2, \
+             locked_until_ms = NULL, lease_token = NULL, dead_at_ms = NULL, changed_by = ?3, updated_at_ms = ?2 \
+             WHERE id = ?1 AND state = 'dead'"
+        )))
+        .bind(id)
+        .bind(now_ms)
+        .bind(channel.actor())
+        .execute(&mut *tx)
+        .await
+        .context("replaying a dead letter")?;
+        if moved.rows_affected() == 0 {
+            return Ok(false);
+        }
+        if kind == DeadLetterKind::Message {
+            // The operation is delivered again from now on: its deadline and
+            // attempts count from the replay.
+            sqlx::query(
+                "UPDATE operations SET status = 'pending', replayed_at_ms = ?2, next_reconcile_at_ms = NULL, \
+                 changed_by = ?3, updated_at_ms = ?2 WHERE id = (SELECT operation_id FROM outbox WHERE id = ?1)",
+            )
+            .bind(id)
+            .bind(now_ms)
+            .bind(channel.actor())
+            .execute(&mut *tx)
+            .await
+            .context("reopening a replayed operation")?;
+        }
+        tx.commit().await.context("committing a replay")?;
+        Ok(true)
+    }
+
+    pub(super) async fn purge_dead_letter(
+        &self,
+        kind: DeadLetterKind,
+        id: i64,
+        channel: Channel,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let table = match kind {
+            DeadLetterKind::Message => "outbox",
+            DeadLetterKind::Forward => "forwards",
+        };
+        let mut tx = self.begin().await?;
+        // Who purged and when go into the row first, so the delete trigger
+        // writes them into the history.
+        let marked = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {table} SET changed_by = ?2, updated_at_ms = ?3 WHERE id = ?1 AND state = 'dead'"
+        )))
+        .bind(id)
+        .bind(channel.actor())
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .context("purging a dead letter")?;
+        if marked.rows_affected() == 0 {
+            return Ok(false);
+        }
+        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE id = ?1")))
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .context("purging a dead letter")?;
+        tx.commit().await.context("committing a purge")?;
+        Ok(true)
+    }
+
+    pub(super) async fn acknowledge(&self, channel: Channel, now_ms: i64) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO dead_letter_acks (at_ms, actor) VALUES (?1, ?2)")
+            .bind(now_ms)
+            .bind(channel.actor())
+            .execute(&self.writer)
+            .await
+            .context("acknowledging dead letters")?;
+        Ok(())
+    }
+
+    pub(super) async fn integration_stats(
+        &self,
+        now_ms: i64,
+        window_ms: u64,
+        known: &[String],
+    ) -> Result<Stats, StoreError> {
+        let mut conn = self.reader.acquire().await.context("reading the numbers")?;
+        let last_ack_ms: Option<i64> = sqlx::query_scalar("SELECT MAX(at_ms) FROM dead_letter_acks")
+            .fetch_one(&mut *conn)
+            .await
+            .context("reading the last acknowledgement")?;
+        let mut by_name: BTreeMap<String, (IntegrationStats, Option<Histogram<u64>>)> = known
+            .iter()
+            .map(|name| (name.clone(), (empty_stats(name), None)))
+            .collect();
+        let since = now_ms.saturating_sub(i64::try_from(window_ms).unwrap_or(i64::MAX));
+        let calls = sqlx::query(
+            "SELECT o.provider AS name, a.duration_ms, \
+             (a.outcome = 'succeeded' OR a.classification IS 'permanent') AS answered \
+             FROM attempts a JOIN operations o ON o.id = a.operation_id \
+             WHERE a.kind = 'call' AND a.started_at_ms >= ?1 AND a.started_at_ms <= ?2",
+        )
+        .bind(since)
+        .bind(now_ms)
+        .fetch_all(&mut *conn)
+        .await
+        .context("reading recent calls")?;
+        for row in &calls {
+            let (stats, histogram) = slot(&mut by_name, row.get("name"));
+            stats.calls += 1;
+            stats.answered += u64::from(row.get::<bool, _>("answered"));
+            let histogram = histogram.get_or_insert_with(|| {
+                Histogram::new(3).expect("3 significant digits is a valid HDR histogram precision")
+            });
+            histogram.saturating_record(row.get::<i64, _>("duration_ms").max(0) as u64);
+        }
+        let open = sqlx::query(
+            "SELECT o.provider AS name, COUNT(*) AS depth, MIN(x.created_at_ms) AS oldest, 0 AS dead, 0 AS unacked \
+             FROM outbox x JOIN operations o ON o.id = x.operation_id WHERE x.state = 'pending' GROUP BY o.provider \
+             UNION ALL \
+             SELECT e.integration, COUNT(*), MIN(f.created_at_ms), 0, 0 \
+             FROM forwards f JOIN inbox_events e ON e.seq = f.event_seq WHERE f.state = 'pending' GROUP BY e.integration \
+             UNION ALL \
+             SELECT o.provider, 0, NULL, COUNT(*), SUM(x.dead_at_ms > ?1) \
+             FROM outbox x JOIN operations o ON o.id = x.operation_id WHERE x.state = 'dead' GROUP BY o.provider \
+             UNION ALL \
+             SELECT e.integration, 0, NULL, COUNT(*), SUM(f.dead_at_ms > ?1) \
+             FROM forwards f JOIN inbox_events e ON e.seq = f.event_seq WHERE f.state = 'dead' GROUP BY e.integration",
+        )
+        .bind(last_ack_ms.unwrap_or(i64::MIN))
+        .fetch_all(&mut *conn)
+        .await
+        .context("reading open and dead entries")?;
+        for row in &open {
+            let (stats, _) = slot(&mut by_name, row.get("name"));
+            stats.depth += row.get::<i64, _>("depth") as u64;
+            stats.dead_letters += row.get::<i64, _>("dead") as u64;
+            stats.dead_letters_unacked += row.get::<Option<i64>, _>("unacked").unwrap_or(0) as u64;
+            if let Some(oldest) = row.get::<Option<i64>, _>("oldest") {
+                let age = (now_ms - oldest).max(0);
+                stats.oldest_open_age_ms = Some(stats.oldest_open_age_ms.map_or(age, |a| a.max(age)));
+            }
+        }
+        let unknown = sqlx::query(
+            "SELECT provider AS name, COUNT(*) AS n FROM operations WHERE status = 'unknown' GROUP BY provider",
+        )
+        .fetch_all(&mut *conn)
+        .await
+        .context("counting unknown operations")?;
+        for row in &unknown {
+            slot(&mut by_name, row.get("name")).0.unknown = row.get::<i64, _>("n") as u64;
+        }
+        let integrations = by_name
+            .into_values()
+            .map(|(mut stats, histogram)| {
+                if stats.calls > 0 {
+                    stats.success_ratio = Some(stats.answered as f64 / stats.calls as f64);
+                }
+                stats.p95_ms = histogram.map(|h| h.value_at_quantile(0.95));
+                stats
+            })
+            .collect();
+        Ok(Stats { at_ms: now_ms, window_ms, last_ack_ms, integrations })
+    }
+
+    pub(super) async fn operation_history(&self, operation_id: i64) -> Result<Vec<HistoryEntry>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT at_ms, subject, actor, change, detail, 0 AS source, id FROM history WHERE operation_id = ?1 \
+             UNION ALL \
+             SELECT started_at_ms, 'attempt', CASE kind WHEN 'lookup' THEN 'reconciler' ELSE 'relay' END, \
+               kind || CASE WHEN kind = 'call' THEN ' ' || attempt_no ELSE '' END || ': ' || \
+               COALESCE('HTTP ' || status_code, error_kind, 'no answer') || \
+               COALESCE(' (' || classification || ')', '') || ', ' || outcome || ', ' || duration_ms || ' ms', \
+               decision, 1, id \
+             FROM attempts WHERE operation_id = ?1 \
+             UNION ALL \
+             SELECT s.at_ms, 'event', 'webhook', 'event ' || e.event_id || ': ' || s.effect, s.detail, 2, s.id \
+             FROM inbox_steps s JOIN inbox_events e ON e.seq = s.event_seq \
+             WHERE s.operation_id = ?1 AND s.kind = 'ledger' \
+             UNION ALL \
+             SELECT r.finished_at_ms, 'report', 'comparison', 'discrepancy ' || d.kind || ' (report ' || r.id || ')', \
+               d.detail, 3, d.id \
+             FROM discrepancies d JOIN reconciliation_reports r ON r.id = d.report_id WHERE d.operation_id = ?1 \
+             ORDER BY 1, 6, 7",
+        )
+        .bind(operation_id)
+        .fetch_all(&self.reader)
+        .await
+        .context("reading an operation's history")?;
+        rows.iter()
+            .map(|r| {
+                let subject: String = r.get("subject");
+                Ok(HistoryEntry {
+                    at_ms: r.get("at_ms"),
+                    subject: match subject.as_str() {
+                        "operation" => "operation",
+                        "message" => "message",
+                        "forward" => "forward",
+                        "attempt" => "attempt",
+                        "event" => "event",
+                        _ => "report",
+                    },
+                    actor: r.get("actor"),
+                    change: r.get("change"),
+                    detail: r.get("detail"),
+                })
+            })
+            .collect()
+    }
+
+    pub(super) async fn operations_created_between(
+        &self,
+        provider: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<Operation>, StoreError> {
+        let rows = sqlx::query(select_operation!(
+            "WHERE o.provider = ?1 AND o.created_at_ms >= ?2 AND o.created_at_ms < ?3 ORDER BY o.id"
+        ))
+        .bind(provider)
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&self.reader)
+        .await
+        .context("reading operations of a window")?;
+        rows.iter().map(operation_from_row).collect()
+    }
+
+    pub(super) async fn operations_with_references(
+        &self,
+        provider: &str,
+        references: &[String],
+    ) -> Result<Vec<Operation>, StoreError> {
+        let rows = sqlx::query(select_operation!(
+            "WHERE o.provider = ?1 AND o.reference IN (SELECT value FROM json_each(?2)) ORDER BY o.id"
+        ))
+        .bind(provider)
+        .bind(serde_json::to_string(references).unwrap_or_default())
+        .fetch_all(&self.reader)
+        .await
+        .context("reading operations by reference")?;
+        rows.iter().map(operation_from_row).collect()
+    }
+
+    pub(super) async fn insert_report(&self, report: NewReport) -> Result<i64, StoreError> {
+        let mut tx = self.begin().await?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO reconciliation_reports (provider, window_from_ms, window_to_ms, started_at_ms, \
+             finished_at_ms, actor, ours, theirs, discrepancies, report, text) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING id",
+        )
+        .bind(&report.provider)
+        .bind(report.window_from_ms)
+        .bind(report.window_to_ms)
+        .bind(report.started_at_ms)
+        .bind(report.finished_at_ms)
+        .bind(&report.actor)
+        .bind(report.ours as i64)
+        .bind(report.theirs as i64)
+        .bind(report.discrepancies.len() as i64)
+        .bind(report.report.to_string())
+        .bind(&report.text)
+        .fetch_one(&mut *tx)
+        .await
+        .context("storing a comparison report")?;
+        let rows: Vec<Value> = report.discrepancies.iter().map(discrepancy_json).collect();
+        sqlx::query(
+            "INSERT INTO discrepancies (report_id, provider, kind, reference, operation_id, provider_ref, detail) \
+             SELECT ?1, ?2, d.value ->> 0, d.value ->> 1, d.value ->> 2, d.value ->> 3, d.value ->> 4 \
+             FROM json_each(?3) d",
+        )
+        .bind(id)
+        .bind(&report.provider)
+        .bind(Value::Array(rows).to_string())
+        .execute(&mut *tx)
+        .await
+        .context("storing discrepancies")?;
+        tx.commit().await.context("committing a comparison report")?;
+        Ok(id)
+    }
+
+    pub(super) async fn list_reports(&self, limit: u32, id: Option<i64>) -> Result<Vec<Report>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, provider, window_from_ms, window_to_ms, finished_at_ms, actor, ours, theirs, \
+             discrepancies, report, text, alerted_at_ms, alert_error FROM reconciliation_reports \
+             WHERE ?1 IS NULL OR id = ?1 ORDER BY id DESC LIMIT ?2",
+        )
+        .bind(id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await
+        .context("reading comparison reports")?;
+        rows.iter()
+            .map(|r| {
+                let report: String = r.get("report");
+                Ok(Report {
+                    id: r.get("id"),
+                    provider: r.get("provider"),
+                    window_from_ms: r.get("window_from_ms"),
+                    window_to_ms: r.get("window_to_ms"),
+                    finished_at_ms: r.get("finished_at_ms"),
+                    actor: r.get("actor"),
+                    ours: r.get::<i64, _>("ours") as u64,
+                    theirs: r.get::<i64, _>("theirs") as u64,
+                    discrepancies: r.get::<i64, _>("discrepancies") as u64,
+                    report: serde_json::from_str(&report)
+                        .map_err(|e| StoreError::Corrupt { what: "report", detail: e.to_string() })?,
+                    text: r.get("text"),
+                    alerted_at_ms: r.get("alerted_at_ms"),
+                    alert_error: r.get("alert_error"),
+                })
+            })
+            .collect()
+    }
+
+    pub(super) async fn set_report_alerted(
+        &self,
+        id: i64,
+        result: Result<i64, String>,
+    ) -> Result<(), StoreError> {
+        let (at, error) = match result {
+            Ok(at) => (Some(at), None),
+            Err(error) => (None, Some(error)),
+        };
+        sqlx::query(
+            "UPDATE reconciliation_reports SET alerted_at_ms = COALESCE(?2, alerted_at_ms), alert_error = ?3 \
+             WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(at)
+        .bind(error)
+        .execute(&self.writer)
+        .await
+        .context("recording a report's alert")?;
+        Ok(())
+    }
+}
+
+fn empty_stats(name: &str) -> IntegrationStats {
+    IntegrationStats {
+        integration: name.to_owned(),
+        calls: 0,
+        answered: 0,
+        success_ratio: None,
+        p95_ms: None,
+        depth: 0,
+        oldest_open_age_ms: None,
+        unknown: 0,
+        dead_letters: 0,
+        dead_letters_unacked: 0,
+    }
+}
+
+fn slot(
+    by_name: &mut BTreeMap<String, (IntegrationStats, Option<Histogram<u64>>)>,
+    name: String,
+) -> &mut (IntegrationStats, Option<Histogram<u64>>) {
+    by_name.entry(name).or_insert_with_key(|name| (empty_stats(name), None))
+}
+
+fn discrepancy_json(d: &Discrepancy) -> Value {
+    serde_json::json!([d.kind.as_str(), d.reference, d.operation_id, d.provider_ref, d.detail])
+}
