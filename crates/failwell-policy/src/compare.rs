@@ -191,17 +191,19 @@ fn judge(our: &OurRecord, records: &[&TheirRecord]) -> Option<(DiscrepancyKind, 
             )
         }),
         OurStatus::Succeeded => match succeeded.as_slice() {
-            [] if records.is_empty() => {
-                Some((DiscrepancyKind::MissingAtProvider, "ours succeeded, the provider has no record".into()))
-            }
+            [] if records.is_empty() => Some((
+                DiscrepancyKind::MissingAtProvider,
+                "ours succeeded, the provider has no record".into(),
+            )),
             [] => Some((
                 DiscrepancyKind::StatusMismatch,
                 format!("ours succeeded, provider {}", their_statuses(records)),
             )),
             [one] => match (our.amount, one.amount) {
-                (Some(a), Some(b)) if a != b => {
-                    Some((DiscrepancyKind::AmountMismatch, format!("amount: ours {a}, provider {b} ({})", one.id)))
-                }
+                (Some(a), Some(b)) if a != b => Some((
+                    DiscrepancyKind::AmountMismatch,
+                    format!("amount: ours {a}, provider {b} ({})", one.id),
+                )),
                 _ => None,
             },
             many => Some((

@@ -25,8 +25,8 @@ pub mod breaker;
 pub mod budget;
 pub mod bulkhead;
 pub mod classify;
-pub mod compare;
 pub mod clock;
+pub mod compare;
 pub mod deadline;
 pub mod decision;
 pub mod idempotency;
@@ -43,10 +43,8 @@ pub use breaker::{
 };
 pub use budget::{RetryBudget, RetryBudgetConfig, RetryBudgetConfigError};
 pub use bulkhead::{Bulkhead, BulkheadConfig, BulkheadConfigError, BulkheadFull, BulkheadPermit};
-pub use compare::{
-    Discrepancy, DiscrepancyKind, OurRecord, OurStatus, TheirRecord, TheirStatus, compare,
-};
 pub use classify::{Class, Classification, Classifier, Observed, TransportFailure, is_repeatable};
+pub use compare::{Discrepancy, DiscrepancyKind, OurRecord, OurStatus, TheirRecord, TheirStatus, compare};
 pub use deadline::{Deadline, DeadlineExceeded, Timeouts, TimeoutsError};
 pub use decision::{
     Admission, AfterNotFound, Attempted, Decision, Due, NotFound, RetryPolicy, RetryPolicyError, admit,

@@ -93,6 +93,10 @@ pub enum Fault {
     TimeoutAfterCommit,
     /// Committed, then the TCP connection is reset (RST) without any response bytes.
     ResetAfterCommit,
+    /// The TCP connection is reset (RST) before anything is committed: to
+    /// the client it looks exactly like [`Fault::ResetAfterCommit`]. Scripts
+    /// only; no profile draws it.
+    ResetBeforeCommit,
     /// The provider works on for [`SimConfig::hang`] and only then commits and
     /// answers, even when the client has given up and disconnected meanwhile
     /// (a slow backend behind a timeout). Scripts only; no profile draws it.

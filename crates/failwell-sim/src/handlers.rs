@@ -23,7 +23,7 @@ use crate::api::Reply;
 use crate::config::Fault;
 use crate::params::{RawFields, decode_form};
 use crate::server::ConnReset;
-use crate::state::{Admission, ChargeParams, SimState};
+use crate::state::{Admission, ChargeParams, ListFilter, SimState};
 
 /// Largest accepted request body, bytes.
 const BODY_LIMIT: usize = 64 * 1024;
@@ -36,6 +36,7 @@ pub(crate) fn router(state: Arc<SimState>) -> Router {
         .route("/_sim/effects", get(effects))
         .route("/_sim/script/{reference}", put(put_script))
         .route("/_sim/down", put(put_down))
+        .route("/_sim/charges/{id}", axum::routing::patch(patch_charge))
         .fallback(not_found)
         .with_state(state)
 }
@@ -53,6 +54,7 @@ fn unavailable() -> Reply {
 fn pre_commit_reply(state: &SimState, fault: Fault) -> Option<Response> {
     let reply = match fault {
         Fault::Ok | Fault::TimeoutAfterCommit | Fault::ResetAfterCommit | Fault::LateCommit => return None,
+        Fault::ResetBeforeCommit => return Some(StatusCode::INTERNAL_SERVER_ERROR.into_response()),
         Fault::Error500 => Reply::error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "api_error",
@@ -100,6 +102,9 @@ async fn create_charge(State(state): State<Arc<SimState>>, request: Request) -> 
     // 3. Pre-commit faults: nothing stored, no effect.
     if state.refuse() {
         return unavailable().into_response();
+    }
+    if fault == Fault::ResetBeforeCommit {
+        reset_connection(&parts).await;
     }
     if let Some(response) = pre_commit_reply(&state, fault) {
         return response;
@@ -162,14 +167,7 @@ async fn commit_and_answer(
     // 5. Post-commit faults (also applied to replays): the answer is lost.
     match fault {
         Fault::TimeoutAfterCommit => tokio::time::sleep(state.config.hang).await,
-        Fault::ResetAfterCommit => match parts.extensions.get::<ConnReset>() {
-            Some(reset) => {
-                reset.trigger();
-                // The connection task drops this future when it resets the socket.
-                std::future::pending::<()>().await;
-            }
-            None => tokio::time::sleep(state.config.hang).await,
-        },
+        Fault::ResetAfterCommit => reset_connection(&parts).await,
         _ => {}
     }
     let mut response = if replayed { reply.replayed() } else { reply.into_response() };
@@ -209,8 +207,33 @@ async fn list_charges(State(state): State<Arc<SimState>>, RawQuery(query): RawQu
         return response;
     }
     let query = decode_form(query.unwrap_or_default().as_bytes());
-    let data = state.charges_for(query.get("reference").map(String::as_str));
-    Json(json!({ "object": "list", "data": data })).into_response()
+    let number = |name: &str| match query.get(name) {
+        None => Ok(None),
+        Some(v) => v.parse::<u64>().map(Some).map_err(|_| {
+            Reply::invalid("parameter_invalid", name, &format!("{name} must be a non-negative integer"))
+                .into_response()
+        }),
+    };
+    let (from, to, limit) = match (number("created[gte]"), number("created[lt]"), number("limit")) {
+        (Ok(from), Ok(to), Ok(limit)) => (from, to, limit),
+        (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return r,
+    };
+    let limit = match limit {
+        None => None,
+        Some(n @ 1..=100) => Some(n as usize),
+        Some(_) => {
+            return Reply::invalid("parameter_invalid", "limit", "limit must be between 1 and 100")
+                .into_response();
+        }
+    };
+    let filter = ListFilter {
+        reference: query.get("reference").map(String::as_str),
+        created_from: from,
+        created_to: to,
+        starting_after: query.get("starting_after").map(String::as_str),
+    };
+    let (data, has_more) = state.list(&filter, limit);
+    Json(json!({ "object": "list", "data": data, "has_more": has_more })).into_response()
 }
 
 async fn effects(State(state): State<Arc<SimState>>) -> Response {
@@ -233,6 +256,57 @@ async fn put_script(
             Json(json!({ "reference": reference, "script": faults })).into_response()
         }
         Err(err) => bad_control_body(err),
+    }
+}
+
+/// Resets the request's TCP connection (RST, no response bytes); the
+/// connection task drops the request's future when it does. Without the
+/// connection's reset handle (not served by [`crate::Simulator`]), returns
+/// and the caller answers 500.
+async fn reset_connection(parts: &axum::http::request::Parts) {
+    if let Some(reset) = parts.extensions.get::<ConnReset>() {
+        reset.trigger();
+        std::future::pending::<()>().await;
+    }
+}
+
+/// `PATCH /_sim/charges/{id}` body: the record's new amount and/or status,
+/// changed silently (no webhook, no effect counted), as a provider-side
+/// error or a fraud would.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TamperBody {
+    amount: Option<u64>,
+    status: Option<String>,
+}
+
+async fn patch_charge(State(state): State<Arc<SimState>>, Path(id): Path<String>, body: Bytes) -> Response {
+    let body = match serde_json::from_slice::<TamperBody>(&body) {
+        Ok(body) => body,
+        Err(err) => return bad_control_body(err),
+    };
+    let status = match body.status.as_deref() {
+        None => None,
+        Some("succeeded") => Some("succeeded"),
+        Some("failed") => Some("failed"),
+        Some(other) => {
+            return Reply::invalid(
+                "parameter_invalid",
+                "status",
+                &format!("status {other:?} is not succeeded or failed"),
+            )
+            .into_response();
+        }
+    };
+    match state.tamper(&id, body.amount, status) {
+        Some(charge) => Json(charge).into_response(),
+        None => Reply::error(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "resource_missing",
+            &format!("No such charge: '{id}'"),
+        )
+        .into_response(),
     }
 }
 

@@ -98,6 +98,19 @@ struct KeyEntry {
     serial: u64,
 }
 
+/// Which charges `GET /v1/charges` lists (Stripe's parameters).
+#[derive(Debug, Default)]
+pub(crate) struct ListFilter<'a> {
+    /// `reference`: only this reference.
+    pub reference: Option<&'a str>,
+    /// `created[gte]`: created at or after, Unix seconds.
+    pub created_from: Option<u64>,
+    /// `created[lt]`: created before, Unix seconds.
+    pub created_to: Option<u64>,
+    /// `starting_after`: the page after this charge id.
+    pub starting_after: Option<&'a str>,
+}
+
 #[derive(Default)]
 struct Inner {
     effects: Effects,
@@ -206,10 +219,39 @@ impl SimState {
         inner.by_id.get(id).map(|&i| inner.charges[i].clone())
     }
 
-    /// Charges with this reference (all if `None`), oldest first.
-    pub fn charges_for(&self, reference: Option<&str>) -> Vec<Charge> {
+    /// Charges matching `filter`, oldest first, at most `limit` of them
+    /// (all without one), and whether more follow.
+    pub fn list(&self, filter: &ListFilter<'_>, limit: Option<usize>) -> (Vec<Charge>, bool) {
         let inner = self.lock();
-        inner.charges.iter().filter(|c| reference.is_none_or(|r| c.reference == r)).cloned().collect()
+        let start = match filter.starting_after.and_then(|id| inner.by_id.get(id)) {
+            Some(&i) => i + 1,
+            None if filter.starting_after.is_some() => inner.charges.len(),
+            None => 0,
+        };
+        let mut matching = inner.charges[start..].iter().filter(|c| {
+            filter.reference.is_none_or(|r| c.reference == r)
+                && filter.created_from.is_none_or(|from| c.created >= from)
+                && filter.created_to.is_none_or(|to| c.created < to)
+        });
+        let data: Vec<Charge> = matching.by_ref().take(limit.unwrap_or(usize::MAX)).cloned().collect();
+        let has_more = matching.next().is_some();
+        (data, has_more)
+    }
+
+    /// Changes a stored charge's amount and/or status without a trace (no
+    /// webhook, no effect counted); the charge as it is now, or `None` when
+    /// there is no such charge.
+    pub fn tamper(&self, id: &str, amount: Option<u64>, status: Option<&'static str>) -> Option<Charge> {
+        let mut inner = self.lock();
+        let &i = inner.by_id.get(id)?;
+        let charge = &mut inner.charges[i];
+        if let Some(amount) = amount {
+            charge.amount = amount;
+        }
+        if let Some(status) = status {
+            charge.status = status;
+        }
+        Some(charge.clone())
     }
 
     /// Idempotency check and commit, atomically. `hold` keeps a new key in flight

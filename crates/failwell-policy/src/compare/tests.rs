@@ -1,7 +1,13 @@
 use super::*;
 
 fn our(id: i64, reference: &str, status: OurStatus, amount: i64) -> OurRecord {
-    OurRecord { operation_id: id, reference: reference.into(), status, amount: Some(amount), provider_ref: None }
+    OurRecord {
+        operation_id: id,
+        reference: reference.into(),
+        status,
+        amount: Some(amount),
+        provider_ref: None,
+    }
 }
 
 fn their(id: &str, reference: &str, status: TheirStatus, amount: i64) -> TheirRecord {
@@ -15,7 +21,8 @@ fn kinds(found: &[Discrepancy]) -> Vec<(DiscrepancyKind, Option<&str>)> {
 #[test]
 fn agreeing_sides_have_no_discrepancy() {
     let ours = [our(1, "a", OurStatus::Succeeded, 100), our(2, "b", OurStatus::Failed, 200)];
-    let theirs = [their("ch_1", "a", TheirStatus::Succeeded, 100), their("ch_2", "b", TheirStatus::Failed, 200)];
+    let theirs =
+        [their("ch_1", "a", TheirStatus::Succeeded, 100), their("ch_2", "b", TheirStatus::Failed, 200)];
     assert_eq!(compare(&ours, &theirs), vec![]);
     // A failure the provider has no record of is agreement too (it never acted).
     assert_eq!(compare(&[our(3, "c", OurStatus::Failed, 1)], &[]), vec![]);
@@ -65,7 +72,8 @@ fn each_kind_is_found_once() {
 fn a_failed_attempt_beside_the_success_is_no_discrepancy() {
     // A declined first charge and a successful second one under a new key.
     let ours = [our(1, "a", OurStatus::Succeeded, 100)];
-    let theirs = [their("ch_1", "a", TheirStatus::Failed, 100), their("ch_2", "a", TheirStatus::Succeeded, 100)];
+    let theirs =
+        [their("ch_1", "a", TheirStatus::Failed, 100), their("ch_2", "a", TheirStatus::Succeeded, 100)];
     assert_eq!(compare(&ours, &theirs), vec![]);
 }
 

@@ -97,7 +97,7 @@ async fn outcomes(sim: &Simulator) -> BTreeMap<(u64, u64), u16> {
 fn expected_status(fault: Fault) -> u16 {
     match fault {
         Fault::Ok | Fault::TimeoutAfterCommit | Fault::LateCommit => 200,
-        Fault::ResetAfterCommit => 0,
+        Fault::ResetAfterCommit | Fault::ResetBeforeCommit => 0,
         Fault::Error500 => 500,
         Fault::Error502 => 502,
         Fault::Error503 => 503,

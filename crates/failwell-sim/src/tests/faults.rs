@@ -176,3 +176,18 @@ async fn shutdown_does_not_wait_for_hanging_handlers() {
     assert!(result.is_err(), "the open connection must be aborted");
     assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "must stop accepting");
 }
+
+#[tokio::test]
+async fn reset_before_commit_resets_the_connection_and_charges_nothing() {
+    let sim = start_calm().await;
+    sim.script("rbc", vec![Fault::ResetBeforeCommit]);
+    let client = client();
+    let err = post_charge(&client, &sim, Some("kb"), 1000, "rbc").await.unwrap_err();
+    assert!(err.status().is_none() && !err.is_timeout(), "no response expected: {err:?}");
+    assert_eq!(sim.effects().charges, 0);
+    // The key was never used: the retry charges once.
+    let (status, replayed, _) =
+        parts(post_charge(&client, &sim, Some("kb"), 1000, "rbc").await.unwrap()).await;
+    assert_eq!((status, replayed), (200, false));
+    assert_eq!(sim.effects().by_reference["rbc"].effects, 1);
+}

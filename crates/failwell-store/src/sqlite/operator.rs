@@ -35,14 +35,16 @@ fn dead_letter_from_row(row: &SqliteRow) -> Result<DeadLetter, StoreError> {
     let kind: String = row.try_get("kind").context("reading a dead letter")?;
     let payload = if row.get::<i64, _>("json_payload") == 1 {
         let text: String = row.try_get("payload").context("reading a dead letter")?;
-        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt { what: "payload", detail: e.to_string() })?
+        serde_json::from_str(&text)
+            .map_err(|e| StoreError::Corrupt { what: "payload", detail: e.to_string() })?
     } else {
         let bytes: Vec<u8> = row.try_get("payload").context("reading a dead letter")?;
         serde_json::from_slice(&bytes)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
     };
     Ok(DeadLetter {
-        kind: DeadLetterKind::parse(&kind).ok_or(StoreError::Corrupt { what: "dead letter kind", detail: kind })?,
+        kind: DeadLetterKind::parse(&kind)
+            .ok_or(StoreError::Corrupt { what: "dead letter kind", detail: kind })?,
         id: row.get("id"),
         integration: row.get("integration"),
         key: row.get("key"),
@@ -189,10 +191,8 @@ impl SqliteStore {
             .fetch_one(&mut *conn)
             .await
             .context("reading the last acknowledgement")?;
-        let mut by_name: BTreeMap<String, (IntegrationStats, Option<Histogram<u64>>)> = known
-            .iter()
-            .map(|name| (name.clone(), (empty_stats(name), None)))
-            .collect();
+        let mut by_name: BTreeMap<String, (IntegrationStats, Option<Histogram<u64>>)> =
+            known.iter().map(|name| (name.clone(), (empty_stats(name), None))).collect();
         let since = now_ms.saturating_sub(i64::try_from(window_ms).unwrap_or(i64::MAX));
         let calls = sqlx::query(
             "SELECT o.provider AS name, a.duration_ms, \

@@ -10,13 +10,13 @@ use super::rows::{operation_by_key, operation_from_row, select_operation};
 use super::writes::{apply, insert_attempt, set_operation};
 use crate::Store;
 use crate::error::{Context, StoreError};
-use crate::operator::{
-    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, NewReport, Report, Stats,
-};
 use crate::model::{
     AttemptKind, AttemptRow, Claimed, ClaimedForward, Completion, Counts, EventRecord, ForwardCompletion,
     NewEvent, NewOperation, Operation, OperationEvent, OperationStatus, Received, Reconciled, Recorded,
     Resolution, StoredEvent, Submitted,
+};
+use crate::operator::{
+    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, NewReport, Report, Stats,
 };
 
 impl Store for SqliteStore {
@@ -372,7 +372,11 @@ impl Store for SqliteStore {
         self.complete_claimed_forwards(completions, now_ms).await
     }
 
-    async fn dead_letters(&self, filter: DeadLetterFilter, limit: u32) -> Result<Vec<DeadLetter>, StoreError> {
+    async fn dead_letters(
+        &self,
+        filter: DeadLetterFilter,
+        limit: u32,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
         self.list_dead_letters(filter, limit).await
     }
 
@@ -390,7 +394,13 @@ impl Store for SqliteStore {
         self.replay_dead_letter(kind, id, channel, now_ms).await
     }
 
-    async fn purge(&self, kind: DeadLetterKind, id: i64, channel: Channel, now_ms: i64) -> Result<bool, StoreError> {
+    async fn purge(
+        &self,
+        kind: DeadLetterKind,
+        id: i64,
+        channel: Channel,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
         self.purge_dead_letter(kind, id, channel, now_ms).await
     }
 
@@ -406,7 +416,12 @@ impl Store for SqliteStore {
         self.operation_history(operation_id).await
     }
 
-    async fn operations_between(&self, provider: &str, from_ms: i64, to_ms: i64) -> Result<Vec<Operation>, StoreError> {
+    async fn operations_between(
+        &self,
+        provider: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<Operation>, StoreError> {
         self.operations_created_between(provider, from_ms, to_ms).await
     }
 

@@ -3,9 +3,9 @@ use serde_json::json;
 
 use super::*;
 use crate::{
-    AttemptKind, Channel, DeadLetterFilter, DeadLetterKind, AttemptRecord, Completion, EventReport, ForwardCompletion, ForwardTransition, LedgerEffect,
-    NewEvent, NewOperation, OperationStatus, Received, Reconciled, Recorded, Resolution, Store, StoreError,
-    Submitted, Transition,
+    AttemptKind, AttemptRecord, Channel, Completion, DeadLetterFilter, DeadLetterKind, EventReport,
+    ForwardCompletion, ForwardTransition, LedgerEffect, NewEvent, NewOperation, OperationStatus, Received,
+    Reconciled, Recorded, Resolution, Store, StoreError, Submitted, Transition,
 };
 use failwell_policy::Reported;
 
