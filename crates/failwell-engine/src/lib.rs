@@ -3,12 +3,17 @@
 //! The [`relay`] claims outbox messages and calls providers through a
 //! [`client::ProviderClient`]; the [`reconciler`] resolves operations whose
 //! outcome is unknown by asking the provider; the [`forwarder`] delivers
-//! received webhook events to the application. All three are generic over
+//! received webhook events to the application; [`compare`] lists the
+//! provider's records for a time window and stores what disagrees with ours,
+//! and [`alerts`] runs those comparisons on their schedule and tells an
+//! alert sink what an operator must see. All are generic over
 //! [`failwell_store::Store`] and take every decision from
 //! `failwell-policy`: this crate holds no retry or classification rule of its
 //! own, and it knows no SQL and no HTTP server.
 
+pub mod alerts;
 pub mod client;
+pub mod compare;
 #[cfg(test)]
 mod fixtures;
 pub mod forwarder;
@@ -20,7 +25,9 @@ pub mod relay;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use alerts::{AgeAlert, AlertSink, compare_and_alert, run_schedule, watch_age};
 pub use client::{CallRequest, CallResult, ClientError, Guards, ProviderClient};
+pub use compare::{CompareError, CompareSpec, Compared, Schedule, TimeUnit, compare};
 pub use forwarder::{ForwardTarget, ForwardTargets, Forwarder};
 pub use provider::{ClusterRule, Encoding, LookupSpec, OperationSpec, PauseRule, ProviderSpec, Providers};
 pub use pump::RelayConfig;

@@ -143,6 +143,9 @@ pub struct ProviderSpec {
     pub reconcile_after: Duration,
     /// Status lookup, if the provider has one.
     pub lookup: Option<LookupSpec>,
+    /// How the provider lists its records for the scheduled comparison
+    /// (needs `lookup`), if it can.
+    pub compare: Option<crate::compare::CompareSpec>,
     /// Operations by name.
     pub operations: BTreeMap<String, OperationSpec>,
 }

@@ -158,6 +158,7 @@ fn provider_client(
             succeeded: vec!["succeeded".into()],
             failed: vec!["failed".into()],
         }),
+        compare: None,
         operations,
     })
     .unwrap()

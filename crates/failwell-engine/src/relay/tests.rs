@@ -61,6 +61,7 @@ fn client_with(keys: bool, retry_budget: RetryBudgetConfig) -> ProviderClient {
         id_pointer: "/id".into(),
         reconcile_after: Duration::from_millis(500),
         lookup: None,
+        compare: None,
         operations,
     })
     .unwrap()

@@ -340,6 +340,7 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
         reconcile_after: c
             .duration(&key("reconcile_after_ms"), p.reconcile_after_ms.unwrap_or(p.timeout_ms))?,
         lookup,
+        compare: None,
         operations,
     })
 }

@@ -1,0 +1,433 @@
+//! The scheduled comparison: lists the provider's records for a time window
+//! page by page, gathers our operations for the same window, compares them
+//! ([`failwell_policy::compare`]), and stores the report with each
+//! discrepancy.
+//!
+//! The window's edges are handled on both sides: a provider record whose
+//! reference belongs to an operation of ours created outside the window is
+//! matched with that operation, and a success of ours the list does not
+//! hold is looked up by its reference (the provider may have created it
+//! just after the window closed) before it is called missing.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::time::{Duration, UNIX_EPOCH};
+
+use failwell_policy::{Discrepancy, DiscrepancyKind, OurRecord, OurStatus, TheirRecord, TheirStatus};
+use failwell_store::{NewReport, Operation, OperationStatus, Store, StoreError};
+use reqwest::Url;
+use serde_json::{Value, json};
+
+use crate::client::{CallResult, ProviderClient};
+use crate::provider::LookupSpec;
+
+/// How the provider lists its records by creation time (defaults: Stripe's
+/// list API).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompareSpec {
+    /// When the comparison runs on its own (`None`: only when asked).
+    pub schedule: Option<Schedule>,
+    /// Query parameter of the window's start, inclusive (`created[gte]`).
+    pub from_param: String,
+    /// Query parameter of the window's end, exclusive (`created[lt]`).
+    pub to_param: String,
+    /// The unit of both (Stripe: seconds).
+    pub time_unit: TimeUnit,
+    /// Query parameter of the page size (`limit`).
+    pub page_size_param: String,
+    /// Records per page (1–1000; Stripe allows up to 100).
+    pub page_size: u32,
+    /// Query parameter naming the last record of the previous page
+    /// (`starting_after`), by its id (the provider's `id_pointer`).
+    pub cursor_param: String,
+    /// JSON pointer to "more pages follow" in a page (`/has_more`).
+    pub has_more_pointer: String,
+    /// JSON pointer to our reference in a record (`/reference`).
+    pub reference_pointer: String,
+    /// JSON pointer to the amount in a record (`/amount`); `None`: amounts
+    /// are not compared.
+    pub amount_pointer: Option<String>,
+    /// JSON pointer to the amount in our request payload (`/amount`).
+    pub payload_amount_pointer: Option<String>,
+    /// At most this many records are read per comparison (a bound against a
+    /// provider that never says `has_more = false`).
+    pub max_records: u32,
+}
+
+/// The unit of the window's query parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeUnit {
+    /// Unix seconds (Stripe, Adyen reports).
+    Seconds,
+    /// Unix milliseconds.
+    Millis,
+}
+
+const DAY_MS: i64 = 86_400_000;
+
+/// When a comparison runs, and over which window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// Every day at this minute of the day (UTC), over the previous UTC day
+    /// ("nightly for yesterday"). Spelled `daily HH:MM`.
+    Daily {
+        /// Minutes after midnight UTC (0–1439).
+        minute: u32,
+    },
+    /// Every `period`, over the period before the last one: `[run − 2p,
+    /// run − p)`, so work created at the window's end had a whole period to
+    /// settle. Spelled `every 15m`, `every 6h`, `every 1d` (at least 1 m).
+    Every(Duration),
+}
+
+impl Schedule {
+    /// Parses `daily HH:MM` (UTC) or `every N{m|h|d}`. Errors: a sentence
+    /// saying what is wrong.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let spelled = "write \"daily HH:MM\" (UTC) or \"every N\" with N like 15m, 6h or 1d";
+        let mut words = s.split_whitespace();
+        match (words.next(), words.next(), words.next()) {
+            (Some("daily"), Some(at), None) => {
+                let (h, m) = at.split_once(':').ok_or_else(|| format!("{at:?} is not HH:MM; {spelled}"))?;
+                match (h.parse::<u32>(), m.parse::<u32>()) {
+                    (Ok(h @ 0..=23), Ok(m @ 0..=59)) if at.len() == 5 => {
+                        Ok(Self::Daily { minute: h * 60 + m })
+                    }
+                    _ => Err(format!("{at:?} is not a time of day HH:MM; {spelled}")),
+                }
+            }
+            (Some("every"), Some(n), None) => {
+                let (digits, unit) = n.split_at(n.find(|c: char| !c.is_ascii_digit()).unwrap_or(n.len()));
+                let count: u64 = digits.parse().map_err(|_| format!("{n:?} is not a period; {spelled}"))?;
+                let minutes = match unit {
+                    "m" => count,
+                    "h" => count.saturating_mul(60),
+                    "d" => count.saturating_mul(1440),
+                    _ => return Err(format!("{n:?} is not a period; {spelled}")),
+                };
+                if minutes == 0 || minutes > 366 * 1440 {
+                    return Err(format!("{n:?} must be between 1m and 366d"));
+                }
+                Ok(Self::Every(Duration::from_secs(minutes * 60)))
+            }
+            _ => Err(format!("{s:?} is not a schedule; {spelled}")),
+        }
+    }
+
+    /// The first run strictly after `after_ms` (ms since epoch).
+    pub fn next_run(&self, after_ms: i64) -> i64 {
+        match *self {
+            Self::Daily { minute } => {
+                let today = after_ms - after_ms.rem_euclid(DAY_MS) + i64::from(minute) * 60_000;
+                if today > after_ms { today } else { today + DAY_MS }
+            }
+            Self::Every(period) => {
+                let p = period.as_millis() as i64;
+                after_ms - after_ms.rem_euclid(p) + p
+            }
+        }
+    }
+
+    /// The window `[from, to)` (ms since epoch) a run at `run_ms` compares.
+    pub fn window(&self, run_ms: i64) -> (i64, i64) {
+        match *self {
+            Self::Daily { .. } => {
+                let midnight = run_ms - run_ms.rem_euclid(DAY_MS);
+                (midnight - DAY_MS, midnight)
+            }
+            Self::Every(period) => {
+                let p = period.as_millis() as i64;
+                (run_ms - 2 * p, run_ms - p)
+            }
+        }
+    }
+}
+
+/// Why a comparison could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// The provider has no `lookup` and `compare` configuration.
+    #[error("provider {0:?} cannot be compared: it needs [providers.{0}.lookup] and [providers.{0}.compare]")]
+    NotConfigured(String),
+    /// The provider's list could not be read.
+    #[error("listing the records of {provider:?} failed: {detail}")]
+    Provider {
+        /// The provider.
+        provider: String,
+        /// What went wrong (status, transport error, unexpected body).
+        detail: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A finished comparison: the stored report's id and what it holds.
+#[derive(Clone, Debug)]
+pub struct Compared {
+    /// The stored report's id.
+    pub report_id: i64,
+    /// The report as stored (its JSON and text name the id).
+    pub report: NewReport,
+}
+
+/// Compares `client`'s provider over `[from_ms, to_ms)` and stores the
+/// report (see the module docs); `actor` is `schedule` or
+/// `operator:<channel>`. Errors: the provider is not configured for it, its
+/// list cannot be read (nothing is stored), the store fails.
+pub async fn compare<S: Store>(
+    store: &S,
+    client: &ProviderClient,
+    from_ms: i64,
+    to_ms: i64,
+    actor: &str,
+) -> Result<Compared, CompareError> {
+    let spec = client.spec();
+    let provider = spec.name.clone();
+    let (Some(lookup), Some(compare)) = (&spec.lookup, &spec.compare) else {
+        return Err(CompareError::NotConfigured(provider));
+    };
+    let started_at_ms = crate::now_ms();
+    let failed = |detail: String| CompareError::Provider { provider: provider.clone(), detail };
+    let mut theirs = list(client, lookup, compare, from_ms, to_ms).await.map_err(failed)?;
+    let mut ours = store.operations_between(&provider, from_ms, to_ms).await?;
+    // Records whose operation was created outside the window.
+    let known: BTreeSet<&str> = ours.iter().filter_map(|o| o.reference.as_deref()).collect();
+    let strangers: Vec<String> = theirs
+        .iter()
+        .filter_map(|r| r.reference.clone())
+        .filter(|r| !known.contains(r.as_str()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if !strangers.is_empty() {
+        ours.extend(store.operations_by_reference(&provider, &strangers).await?);
+    }
+    // Successes of ours the list does not hold: the provider may have
+    // created the record after the window closed.
+    let listed: BTreeSet<String> = theirs.iter().filter_map(|r| r.reference.clone()).collect();
+    for op in &ours {
+        if let Some(reference) = op.reference.as_deref()
+            && op.status == OperationStatus::Succeeded
+            && !listed.contains(reference)
+        {
+            let answer = client.lookup(reference).await.ok_or_else(|| failed("no lookup".into()))?;
+            let body = page_body(answer.map_err(|e| e.to_string()))
+                .map_err(|e| failed(format!("looking up {reference:?}: {e}")))?;
+            theirs.extend(records(&body, lookup, compare, &spec.id_pointer).map_err(failed)?);
+        }
+    }
+    let our_records: Vec<OurRecord> = ours.iter().filter_map(|op| our_record(op, compare)).collect();
+    let discrepancies = failwell_policy::compare(&our_records, &theirs);
+    let open = our_records.iter().filter(|o| o.status == OurStatus::Open).count();
+    let mut report = NewReport {
+        provider: provider.clone(),
+        window_from_ms: from_ms,
+        window_to_ms: to_ms,
+        started_at_ms,
+        finished_at_ms: crate::now_ms(),
+        actor: actor.to_owned(),
+        ours: our_records.len() as u64,
+        theirs: theirs.len() as u64,
+        discrepancies,
+        report: Value::Null,
+        text: String::new(),
+    };
+    report.report = report_json(&report, open);
+    report.text = report_text(&report, open);
+    let report_id = store.save_report(report.clone()).await?;
+    Ok(Compared { report_id, report })
+}
+
+/// Every record of the window, page by page.
+async fn list(
+    client: &ProviderClient,
+    lookup: &LookupSpec,
+    compare: &CompareSpec,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<TheirRecord>, String> {
+    let at = |ms: i64| match compare.time_unit {
+        TimeUnit::Seconds => ms.div_euclid(1000).to_string(),
+        TimeUnit::Millis => ms.to_string(),
+    };
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut url = Url::parse("http://query/").map_err(|e| e.to_string())?;
+        {
+            let mut q = url.query_pairs_mut();
+            q.append_pair(&compare.from_param, &at(from_ms));
+            q.append_pair(&compare.to_param, &at(to_ms));
+            q.append_pair(&compare.page_size_param, &compare.page_size.to_string());
+            if let Some(cursor) = &cursor {
+                q.append_pair(&compare.cursor_param, cursor);
+            }
+        }
+        let answer = client.read(&lookup.path, url.query().unwrap_or_default()).await;
+        let body = page_body(answer.map_err(|e| e.to_string()))?;
+        let page = records(&body, lookup, compare, &client.spec().id_pointer)?;
+        let more = body.pointer(&compare.has_more_pointer).and_then(Value::as_bool).unwrap_or(false);
+        cursor = page.last().map(|r| r.id.clone());
+        let empty = page.is_empty();
+        all.extend(page);
+        if all.len() > compare.max_records as usize {
+            return Err(format!(
+                "more than compare.max_records = {} records in the window",
+                compare.max_records
+            ));
+        }
+        if !more || empty {
+            return Ok(all);
+        }
+    }
+}
+
+/// The JSON body of a 2xx answer, or why there is none.
+fn page_body(answer: Result<CallResult, String>) -> Result<Value, String> {
+    let result = answer?;
+    match result.response {
+        Ok(reply) if (200..300).contains(&reply.status) => {
+            reply.body.ok_or_else(|| format!("HTTP {} without a JSON body", reply.status))
+        }
+        Ok(reply) => Err(format!("HTTP {}", reply.status)),
+        Err(e) => Err(format!("{}: {}", e.kind, e.message)),
+    }
+}
+
+/// The records of one page.
+fn records(
+    body: &Value,
+    lookup: &LookupSpec,
+    compare: &CompareSpec,
+    id_pointer: &str,
+) -> Result<Vec<TheirRecord>, String> {
+    let list = body
+        .pointer(&lookup.list_pointer)
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("the answer has no list at {:?}", lookup.list_pointer))?;
+    list.iter()
+        .map(|record| {
+            let id = record
+                .pointer(id_pointer)
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("a record has no id at {id_pointer:?}: {record}"))?;
+            let status = record.pointer(&lookup.status_pointer).and_then(Value::as_str).unwrap_or_default();
+            Ok(TheirRecord {
+                id: id.to_owned(),
+                reference: record.pointer(&compare.reference_pointer).and_then(as_text),
+                status: if lookup.succeeded.iter().any(|s| s == status) {
+                    TheirStatus::Succeeded
+                } else if lookup.failed.iter().any(|s| s == status) {
+                    TheirStatus::Failed
+                } else {
+                    TheirStatus::Other(status.to_owned())
+                },
+                amount: compare
+                    .amount_pointer
+                    .as_deref()
+                    .and_then(|p| record.pointer(p))
+                    .and_then(as_integer),
+            })
+        })
+        .collect()
+}
+
+fn as_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn as_integer(v: &Value) -> Option<i64> {
+    v.as_i64().or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+}
+
+fn our_record(op: &Operation, compare: &CompareSpec) -> Option<OurRecord> {
+    Some(OurRecord {
+        operation_id: op.id,
+        reference: op.reference.clone()?,
+        status: match op.status {
+            OperationStatus::Succeeded => OurStatus::Succeeded,
+            OperationStatus::Failed => OurStatus::Failed,
+            OperationStatus::Pending | OperationStatus::Unknown => OurStatus::Open,
+        },
+        amount: compare
+            .payload_amount_pointer
+            .as_deref()
+            .and_then(|p| op.payload.pointer(p))
+            .and_then(as_integer),
+        provider_ref: op.provider_ref.clone(),
+    })
+}
+
+/// RFC 3339 in UTC, to the millisecond.
+pub fn rfc3339(ms: i64) -> String {
+    let at = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+fn report_json(r: &NewReport, open: usize) -> Value {
+    let by_kind: serde_json::Map<String, Value> = DiscrepancyKind::ALL
+        .iter()
+        .map(|k| (k.as_str().to_owned(), json!(r.discrepancies.iter().filter(|d| d.kind == *k).count())))
+        .collect();
+    json!({
+        "provider": r.provider,
+        "window": { "from": rfc3339(r.window_from_ms), "to": rfc3339(r.window_to_ms),
+                    "from_ms": r.window_from_ms, "to_ms": r.window_to_ms },
+        "ours": r.ours,
+        "open": open,
+        "theirs": r.theirs,
+        "by_kind": by_kind,
+        "discrepancies": r.discrepancies,
+        "actor": r.actor,
+        "finished_at": rfc3339(r.finished_at_ms),
+    })
+}
+
+fn report_text(r: &NewReport, open: usize) -> String {
+    let mut text = format!(
+        "failwell comparison of {} from {} to {}\nours: {} operations ({open} still open, not judged); provider: {} records\n",
+        r.provider,
+        rfc3339(r.window_from_ms),
+        rfc3339(r.window_to_ms),
+        r.ours,
+        r.theirs,
+    );
+    if r.discrepancies.is_empty() {
+        text.push_str("no discrepancies\n");
+    } else {
+        let _ = writeln!(text, "{} discrepancies:", r.discrepancies.len());
+        for d in &r.discrepancies {
+            let _ = writeln!(text, "- {}", line(d));
+        }
+    }
+    text
+}
+
+/// One discrepancy as one line: kind, reference, operation, provider ids, detail.
+pub fn line(d: &Discrepancy) -> String {
+    let mut s = d.kind.as_str().to_owned();
+    if let Some(reference) = &d.reference {
+        let _ = write!(s, " reference {reference}");
+    }
+    if let Some(id) = d.operation_id {
+        let _ = write!(s, " (operation {id})");
+    }
+    if let Some(theirs) = &d.provider_ref {
+        let _ = write!(s, " [{theirs}]");
+    }
+    let _ = write!(s, ": {}", d.detail);
+    s
+}
+
+/// The time from now until `at_ms` (ms since epoch), zero if it passed.
+pub fn until(at_ms: i64) -> Duration {
+    Duration::from_millis((at_ms - crate::now_ms()).max(0) as u64)
+}
+
+#[cfg(test)]
+mod tests;
