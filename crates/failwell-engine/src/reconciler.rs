@@ -58,7 +58,18 @@ impl<S: Store> Reconciler<S> {
     /// One round: looks up every due unknown operation (up to the batch
     /// size) and records what was found. Returns how many were looked up.
     pub async fn round(&self) -> Result<usize, failwell_store::StoreError> {
-        let due = self.store.due_unknown(now_ms(), self.config.batch_size).await?;
+        self.look_up(now_ms(), self.config.batch_size).await
+    }
+
+    /// Looks up every unknown operation once now, whenever its next lookup
+    /// was due (an operator's `failwell reconcile run`), up to `limit`.
+    /// Returns how many were looked up.
+    pub async fn look_up_all(&self, limit: u32) -> Result<usize, failwell_store::StoreError> {
+        self.look_up(i64::MAX, limit).await
+    }
+
+    async fn look_up(&self, due_by: i64, limit: u32) -> Result<usize, failwell_store::StoreError> {
+        let due = self.store.due_unknown(due_by, limit).await?;
         let count = due.len();
         let mut lookups = JoinSet::new();
         for op in due {

@@ -50,6 +50,19 @@ pub struct AppState<S> {
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// The group commit that stores webhook events.
     pub ingest: crate::inbox::Ingest,
+    /// What the admin API and the dashboard need.
+    pub admin: AdminState,
+}
+
+/// What the admin API, the dashboard and `GET /metrics` share.
+#[derive(Clone, Debug)]
+pub struct AdminState {
+    /// The bearer token (`None`: the admin API and the dashboard are off).
+    pub token: Option<crate::admin::Token>,
+    /// Where comparison reports with discrepancies go.
+    pub alerts: Option<failwell_engine::AlertSink>,
+    /// The window of the success rate and p95 latency.
+    pub stats_window: Duration,
 }
 
 /// The API router: `POST /v1/operations`, `GET /v1/operations/{key}`,
@@ -86,6 +99,8 @@ pub fn router<S: Store>(
             post(crate::inbox::receive::<S>).layer(DefaultBodyLimit::max(webhook_body_limit(&state))),
         )
         .route("/healthz", get(health::<S>))
+        .merge(crate::admin::router(state.clone()))
+        .merge(crate::ui::router(state.clone()))
         .fallback(|| async { Problem::new(StatusCode::NOT_FOUND, "not-found", "No such route.") })
         .method_not_allowed_fallback(|| async {
             Problem::new(
@@ -407,7 +422,45 @@ async fn prometheus<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<R
             "Another metrics recorder was installed in this process first.",
         ));
     };
+    record_stats(&state).await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render()).into_response())
+}
+
+/// Sets the gauges of the four numbers per integration from the store, as
+/// of this scrape (so every process of one database reports the same):
+/// `failwell_integration_success_ratio` and
+/// `failwell_integration_latency_p95_seconds` over `[stats] window_ms`
+/// (NaN without calls), `failwell_outbox_depth`,
+/// `failwell_outbox_oldest_age_seconds` (0 when nothing is open),
+/// `failwell_operations_unknown`, `failwell_dead_letters` and
+/// `failwell_dead_letters_unacknowledged`, each labelled `integration`; and
+/// per provider the latest comparison's `failwell_comparison_discrepancies`
+/// and `failwell_comparison_last_run_timestamp_seconds`.
+async fn record_stats<S: Store>(state: &AppState<S>) -> Result<(), Problem> {
+    let stats = crate::ops::stats(&state.store, &state.providers, state.admin.stats_window).await?;
+    for i in &stats.integrations {
+        let label = || [("integration", i.integration.clone())];
+        metrics::gauge!("failwell_integration_success_ratio", &label())
+            .set(i.success_ratio.unwrap_or(f64::NAN));
+        metrics::gauge!("failwell_integration_latency_p95_seconds", &label())
+            .set(i.p95_ms.map_or(f64::NAN, |ms| ms as f64 / 1e3));
+        metrics::gauge!("failwell_outbox_depth", &label()).set(i.depth as f64);
+        metrics::gauge!("failwell_outbox_oldest_age_seconds", &label())
+            .set(i.oldest_open_age_ms.map_or(0.0, |ms| ms as f64 / 1e3));
+        metrics::gauge!("failwell_operations_unknown", &label()).set(i.unknown as f64);
+        metrics::gauge!("failwell_dead_letters", &label()).set(i.dead_letters as f64);
+        metrics::gauge!("failwell_dead_letters_unacknowledged", &label()).set(i.dead_letters_unacked as f64);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for r in state.store.reports(200).await? {
+        if seen.insert(r.provider.clone()) {
+            let label = [("provider", r.provider.clone())];
+            metrics::gauge!("failwell_comparison_discrepancies", &label).set(r.discrepancies as f64);
+            metrics::gauge!("failwell_comparison_last_run_timestamp_seconds", &label)
+                .set(r.finished_at_ms as f64 / 1e3);
+        }
+    }
+    Ok(())
 }
 
 /// `GET /v1/providers`: each provider's breaker, bulkhead and retry budget.

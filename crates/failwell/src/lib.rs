@@ -6,12 +6,16 @@
 //! policy logic of its own. `main.rs` is a thin CLI over it, so tests start
 //! the same [`Server`] on an ephemeral port.
 
+pub mod admin;
 pub mod api;
 pub mod check;
+pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod inbox;
+pub mod ops;
 pub mod read;
+pub mod ui;
 pub mod webhook;
 
 use std::net::SocketAddr;
@@ -106,6 +110,9 @@ pub struct Server {
     cluster: Option<Cluster>,
     http: JoinHandle<std::io::Result<()>>,
     stop_http: CancellationToken,
+    /// The comparison schedule and the oldest-entry alert.
+    watchers: Vec<JoinHandle<()>>,
+    stop_watchers: CancellationToken,
 }
 
 impl Server {
@@ -147,7 +154,31 @@ impl Server {
             reads: Default::default(),
             metrics: prometheus(),
             ingest: inbox::Ingest::start(store.clone()),
+            admin: api::AdminState {
+                token: config.admin_token,
+                alerts: config.alerts.as_ref().map(|a| a.sink.clone()),
+                stats_window: config.stats_window,
+            },
         });
+        let stop_watchers = CancellationToken::new();
+        let sink = config.alerts.as_ref().map(|a| a.sink.clone());
+        let mut watchers = vec![tokio::spawn(failwell_engine::run_schedule(
+            store.clone(),
+            state.providers.clone(),
+            sink,
+            stop_watchers.clone(),
+        ))];
+        if let Some(alerts) = &config.alerts
+            && let Some(age) = alerts.age
+        {
+            watchers.push(tokio::spawn(failwell_engine::watch_age(
+                store.clone(),
+                ops::known(&state.providers),
+                age,
+                alerts.sink.clone(),
+                stop_watchers.clone(),
+            )));
+        }
         let bulkhead = Bulkhead::new("api", config.api.bulkhead).map_err(StartError::Limits)?;
         let app = api::router(state, config.max_body_bytes, bulkhead, config.api.request_timeout);
         let stop_http = CancellationToken::new();
@@ -156,7 +187,7 @@ impl Server {
             axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await
         });
         tracing::info!(%addr, "failwell is serving");
-        Ok(Self { addr, store, engine, cluster, http, stop_http })
+        Ok(Self { addr, store, engine, cluster, http, stop_http, watchers, stop_watchers })
     }
 
     /// The API's address.
@@ -179,6 +210,10 @@ impl Server {
     /// closes the store.
     pub async fn shutdown(self) {
         self.stop_http.cancel();
+        self.stop_watchers.cancel();
+        for watcher in self.watchers {
+            let _ = watcher.await;
+        }
         match self.http.await {
             Ok(Err(e)) => tracing::error!(error = %e, "HTTP server failed"),
             Err(e) => tracing::error!(error = %e, "HTTP server task ended abnormally"),

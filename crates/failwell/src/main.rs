@@ -80,6 +80,50 @@ enum Command {
         #[command(subcommand)]
         command: WebhookCommand,
     },
+    /// Each integration's four numbers: success rate, p95 latency, open
+    /// entries and the oldest one's age, dead letters since the last look.
+    Status {
+        #[command(flatten)]
+        common: failwell::cli::Common,
+    },
+    /// Dead letters: list, show, replay, purge, acknowledge.
+    Dlq {
+        #[command(flatten)]
+        common: failwell::cli::Common,
+        #[command(subcommand)]
+        command: failwell::cli::DlqCommand,
+    },
+    /// Reconciliation: look up every unknown operation now and compare our
+    /// operations with each provider's records.
+    Reconcile {
+        #[command(flatten)]
+        common: failwell::cli::Common,
+        #[command(subcommand)]
+        command: ReconcileCommand,
+    },
+    /// Operations: the history of one.
+    Ops {
+        #[command(flatten)]
+        common: failwell::cli::Common,
+        #[command(subcommand)]
+        command: OpsCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ReconcileCommand {
+    /// Run now (exit 1 when discrepancies were found or unknowns are left).
+    Run(failwell::cli::ReconcileArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum OpsCommand {
+    /// Print an operation's timeline: every state change (who, when, why),
+    /// attempt, webhook event and discrepancy.
+    Show {
+        /// The operation's idempotency key.
+        key: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -93,7 +137,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The demo prints its own progress and report; the servers log their work.
     let default_filter = match cli.command {
-        Command::Demo { .. } | Command::Webhook { .. } | Command::Check { .. } => "warn",
+        Command::Demo { .. }
+        | Command::Webhook { .. }
+        | Command::Check { .. }
+        | Command::Status { .. }
+        | Command::Dlq { .. }
+        | Command::Reconcile { .. }
+        | Command::Ops { .. } => "warn",
         Command::Serve { .. } | Command::Sim { .. } => "failwell=info,warn",
     };
     tracing_subscriber::fmt()
@@ -122,6 +172,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // Before any configuration is loaded: see `failwell::prometheus`.
     failwell::prometheus();
     match cli.command {
+        Command::Status { common } => failwell::cli::status(common).await,
+        Command::Dlq { common, command } => failwell::cli::dlq(common, command).await,
+        Command::Reconcile { common, command: ReconcileCommand::Run(args) } => {
+            failwell::cli::reconcile(common, args).await
+        }
+        Command::Ops { common, command: OpsCommand::Show { key } } => failwell::cli::show(common, key).await,
         Command::Check { config } => {
             let config = failwell::config::load(config.as_deref())?;
             print!("{}", failwell::check::report(&config));

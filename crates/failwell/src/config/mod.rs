@@ -83,11 +83,27 @@ pub struct Config {
     /// Breakers and pauses shared with the other processes (`[cluster]`;
     /// `None`: each process has its own).
     pub cluster: Option<failwell_cluster::ClusterConfig>,
+    /// The window of the success rate and p95 latency (`[stats]`).
+    pub stats_window: Duration,
+    /// The admin API's and dashboard's bearer token (`[admin]`; `None`:
+    /// both are off).
+    pub admin_token: Option<crate::admin::Token>,
+    /// The alert sink and the oldest-open-entry rule (`[alerts]`).
+    pub alerts: Option<Alerts>,
+}
+
+/// `[alerts]`: where alerts go, and when the oldest open entry raises one.
+#[derive(Clone, Debug)]
+pub struct Alerts {
+    /// The sink (a generic JSON or Slack incoming webhook).
+    pub sink: failwell_engine::AlertSink,
+    /// The oldest-open-entry rule (`None`: off).
+    pub age: Option<failwell_engine::AgeAlert>,
 }
 
 /// The top-level keys: only `FAILWELL_*` variables naming one of these are
 /// configuration (so `FAILWELL_LOG` and the like are left alone).
-const TOP_LEVEL_KEYS: [&str; 11] = [
+const TOP_LEVEL_KEYS: [&str; 14] = [
     "database_url",
     "sqlite_synchronous",
     "listen",
@@ -99,6 +115,9 @@ const TOP_LEVEL_KEYS: [&str; 11] = [
     "providers",
     "webhooks",
     "cluster",
+    "stats",
+    "admin",
+    "alerts",
 ];
 
 /// The HTTP API's bulkhead and request deadline (`[api]`).

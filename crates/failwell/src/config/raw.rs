@@ -24,6 +24,87 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) webhooks: BTreeMap<String, RawWebhook>,
     pub(super) cluster: Option<RawCluster>,
+    pub(super) stats: RawStats,
+    pub(super) admin: Option<RawAdmin>,
+    pub(super) alerts: Option<RawAlerts>,
+}
+
+/// `[stats]`: the window of the success rate and p95 latency.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStats {
+    pub(super) window_ms: u64,
+}
+
+/// `[admin]`: the admin API's and dashboard's bearer token.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAdmin {
+    pub(super) token: String,
+}
+
+impl std::fmt::Debug for RawAdmin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RawAdmin { token: <redacted> }")
+    }
+}
+
+/// `[alerts]`: where alerts go and the oldest-open-entry rule.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAlerts {
+    pub(super) webhook_url: String,
+    #[serde(default = "d_alert_timeout")]
+    pub(super) timeout_ms: u64,
+    #[serde(default)]
+    pub(super) oldest_open_age_ms: u64,
+    #[serde(default = "d_alert_interval")]
+    pub(super) check_interval_ms: u64,
+}
+
+fn d_alert_timeout() -> u64 {
+    5_000
+}
+fn d_alert_interval() -> u64 {
+    15_000
+}
+
+/// `[providers.NAME.compare]`: the provider's list by creation time.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(default)]
+pub(super) struct RawCompare {
+    pub(super) schedule: Option<String>,
+    pub(super) from_param: String,
+    pub(super) to_param: String,
+    pub(super) time_unit: String,
+    pub(super) page_size_param: String,
+    pub(super) page_size: u32,
+    pub(super) cursor_param: String,
+    pub(super) has_more_pointer: String,
+    pub(super) reference_pointer: String,
+    pub(super) amount_pointer: String,
+    pub(super) payload_amount_pointer: String,
+    pub(super) max_records: u32,
+}
+
+impl Default for RawCompare {
+    fn default() -> Self {
+        Self {
+            schedule: None,
+            from_param: "created[gte]".into(),
+            to_param: "created[lt]".into(),
+            time_unit: "s".into(),
+            page_size_param: "limit".into(),
+            page_size: 100,
+            cursor_param: "starting_after".into(),
+            has_more_pointer: "/has_more".into(),
+            reference_pointer: "/reference".into(),
+            amount_pointer: "/amount".into(),
+            payload_amount_pointer: "/amount".into(),
+            max_records: 1_000_000,
+        }
+    }
 }
 
 /// `[cluster]`: breakers and pauses shared with the other processes.
@@ -229,6 +310,7 @@ pub(super) struct RawProvider {
     #[serde(default)]
     pub(super) pause: RawPause,
     pub(super) lookup: Option<RawLookup>,
+    pub(super) compare: Option<RawCompare>,
     #[serde(default)]
     pub(super) operations: BTreeMap<String, RawOperation>,
 }

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use failwell_engine::{
-    ClusterRule, Encoding, ForwardTarget, ForwardTargets, LookupSpec, OperationSpec, PauseRule,
-    ProviderClient, ProviderSpec, Providers, ReconcilerConfig, RelayConfig,
+    ClusterRule, CompareSpec, Encoding, ForwardTarget, ForwardTargets, LookupSpec, OperationSpec, PauseRule,
+    ProviderClient, ProviderSpec, Providers, ReconcilerConfig, RelayConfig, Schedule, TimeUnit,
 };
 use failwell_policy::{
     Answer, Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, Manifest, Offers,
@@ -15,8 +15,8 @@ use failwell_policy::{
 use failwell_store::Synchronous;
 
 use super::raw::{
-    RawBreaker, RawBulkhead, RawCluster, RawConfig, RawForward, RawLedger, RawOperation, RawPause,
-    RawProvider, RawRelay, RawRetryBudget, RawWebhook,
+    RawAlerts, RawBreaker, RawBulkhead, RawCluster, RawCompare, RawConfig, RawForward, RawLedger,
+    RawOperation, RawPause, RawProvider, RawRelay, RawRetryBudget, RawWebhook,
 };
 use super::{ApiLimits, Checker, Config, ConfigError, MAX_CONCURRENCY};
 
@@ -101,6 +101,12 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
         webhooks: Arc::new(webhooks),
         forwards: Arc::new(forwards),
         cluster: cluster(c, raw.cluster)?,
+        stats_window: c.positive("stats.window_ms", raw.stats.window_ms)?,
+        admin_token: raw
+            .admin
+            .map(|a| crate::admin::Token::new(a.token).map_err(|e| c.invalid("admin.token", e)))
+            .transpose()?,
+        alerts: alerts(c, raw.alerts)?,
     })
 }
 
@@ -339,8 +345,8 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
         id_pointer: c.pointer(&key("id_pointer"), &p.id_pointer)?,
         reconcile_after: c
             .duration(&key("reconcile_after_ms"), p.reconcile_after_ms.unwrap_or(p.timeout_ms))?,
+        compare: compare(c, &key, p.compare, lookup.is_some())?,
         lookup,
-        compare: None,
         operations,
     })
 }
@@ -381,6 +387,84 @@ fn cluster(
         namespace: raw.namespace,
         timeout: c.positive("cluster.timeout_ms", raw.timeout_ms)?,
         resync: c.positive("cluster.resync_ms", raw.resync_ms)?,
+    }))
+}
+
+fn alerts(c: &Checker<'_>, raw: Option<RawAlerts>) -> Result<Option<super::Alerts>, ConfigError> {
+    let Some(raw) = raw else { return Ok(None) };
+    // The URL may carry a secret (Slack's do): never echoed.
+    let url = reqwest::Url::parse(&raw.webhook_url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+        .ok_or_else(|| c.invalid("alerts.webhook_url", "is not an http:// or https:// URL"))?;
+    let timeout = c.positive("alerts.timeout_ms", raw.timeout_ms)?;
+    let sink = failwell_engine::AlertSink::new(url, timeout)
+        .map_err(|e| c.invalid("alerts.webhook_url", format!("cannot build an HTTP client: {e}")))?;
+    let age = match raw.oldest_open_age_ms {
+        0 => None,
+        ms => Some(failwell_engine::AgeAlert {
+            threshold: c.duration("alerts.oldest_open_age_ms", ms)?,
+            interval: c.positive("alerts.check_interval_ms", raw.check_interval_ms)?,
+        }),
+    };
+    Ok(Some(super::Alerts { sink, age }))
+}
+
+/// `[providers.NAME.compare]`, which needs the provider's lookup.
+fn compare(
+    c: &Checker<'_>,
+    key: &dyn Fn(&str) -> String,
+    raw: Option<RawCompare>,
+    lookup: bool,
+) -> Result<Option<CompareSpec>, ConfigError> {
+    let Some(raw) = raw else { return Ok(None) };
+    if !lookup {
+        return Err(c.invalid(key("compare"), "needs [lookup]: its path, list and statuses are the list's"));
+    }
+    let schedule = raw
+        .schedule
+        .as_deref()
+        .map(|s| Schedule::parse(s).map_err(|e| c.invalid(key("compare.schedule"), e)))
+        .transpose()?;
+    let time_unit = match raw.time_unit.as_str() {
+        "s" => TimeUnit::Seconds,
+        "ms" => TimeUnit::Millis,
+        other => {
+            return Err(c.invalid(key("compare.time_unit"), format!("{other:?}: expected \"s\" or \"ms\"")));
+        }
+    };
+    if !(1..=1000).contains(&raw.page_size) {
+        return Err(c.invalid(key("compare.page_size"), "must be between 1 and 1000"));
+    }
+    if raw.max_records == 0 {
+        return Err(c.invalid(key("compare.max_records"), "must be greater than 0"));
+    }
+    for (k, v) in [
+        ("from_param", &raw.from_param),
+        ("to_param", &raw.to_param),
+        ("page_size_param", &raw.page_size_param),
+        ("cursor_param", &raw.cursor_param),
+    ] {
+        if v.is_empty() {
+            return Err(c.invalid(key(&format!("compare.{k}")), "must not be empty"));
+        }
+    }
+    let optional = |k: &str, v: &str| -> Result<Option<String>, ConfigError> {
+        Ok((!v.is_empty()).then_some(c.pointer(&key(&format!("compare.{k}")), v)?))
+    };
+    Ok(Some(CompareSpec {
+        schedule,
+        from_param: raw.from_param,
+        to_param: raw.to_param,
+        time_unit,
+        page_size_param: raw.page_size_param,
+        page_size: raw.page_size,
+        cursor_param: raw.cursor_param,
+        has_more_pointer: c.pointer(&key("compare.has_more_pointer"), &raw.has_more_pointer)?,
+        reference_pointer: c.pointer(&key("compare.reference_pointer"), &raw.reference_pointer)?,
+        amount_pointer: optional("amount_pointer", &raw.amount_pointer)?,
+        payload_amount_pointer: optional("payload_amount_pointer", &raw.payload_amount_pointer)?,
+        max_records: raw.max_records,
     }))
 }
 

@@ -1,0 +1,329 @@
+//! The admin API under `/admin/v1`, for operators' tools: the four numbers,
+//! dead letters (list, show, replay, purge, acknowledge), a reconciliation
+//! run, an operation's history and the comparison reports.
+//!
+//! Every route needs `Authorization: Bearer <token>` with the configured
+//! `[admin] token`; a missing or wrong token gets 401 with a problem body and
+//! `WWW-Authenticate: Bearer` (RFC 6750), and the token is never logged or
+//! echoed. Without `[admin]` every route answers 404 `admin-disabled`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, Store};
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use serde_json::json;
+use sha2::Sha256;
+
+use crate::api::{AppState, Problem};
+use crate::ops::{self, OpsError};
+
+/// The shortest token accepted, in characters.
+pub const MIN_TOKEN_CHARS: usize = 32;
+
+/// The admin bearer token. Compared in constant time (an HMAC-SHA256 tag
+/// checked with `Mac::verify_slice`); never printed (`Debug` is redacted).
+#[derive(Clone)]
+pub struct Token {
+    tag: Vec<u8>,
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+/// The message every tag is computed over; the token is the HMAC key.
+const TAG_MESSAGE: &[u8] = b"failwell admin token";
+
+fn tag_of(secret: &[u8], message: &[u8]) -> Hmac<Sha256> {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    mac.update(message);
+    mac
+}
+
+impl Token {
+    /// Takes `token` as the admin token. Errors: shorter than
+    /// [`MIN_TOKEN_CHARS`], or characters other than visible ASCII.
+    pub fn new(token: String) -> Result<Self, String> {
+        if token.chars().count() < MIN_TOKEN_CHARS || !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(format!(
+                "must be at least {MIN_TOKEN_CHARS} visible ASCII characters (e.g. `openssl rand -hex 32`)"
+            ));
+        }
+        Ok(Self { tag: tag_of(token.as_bytes(), TAG_MESSAGE).finalize().into_bytes().to_vec() })
+    }
+
+    /// Whether `presented` is the token, in constant time.
+    pub fn matches(&self, presented: &str) -> bool {
+        tag_of(presented.as_bytes(), TAG_MESSAGE).verify_slice(&self.tag).is_ok()
+    }
+
+    /// A value derived from the token for the dashboard's session cookie
+    /// (so the cookie never holds the token itself), as hex.
+    pub fn session(&self) -> String {
+        hex::encode(tag_of(&self.tag, b"failwell ui session").finalize().into_bytes())
+    }
+
+    /// Whether `cookie` is [`Self::session`], in constant time.
+    pub fn session_matches(&self, cookie: &str) -> bool {
+        let Ok(bytes) = hex::decode(cookie) else { return false };
+        tag_of(&self.tag, b"failwell ui session").verify_slice(&bytes).is_ok()
+    }
+}
+
+/// The admin routes (see the module docs), all below `/admin/v1`.
+pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router<Arc<AppState<S>>> {
+    Router::new()
+        .route("/admin/v1/status", get(status::<S>))
+        .route("/admin/v1/dead-letters", get(list::<S>))
+        .route("/admin/v1/dead-letters/ack", post(ack::<S>))
+        .route("/admin/v1/dead-letters/{kind}/{id}", get(show::<S>).delete(purge::<S>))
+        .route("/admin/v1/dead-letters/{kind}/{id}/replay", post(replay::<S>))
+        .route("/admin/v1/reconcile", post(reconcile::<S>))
+        .route("/admin/v1/operations/{key}/history", get(history::<S>))
+        .route("/admin/v1/reports", get(reports::<S>))
+        .route("/admin/v1/reports/{id}", get(report::<S>))
+        .layer(axum::middleware::from_fn_with_state(state, authenticate::<S>))
+}
+
+async fn authenticate<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(token) = &state.admin.token else {
+        return Problem::new(
+            StatusCode::NOT_FOUND,
+            "admin-disabled",
+            "The admin API is off: set [admin] token (e.g. FAILWELL_ADMIN__TOKEN).",
+        )
+        .into_response();
+    };
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+    match presented {
+        Some(p) if token.matches(p.trim()) => next.run(request).await,
+        Some(_) => unauthorized("The bearer token is wrong."),
+        None => unauthorized("This route needs `Authorization: Bearer <admin token>`."),
+    }
+}
+
+fn unauthorized(detail: &str) -> Response {
+    let mut response = Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", detail).into_response();
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+    response
+}
+
+impl From<OpsError> for Problem {
+    fn from(e: OpsError) -> Self {
+        match e {
+            OpsError::Store(e) => e.into(),
+            OpsError::Invalid(detail) => Problem::new(StatusCode::BAD_REQUEST, "invalid-request", detail),
+            OpsError::Compare(failwell_engine::CompareError::NotConfigured(p)) => Problem::new(
+                StatusCode::BAD_REQUEST,
+                "not-comparable",
+                format!("Provider {p:?} has no [compare] (or no [lookup]) configuration."),
+            ),
+            OpsError::Compare(failwell_engine::CompareError::Store(e)) => e.into(),
+            OpsError::Compare(e @ failwell_engine::CompareError::Provider { .. }) => {
+                Problem::new(StatusCode::BAD_GATEWAY, "provider-list-failed", e.to_string())
+            }
+        }
+    }
+}
+
+fn kind(s: &str) -> Result<DeadLetterKind, Problem> {
+    DeadLetterKind::parse(s).ok_or_else(|| {
+        Problem::new(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            format!("{s:?} is not a dead-letter kind (message, forward)."),
+        )
+    })
+}
+
+async fn status<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
+    let stats = ops::stats(&state.store, &state.providers, state.admin.stats_window).await?;
+    Ok(Json(stats).into_response())
+}
+
+/// `GET /dead-letters` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    kind: Option<String>,
+    integration: Option<String>,
+    limit: Option<u32>,
+}
+
+async fn list<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, Problem> {
+    let Query(q) =
+        query.map_err(|e| Problem::new(StatusCode::BAD_REQUEST, "invalid-query", e.body_text()))?;
+    let filter = DeadLetterFilter {
+        kind: q.kind.as_deref().map(kind).transpose()?,
+        integration: q.integration,
+        since_ms: None,
+    };
+    let letters = state.store.dead_letters(filter, q.limit.unwrap_or(100).min(1000)).await?;
+    Ok(Json(json!({ "dead_letters": letters })).into_response())
+}
+
+async fn show<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path((k, id)): Path<(String, i64)>,
+) -> Result<Response, Problem> {
+    match state.store.dead_letter(kind(&k)?, id).await? {
+        Some(letter) => Ok(Json(letter).into_response()),
+        None => Err(not_dead(&k, id)),
+    }
+}
+
+fn not_dead(kind: &str, id: i64) -> Problem {
+    Problem::new(StatusCode::NOT_FOUND, "not-a-dead-letter", format!("{kind} {id} is not a dead letter."))
+}
+
+async fn replay<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path((k, id)): Path<(String, i64)>,
+) -> Result<Response, Problem> {
+    let dead_kind = kind(&k)?;
+    if !state.store.replay(dead_kind, id, Channel::Api, failwell_engine::now_ms()).await? {
+        return Err(not_dead(&k, id));
+    }
+    wake(&state, dead_kind);
+    tracing::info!(kind = k, id, by = Channel::Api.actor(), "dead letter replayed");
+    Ok(Json(json!({ "kind": k, "id": id, "replayed": true })).into_response())
+}
+
+/// Wakes the queue a replayed dead letter went back to.
+pub(crate) fn wake<S>(state: &AppState<S>, kind: DeadLetterKind) {
+    match kind {
+        DeadLetterKind::Message => state.wake.notify_one(),
+        DeadLetterKind::Forward => state.forward.notify_one(),
+    }
+}
+
+async fn purge<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path((k, id)): Path<(String, i64)>,
+) -> Result<Response, Problem> {
+    if !state.store.purge(kind(&k)?, id, Channel::Api, failwell_engine::now_ms()).await? {
+        return Err(not_dead(&k, id));
+    }
+    tracing::info!(kind = k, id, by = Channel::Api.actor(), "dead letter purged");
+    Ok(Json(json!({ "kind": k, "id": id, "purged": true })).into_response())
+}
+
+async fn ack<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
+    let now = failwell_engine::now_ms();
+    state.store.ack_dead_letters(Channel::Api, now).await?;
+    Ok(Json(json!({ "acknowledged_at_ms": now })).into_response())
+}
+
+/// `POST /reconcile` body (all optional).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReconcileBody {
+    provider: Option<String>,
+    window_ms: Option<u64>,
+}
+
+/// The default comparison window of an operator's run: the last day.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(86_400);
+
+async fn reconcile<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    body: axum::body::Bytes,
+) -> Result<Response, Problem> {
+    let body: ReconcileBody = if body.is_empty() {
+        ReconcileBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                "invalid-body",
+                format!("The body is not a reconcile request: {e}"),
+            )
+        })?
+    };
+    let window = match body.window_ms {
+        None => DEFAULT_WINDOW,
+        Some(ms @ 1..=31_622_400_000) => Duration::from_millis(ms),
+        Some(_) => {
+            return Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "invalid-body",
+                "window_ms must be between 1 ms and 366 days.",
+            ));
+        }
+    };
+    let run = ops::reconcile_run(
+        &state.store,
+        &state.providers,
+        state.admin.alerts.as_ref(),
+        body.provider.as_deref(),
+        window,
+        Channel::Api,
+    )
+    .await?;
+    state.wake.notify_one();
+    Ok(Json(run).into_response())
+}
+
+async fn history<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path(key): Path<String>,
+) -> Result<Response, Problem> {
+    match ops::timeline(&state.store, &key).await? {
+        Some((operation, history)) => {
+            Ok(Json(json!({ "operation": operation, "history": history })).into_response())
+        }
+        None => Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "operation-not-found",
+            "No operation has this idempotency key.",
+        )),
+    }
+}
+
+/// `GET /reports` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReportsQuery {
+    limit: Option<u32>,
+}
+
+async fn reports<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    query: Result<Query<ReportsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, Problem> {
+    let Query(q) =
+        query.map_err(|e| Problem::new(StatusCode::BAD_REQUEST, "invalid-query", e.body_text()))?;
+    let reports = state.store.reports(q.limit.unwrap_or(20).min(200)).await?;
+    Ok(Json(json!({ "reports": reports })).into_response())
+}
+
+async fn report<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path(id): Path<i64>,
+) -> Result<Response, Problem> {
+    match state.store.report(id).await? {
+        Some(report) => Ok(Json(report).into_response()),
+        None => Err(Problem::new(StatusCode::NOT_FOUND, "report-not-found", format!("No report {id}."))),
+    }
+}

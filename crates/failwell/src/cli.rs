@@ -1,0 +1,221 @@
+//! The operator commands: `failwell status`, `failwell dlq …`, `failwell
+//! reconcile run` and `failwell ops show`. Each opens the database of the
+//! given configuration directly (beside a running `failwell serve`, or
+//! without one), does what [`crate::ops`] does for the admin API, and prints
+//! a table, or JSON with `--json`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, SqliteStore, Store};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::ops;
+
+/// Where the configuration comes from, and the output format.
+#[derive(Debug, Args)]
+pub struct Common {
+    /// Configuration file (TOML); FAILWELL_* environment variables override it.
+    #[arg(long, short, global = true)]
+    pub config: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `failwell dlq …`.
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// List dead letters, newest first.
+    List {
+        /// Only `message` (calls to providers) or `forward` (webhook forwards).
+        #[arg(long, value_parser = parse_kind)]
+        kind: Option<DeadLetterKind>,
+        /// Only this provider or webhook integration.
+        #[arg(long)]
+        integration: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Show one dead letter with its payload.
+    Show {
+        /// `message` or `forward`.
+        #[arg(value_parser = parse_kind)]
+        kind: DeadLetterKind,
+        /// Its id (from `dlq list`).
+        id: i64,
+    },
+    /// Put a dead letter back in its queue, due now, with fresh attempts and
+    /// the same idempotency key.
+    Replay {
+        /// `message` or `forward`.
+        #[arg(value_parser = parse_kind)]
+        kind: DeadLetterKind,
+        /// Its id.
+        id: i64,
+    },
+    /// Delete a dead letter for good (the history keeps that you did).
+    Purge {
+        /// `message` or `forward`.
+        #[arg(value_parser = parse_kind)]
+        kind: DeadLetterKind,
+        /// Its id.
+        id: i64,
+    },
+    /// Record that you have looked at the dead letters: "dead letters since
+    /// the last look" starts again from zero.
+    Ack,
+}
+
+/// `failwell reconcile run` options.
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// Compare only this provider (default: every provider with [compare]).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// How far back the comparison looks, e.g. 24h, 90m, 7d.
+    #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+    pub window: Duration,
+}
+
+fn parse_kind(s: &str) -> Result<DeadLetterKind, String> {
+    DeadLetterKind::parse(s).ok_or_else(|| format!("{s:?} is not a dead-letter kind: message or forward"))
+}
+
+/// Opens the configuration's database for an operator command. Errors: the
+/// configuration is invalid, or (SQLite) the database file does not exist:
+/// an operator command never creates one.
+pub async fn open(common: &Common) -> anyhow::Result<(Config, SqliteStore)> {
+    let config = crate::config::load(common.config.as_deref())?;
+    let url = &config.database_url;
+    let path = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
+    let path = path.split('?').next().unwrap_or(path);
+    if path != ":memory:" && !std::path::Path::new(path).exists() {
+        anyhow::bail!(
+            "there is no database at {path:?} (database_url); is this the configuration `failwell serve` runs with?"
+        );
+    }
+    let store = SqliteStore::open(url, config.synchronous)
+        .await
+        .with_context(|| format!("cannot open the database {url:?}"))?;
+    Ok((config, store))
+}
+
+fn print<T: Serialize>(json: bool, value: &T, text: impl FnOnce() -> String) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        print!("{}", text());
+    }
+    Ok(())
+}
+
+/// `failwell status`.
+pub async fn status(common: Common) -> anyhow::Result<ExitCode> {
+    let (config, store) = open(&common).await?;
+    let stats = ops::stats(&store, &config.providers, config.stats_window).await?;
+    print(common.json, &stats, || ops::status_table(&stats))?;
+    store.close().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `failwell dlq …`: exit 1 when the dead letter named does not exist.
+pub async fn dlq(common: Common, command: DlqCommand) -> anyhow::Result<ExitCode> {
+    let (_, store) = open(&common).await?;
+    let now = failwell_engine::now_ms();
+    let missing = |kind: DeadLetterKind, id: i64| {
+        eprintln!("{} {id} is not a dead letter", kind.as_str());
+        ExitCode::from(1)
+    };
+    let code = match command {
+        DlqCommand::List { kind, integration, limit } => {
+            let letters =
+                store.dead_letters(DeadLetterFilter { kind, integration, since_ms: None }, limit).await?;
+            print(common.json, &letters, || ops::dead_letter_table(&letters))?;
+            ExitCode::SUCCESS
+        }
+        DlqCommand::Show { kind, id } => match store.dead_letter(kind, id).await? {
+            Some(letter) => {
+                // The payload is shown in full either way.
+                println!("{}", serde_json::to_string_pretty(&letter)?);
+                ExitCode::SUCCESS
+            }
+            None => missing(kind, id),
+        },
+        DlqCommand::Replay { kind, id } => {
+            if store.replay(kind, id, Channel::Cli, now).await? {
+                println!(
+                    "{} {id} replayed: due now with fresh attempts (a running failwell picks it up)",
+                    kind.as_str()
+                );
+                ExitCode::SUCCESS
+            } else {
+                missing(kind, id)
+            }
+        }
+        DlqCommand::Purge { kind, id } => {
+            if store.purge(kind, id, Channel::Cli, now).await? {
+                println!("{} {id} purged", kind.as_str());
+                ExitCode::SUCCESS
+            } else {
+                missing(kind, id)
+            }
+        }
+        DlqCommand::Ack => {
+            store.ack_dead_letters(Channel::Cli, now).await?;
+            println!("dead letters acknowledged at {}", failwell_engine::compare::rfc3339(now));
+            ExitCode::SUCCESS
+        }
+    };
+    store.close().await;
+    Ok(code)
+}
+
+/// `failwell reconcile run`: exit 1 when a comparison found discrepancies
+/// or unknown operations are left.
+pub async fn reconcile(common: Common, args: ReconcileArgs) -> anyhow::Result<ExitCode> {
+    let (config, store) = open(&common).await?;
+    let sink = config.alerts.as_ref().map(|a| a.sink.clone());
+    let providers = Arc::clone(&config.providers);
+    let run = ops::reconcile_run(
+        &store,
+        &providers,
+        sink.as_ref(),
+        args.provider.as_deref(),
+        args.window,
+        Channel::Cli,
+    )
+    .await?;
+    print(common.json, &run, || {
+        let mut text =
+            format!("looked up {} unknown operations; {} still unknown\n", run.looked_up, run.still_unknown);
+        for c in &run.comparisons {
+            text.push_str(&format!("report {}: {}", c.report_id, c.text));
+        }
+        text
+    })?;
+    store.close().await;
+    let clean = run.still_unknown == 0 && run.comparisons.iter().all(|c| c.discrepancies == 0);
+    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// `failwell ops show KEY`: exit 1 when no operation has the key.
+pub async fn show(common: Common, key: String) -> anyhow::Result<ExitCode> {
+    let (_, store) = open(&common).await?;
+    let found = ops::timeline(&store, &key).await?;
+    store.close().await;
+    let Some((operation, history)) = found else {
+        eprintln!("no operation has the idempotency key {key:?}");
+        return Ok(ExitCode::from(1));
+    };
+    print(common.json, &serde_json::json!({ "operation": operation, "history": history }), || {
+        ops::timeline_text(&operation, &history)
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

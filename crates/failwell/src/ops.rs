@@ -1,0 +1,240 @@
+//! What an operator does, the same from the command line, the admin API
+//! and the dashboard: read the four numbers, look at and act on dead
+//! letters, run a reconciliation, follow one operation's history. Plus the
+//! plain-text renderings the command line prints.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use failwell_engine::{
+    AlertSink, CompareError, Providers, Reconciler, ReconcilerConfig, compare::rfc3339, compare_and_alert,
+};
+use failwell_store::{
+    Channel, DeadLetter, HistoryEntry, IntegrationStats, Operation, Stats, Store, StoreError,
+};
+use serde::Serialize;
+
+/// Unknown operations looked up by one `reconcile run`, at most.
+pub const RECONCILE_LOOKUPS: u32 = 100_000;
+
+/// Why an operator's request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpsError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A comparison failed.
+    #[error(transparent)]
+    Compare(#[from] CompareError),
+    /// The request names something that is not configured.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What `reconcile run` did.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReconcileRun {
+    /// Unknown operations looked up.
+    pub looked_up: usize,
+    /// Unknown operations left after the lookups.
+    pub still_unknown: u64,
+    /// The comparisons made: provider, report id, discrepancies.
+    pub comparisons: Vec<ComparisonRun>,
+}
+
+/// One comparison of a [`ReconcileRun`].
+#[derive(Clone, Debug, Serialize)]
+pub struct ComparisonRun {
+    /// The provider compared.
+    pub provider: String,
+    /// The stored report's id.
+    pub report_id: i64,
+    /// Discrepancies found.
+    pub discrepancies: usize,
+    /// The report as text.
+    pub text: String,
+}
+
+/// The names of the configured providers, so integrations without any
+/// activity still have a row.
+pub fn known(providers: &Providers) -> Vec<String> {
+    providers.keys().cloned().collect()
+}
+
+/// The four numbers of every integration as of now over `window`.
+pub async fn stats<S: Store>(
+    store: &S,
+    providers: &Providers,
+    window: Duration,
+) -> Result<Stats, StoreError> {
+    store.stats(failwell_engine::now_ms(), window.as_millis() as u64, &known(providers)).await
+}
+
+/// Looks up every unknown operation now, then compares each provider that
+/// has `[compare]` (or only `provider`) over the last `window`, sending
+/// reports with discrepancies to `sink`. Errors: `provider` is not
+/// configured or cannot be compared; a comparison or the store failed.
+pub async fn reconcile_run<S: Store>(
+    store: &S,
+    providers: &Arc<Providers>,
+    sink: Option<&AlertSink>,
+    provider: Option<&str>,
+    window: Duration,
+    channel: Channel,
+) -> Result<ReconcileRun, OpsError> {
+    let names: Vec<String> = match provider {
+        Some(name) => match providers.get(name) {
+            Some(client) if client.spec().compare.is_some() => vec![name.to_owned()],
+            Some(_) => return Err(CompareError::NotConfigured(name.to_owned()).into()),
+            None => return Err(OpsError::Invalid(format!("no provider {name:?} is configured"))),
+        },
+        None => {
+            providers.iter().filter(|(_, c)| c.spec().compare.is_some()).map(|(n, _)| n.clone()).collect()
+        }
+    };
+    let reconciler = Reconciler::new(
+        store.clone(),
+        providers.clone(),
+        ReconcilerConfig { interval: Duration::from_secs(1), batch_size: RECONCILE_LOOKUPS },
+    );
+    let looked_up = reconciler.look_up_all(RECONCILE_LOOKUPS).await?;
+    let now = failwell_engine::now_ms();
+    let window = (now - window.as_millis() as i64, now);
+    let mut comparisons = Vec::new();
+    for name in names {
+        let compared = compare_and_alert(store, providers, sink, &name, window, channel.actor()).await?;
+        comparisons.push(ComparisonRun {
+            provider: name,
+            report_id: compared.report_id,
+            discrepancies: compared.report.discrepancies.len(),
+            text: compared.report.text,
+        });
+    }
+    let still_unknown = store.counts().await?.unknown;
+    Ok(ReconcileRun { looked_up, still_unknown, comparisons })
+}
+
+/// An operation and its history, by idempotency key.
+pub async fn timeline<S: Store>(
+    store: &S,
+    key: &str,
+) -> Result<Option<(Operation, Vec<HistoryEntry>)>, StoreError> {
+    let Some(op) = store.operation(key).await? else { return Ok(None) };
+    let history = store.history(op.id).await?;
+    Ok(Some((op, history)))
+}
+
+/// A duration in ms as `850 ms`, `12.3 s`, `4.0 min` or `2.5 h`.
+pub fn human_ms(ms: i64) -> String {
+    match ms {
+        ..1_000 => format!("{ms} ms"),
+        1_000..60_000 => format!("{:.1} s", ms as f64 / 1e3),
+        60_000..3_600_000 => format!("{:.1} min", ms as f64 / 6e4),
+        _ => format!("{:.1} h", ms as f64 / 3.6e6),
+    }
+}
+
+/// The success ratio as a percentage, `-` without calls.
+pub fn ratio(stats: &IntegrationStats) -> String {
+    stats.success_ratio.map_or_else(|| "-".into(), |r| format!("{:.1} %", r * 100.0))
+}
+
+/// `failwell status` as a table: one row per integration.
+pub fn status_table(stats: &Stats) -> String {
+    let header =
+        ["INTEGRATION", "SUCCESS", "P95", "CALLS", "OPEN", "OLDEST OPEN", "UNKNOWN", "DEAD", "DEAD UNACKED"];
+    let rows: Vec<[String; 9]> = stats
+        .integrations
+        .iter()
+        .map(|i| {
+            [
+                i.integration.clone(),
+                ratio(i),
+                i.p95_ms.map_or_else(|| "-".into(), |ms| human_ms(ms as i64)),
+                i.calls.to_string(),
+                i.depth.to_string(),
+                i.oldest_open_age_ms.map_or_else(|| "-".into(), human_ms),
+                i.unknown.to_string(),
+                i.dead_letters.to_string(),
+                i.dead_letters_unacked.to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[String]| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            // Names left-aligned, numbers right-aligned.
+            if i == 0 {
+                let _ = write!(l, "{cell:<w$}");
+            } else {
+                let _ = write!(l, "  {cell:>w$}");
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&header.map(String::from));
+    for row in &rows {
+        line(row);
+    }
+    let _ = write!(
+        out,
+        "success rate and p95 over the last {}; dead letters unacknowledged since {}\n",
+        human_ms(stats.window_ms as i64),
+        stats.last_ack_ms.map_or_else(|| "ever (never acknowledged)".into(), rfc3339),
+    );
+    out
+}
+
+/// Dead letters as a table.
+pub fn dead_letter_table(letters: &[DeadLetter]) -> String {
+    if letters.is_empty() {
+        return "no dead letters\n".into();
+    }
+    let mut out = String::from("KIND     ID  INTEGRATION  KEY  ATTEMPTS  DEAD SINCE  LAST ERROR\n");
+    for d in letters {
+        let _ = writeln!(
+            out,
+            "{:<7} {:>3}  {}  {}  {}  {}  {}",
+            d.kind.as_str(),
+            d.id,
+            d.integration,
+            d.key,
+            d.attempts,
+            rfc3339(d.dead_at_ms),
+            d.last_error.as_deref().unwrap_or("-")
+        );
+    }
+    out
+}
+
+/// One operation's timeline as text.
+pub fn timeline_text(op: &Operation, history: &[HistoryEntry]) -> String {
+    let mut out = format!(
+        "operation {} ({}.{}), reference {}\nstatus {}{}, {} calls, provider id {}\n",
+        op.idempotency_key,
+        op.provider,
+        op.operation,
+        op.reference.as_deref().unwrap_or("-"),
+        op.status.as_str(),
+        if op.dead_letter { " (dead letter)" } else { "" },
+        op.attempts,
+        op.provider_ref.as_deref().unwrap_or("-"),
+    );
+    for h in history {
+        let _ = write!(out, "{}  {:<12} {:<9} {}", rfc3339(h.at_ms), h.actor, h.subject, h.change);
+        if let Some(detail) = &h.detail {
+            let _ = write!(out, " — {detail}");
+        }
+        out.push('\n');
+    }
+    out
+}

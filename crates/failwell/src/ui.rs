@@ -1,0 +1,291 @@
+//! The dashboard at `/ui`: server-rendered HTML, no scripts, no build step.
+//! One page with a card per integration (the four numbers and the breaker
+//! state), the dead letters with replay and purge buttons, and the
+//! comparison reports; a page per report and per operation's history.
+//!
+//! Signing in takes the `[admin] token` once (a form); the session cookie
+//! holds a value derived from it, never the token, and is `HttpOnly` and
+//! `SameSite=Strict`, so another site cannot make a signed-in browser post
+//! a replay. Without `[admin]` the dashboard answers 404.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Form, Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use failwell_engine::compare::rfc3339;
+use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, Store};
+use maud::{DOCTYPE, Markup, html};
+use serde::Deserialize;
+
+use crate::api::{AppState, Problem};
+use crate::ops;
+
+const COOKIE: &str = "failwell_session";
+
+/// The dashboard's routes, all below `/ui`.
+pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router<Arc<AppState<S>>> {
+    let signed_in = Router::new()
+        .route("/ui", get(dashboard::<S>))
+        .route("/ui/reports/{id}", get(report::<S>))
+        .route("/ui/operations/{key}", get(operation::<S>))
+        .route("/ui/dead-letters/{kind}/{id}/replay", post(replay::<S>))
+        .route("/ui/dead-letters/{kind}/{id}/purge", post(purge::<S>))
+        .route("/ui/dead-letters/ack", post(ack::<S>))
+        .layer(axum::middleware::from_fn_with_state(state, session::<S>));
+    Router::new().route("/ui/login", get(login_page::<S>).post(login::<S>)).merge(signed_in)
+}
+
+fn page(title: &str, body: Markup) -> Html<String> {
+    Html(
+        html! {
+            (DOCTYPE)
+            html lang="en" {
+                head {
+                    meta charset="utf-8";
+                    meta name="viewport" content="width=device-width, initial-scale=1";
+                    title { (title) " · failwell" }
+                    style { (maud::PreEscaped(STYLE)) }
+                }
+                body {
+                    header { a href="/ui" { "failwell" } " · " (title) }
+                    main { (body) }
+                }
+            }
+        }
+        .into_string(),
+    )
+}
+
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222;background:#f6f7f9}\
+header{background:#1f2a44;color:#fff;padding:10px 20px;font-weight:600}header a{color:#fff;text-decoration:none}\
+main{padding:16px 20px}.cards{display:flex;flex-wrap:wrap;gap:12px}\
+.card{background:#fff;border:1px solid #dde;border-radius:6px;padding:12px 16px;min-width:230px}\
+.card h3{margin:0 0 6px}.card dl{display:grid;grid-template-columns:auto auto;gap:2px 12px;margin:0}\
+.card dd{margin:0;text-align:right;font-variant-numeric:tabular-nums}\
+.state-open,.state-forced_open,.warn{color:#b00020;font-weight:600}.state-half_open{color:#b36b00;font-weight:600}\
+.state-closed{color:#1b7f3b}table{border-collapse:collapse;background:#fff;width:100%}\
+th,td{border-bottom:1px solid #e4e6eb;padding:5px 8px;text-align:left;vertical-align:top}\
+form.inline{display:inline}button{cursor:pointer}pre{background:#fff;border:1px solid #dde;padding:10px;overflow:auto}\
+.error{color:#b00020}";
+
+/// Rejects a request without the session cookie: back to the sign-in page.
+async fn session<S: Store>(State(state): State<Arc<AppState<S>>>, request: Request, next: Next) -> Response {
+    let Some(token) = &state.admin.token else { return disabled() };
+    if cookie(request.headers()).is_some_and(|c| token.session_matches(c)) {
+        return next.run(request).await;
+    }
+    if request.method() == axum::http::Method::GET {
+        Redirect::to("/ui/login").into_response()
+    } else {
+        (StatusCode::UNAUTHORIZED, page("Sign in", html! { p.error { "Sign in first." } })).into_response()
+    }
+}
+
+fn disabled() -> Response {
+    Problem::new(StatusCode::NOT_FOUND, "admin-disabled", "The dashboard is off: set [admin] token.")
+        .into_response()
+}
+
+fn cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value)
+}
+
+fn login_form(error: Option<&str>) -> Html<String> {
+    page(
+        "Sign in",
+        html! {
+            @if let Some(error) = error { p.error { (error) } }
+            form method="post" action="/ui/login" {
+                label { "Admin token " input type="password" name="token" autocomplete="current-password" autofocus; }
+                " " button type="submit" { "Sign in" }
+            }
+        },
+    )
+}
+
+async fn login_page<S: Store>(State(state): State<Arc<AppState<S>>>) -> Response {
+    if state.admin.token.is_none() {
+        return disabled();
+    }
+    login_form(None).into_response()
+}
+
+/// The sign-in form's body.
+#[derive(Deserialize)]
+struct Login {
+    token: String,
+}
+
+async fn login<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    form: Result<Form<Login>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let Some(token) = &state.admin.token else { return disabled() };
+    match form {
+        Ok(Form(login)) if token.matches(login.token.trim()) => {
+            let cookie = format!("{COOKIE}={}; Path=/ui; HttpOnly; SameSite=Strict", token.session());
+            ([(header::SET_COOKIE, cookie)], Redirect::to("/ui")).into_response()
+        }
+        _ => (StatusCode::UNAUTHORIZED, login_form(Some("That is not the admin token."))).into_response(),
+    }
+}
+
+async fn dashboard<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
+    let stats = ops::stats(&state.store, &state.providers, state.admin.stats_window).await?;
+    let letters = state.store.dead_letters(DeadLetterFilter::default(), 100).await?;
+    let reports = state.store.reports(20).await?;
+    let breaker = |name: &str| {
+        state
+            .providers
+            .get(name)
+            .and_then(|c| c.guards().breaker.as_ref().map(|b| b.state().as_str()))
+            .unwrap_or("none")
+    };
+    let body = html! {
+        h2 { "Integrations" }
+        p { "Success rate and p95 over the last " (ops::human_ms(stats.window_ms as i64)) "." }
+        div.cards {
+            @for i in &stats.integrations {
+                div.card id={ "integration-" (i.integration) } {
+                    h3 { (i.integration) }
+                    dl {
+                        dt { "breaker" } dd class={ "state-" (breaker(&i.integration)) } { (breaker(&i.integration)) }
+                        dt { "success rate" } dd { (ops::ratio(i)) }
+                        dt { "p95 latency" } dd { (i.p95_ms.map_or_else(|| "-".into(), |ms| ops::human_ms(ms as i64))) }
+                        dt { "open entries" } dd { (i.depth) }
+                        dt { "oldest open" } dd { (i.oldest_open_age_ms.map_or_else(|| "-".into(), ops::human_ms)) }
+                        dt { "unknown" } dd class=[(i.unknown > 0).then_some("warn")] { (i.unknown) }
+                        dt { "dead letters since last look" } dd class=[(i.dead_letters_unacked > 0).then_some("warn")] {
+                            (i.dead_letters_unacked) " of " (i.dead_letters)
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Dead letters" }
+        @if letters.is_empty() {
+            p id="no-dead-letters" { "No dead letters." }
+        } @else {
+            form.inline method="post" action="/ui/dead-letters/ack" {
+                button id="ack" type="submit" { "I have looked at these (acknowledge)" }
+            }
+            table id="dead-letters" {
+                tr { th { "kind" } th { "integration" } th { "key" } th { "attempts" } th { "given up" } th { "last error" } th {} }
+                @for d in &letters {
+                    tr id={ "dead-" (d.kind.as_str()) "-" (d.id) } {
+                        td { (d.kind.as_str()) }
+                        td { (d.integration) }
+                        td {
+                            @if d.kind == DeadLetterKind::Message {
+                                a href={ "/ui/operations/" (encode(&d.key)) } { (d.key) }
+                            } @else { (d.key) }
+                        }
+                        td { (d.attempts) }
+                        td { (rfc3339(d.dead_at_ms)) }
+                        td { (d.last_error.as_deref().unwrap_or("-")) }
+                        td {
+                            form.inline method="post" action={ "/ui/dead-letters/" (d.kind.as_str()) "/" (d.id) "/replay" } {
+                                button.replay type="submit" { "Replay" }
+                            }
+                            " "
+                            form.inline method="post" action={ "/ui/dead-letters/" (d.kind.as_str()) "/" (d.id) "/purge" } {
+                                button.purge type="submit" { "Purge" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Comparison reports" }
+        @if reports.is_empty() {
+            p { "No comparison has run yet (" code { "failwell reconcile run" } ")." }
+        } @else {
+            table id="reports" {
+                tr { th { "report" } th { "provider" } th { "window" } th { "ours" } th { "theirs" } th { "discrepancies" } th { "alert" } }
+                @for r in &reports {
+                    tr {
+                        td { a href={ "/ui/reports/" (r.id) } { "#" (r.id) } }
+                        td { (r.provider) }
+                        td { (rfc3339(r.window_from_ms)) " – " (rfc3339(r.window_to_ms)) }
+                        td { (r.ours) } td { (r.theirs) }
+                        td class=[(r.discrepancies > 0).then_some("warn")] { (r.discrepancies) }
+                        td { (r.alerted_at_ms.map(rfc3339).or_else(|| r.alert_error.clone()).unwrap_or_else(|| "-".into())) }
+                    }
+                }
+            }
+        }
+    };
+    Ok(page("Dashboard", body).into_response())
+}
+
+fn encode(segment: &str) -> String {
+    percent_encoding::utf8_percent_encode(segment, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+async fn report<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path(id): Path<i64>,
+) -> Result<Response, Problem> {
+    let Some(r) = state.store.report(id).await? else {
+        return Err(Problem::new(StatusCode::NOT_FOUND, "report-not-found", format!("No report {id}.")));
+    };
+    Ok(page(&format!("Report {id}"), html! { pre id="report-text" { (r.text) } }).into_response())
+}
+
+async fn operation<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path(key): Path<String>,
+) -> Result<Response, Problem> {
+    let Some((op, history)) = ops::timeline(&state.store, &key).await? else {
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "operation-not-found",
+            "No operation has this idempotency key.",
+        ));
+    };
+    Ok(page(&format!("Operation {key}"), html! { pre id="timeline" { (ops::timeline_text(&op, &history)) } })
+        .into_response())
+}
+
+fn kind(s: &str) -> Result<DeadLetterKind, Problem> {
+    DeadLetterKind::parse(s)
+        .ok_or_else(|| Problem::new(StatusCode::NOT_FOUND, "not-found", "No such dead-letter kind."))
+}
+
+async fn replay<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path((k, id)): Path<(String, i64)>,
+) -> Result<Response, Problem> {
+    let dead_kind = kind(&k)?;
+    if state.store.replay(dead_kind, id, Channel::Ui, failwell_engine::now_ms()).await? {
+        crate::admin::wake(&state, dead_kind);
+        tracing::info!(kind = k, id, by = Channel::Ui.actor(), "dead letter replayed");
+    }
+    Ok(Redirect::to("/ui").into_response())
+}
+
+async fn purge<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Path((k, id)): Path<(String, i64)>,
+) -> Result<Response, Problem> {
+    if state.store.purge(kind(&k)?, id, Channel::Ui, failwell_engine::now_ms()).await? {
+        tracing::info!(kind = k, id, by = Channel::Ui.actor(), "dead letter purged");
+    }
+    Ok(Redirect::to("/ui").into_response())
+}
+
+async fn ack<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
+    state.store.ack_dead_letters(Channel::Ui, failwell_engine::now_ms()).await?;
+    Ok(Redirect::to("/ui").into_response())
+}
