@@ -71,18 +71,24 @@ impl<S: Store> Reconciler<S> {
     async fn look_up(&self, due_by: i64, limit: u32) -> Result<usize, failwell_store::StoreError> {
         let due = self.store.due_unknown(due_by, limit).await?;
         let count = due.len();
-        let mut lookups = JoinSet::new();
-        for op in due {
-            let providers = self.providers.clone();
-            lookups.spawn(async move { reconcile_one(&providers, op).await });
-        }
-        while let Some(joined) = lookups.join_next().await {
-            match joined {
-                Ok(reconciled) => self.store.reconcile(reconciled, now_ms()).await?,
-                Err(e) => tracing::error!(error = %e, "a status lookup task ended abnormally"),
+        let mut due = due.into_iter();
+        // At most `batch_size` lookups at once.
+        loop {
+            let mut lookups = JoinSet::new();
+            for op in due.by_ref().take(self.config.batch_size.max(1) as usize) {
+                let providers = self.providers.clone();
+                lookups.spawn(async move { reconcile_one(&providers, op).await });
+            }
+            if lookups.is_empty() {
+                return Ok(count);
+            }
+            while let Some(joined) = lookups.join_next().await {
+                match joined {
+                    Ok(reconciled) => self.store.reconcile(reconciled, now_ms()).await?,
+                    Err(e) => tracing::error!(error = %e, "a status lookup task ended abnormally"),
+                }
             }
         }
-        Ok(count)
     }
 }
 

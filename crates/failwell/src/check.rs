@@ -125,10 +125,31 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
             ms(spec.reconcile_after)
         ),
     };
-    let schedule = m.schedule.as_deref().map_or_else(
-        || "none declared".to_owned(),
-        |s| format!("{s:?} (declared; failwell does not run scheduled comparisons yet)"),
-    );
+    let schedule = match (&spec.compare, m.schedule.as_deref()) {
+        (Some(c), _) => match c.schedule {
+            Some(failwell_engine::Schedule::Daily { minute }) => format!(
+                "daily at {:02}:{:02} UTC over the previous day ([providers.{}.compare])",
+                minute / 60,
+                minute % 60,
+                spec.name
+            ),
+            Some(failwell_engine::Schedule::Every(p)) => {
+                format!(
+                    "every {} s over the period before the last ([providers.{}.compare])",
+                    p.as_secs(),
+                    spec.name
+                )
+            }
+            None => format!(
+                "only by `failwell reconcile run` ([providers.{}.compare] has no schedule)",
+                spec.name
+            ),
+        },
+        (None, Some(s)) => {
+            format!("{s:?} declared, but [providers.{}.compare] is missing: nothing runs it", spec.name)
+        }
+        (None, None) => "none ([providers.NAME.compare] runs one)".to_owned(),
+    };
     line(out, "3. disagreement", format!("{found}; scheduled comparison: {schedule}"));
     let attempts = op.retry.max_attempts();
     let retries = match m.retry_owner {

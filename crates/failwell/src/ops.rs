@@ -18,6 +18,12 @@ use serde::Serialize;
 /// Unknown operations looked up by one `reconcile run`, at most.
 pub const RECONCILE_LOOKUPS: u32 = 100_000;
 
+/// Lookups of one `reconcile run` in flight at once.
+pub const LOOKUPS_AT_ONCE: u32 = 64;
+
+/// How long one `reconcile run` waits for confirming lookups, at most.
+pub const CONFIRM_WAIT: Duration = Duration::from_secs(60);
+
 /// Why an operator's request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum OpsError {
@@ -71,7 +77,9 @@ pub async fn stats<S: Store>(
     store.stats(failwell_engine::now_ms(), window.as_millis() as u64, &known(providers)).await
 }
 
-/// Looks up every unknown operation now, then compares each provider that
+/// Looks up every unknown operation now (and once more, after the
+/// provider's `reconcile_after`, those it did not find: at most
+/// [`CONFIRM_WAIT`] later), then compares each provider that
 /// has `[compare]` (or only `provider`) over the last `window`, sending
 /// reports with discrepancies to `sink`. Errors: `provider` is not
 /// configured or cannot be compared; a comparison or the store failed.
@@ -96,9 +104,26 @@ pub async fn reconcile_run<S: Store>(
     let reconciler = Reconciler::new(
         store.clone(),
         providers.clone(),
-        ReconcilerConfig { interval: Duration::from_secs(1), batch_size: RECONCILE_LOOKUPS },
+        ReconcilerConfig { interval: Duration::from_secs(1), batch_size: LOOKUPS_AT_ONCE },
     );
-    let looked_up = reconciler.look_up_all(RECONCILE_LOOKUPS).await?;
+    let mut looked_up = reconciler.look_up_all(RECONCILE_LOOKUPS).await?;
+    // A lookup that found nothing is confirmed by a second one after the
+    // provider's reconcile_after (a call still in flight there may commit
+    // late): wait for those, up to CONFIRM_WAIT.
+    let confirm_by = failwell_engine::now_ms()
+        + providers
+            .values()
+            .map(|c| c.spec().reconcile_after)
+            .max()
+            .unwrap_or_default()
+            .min(CONFIRM_WAIT)
+            .as_millis() as i64;
+    while !store.due_unknown(confirm_by, 1).await?.is_empty()
+        && failwell_engine::now_ms() <= confirm_by + 1_000
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        looked_up += reconciler.round().await?;
+    }
     let now = failwell_engine::now_ms();
     let window = (now - window.as_millis() as i64, now);
     let mut comparisons = Vec::new();

@@ -206,6 +206,11 @@ async fn api_with(
         forward: std::sync::Arc::default(),
         reads: Default::default(),
         metrics: None,
+        admin: failwell::api::AdminState {
+            token: None,
+            alerts: None,
+            stats_window: std::time::Duration::from_secs(300),
+        },
     });
     (dir, failwell::api::router(state, 65_536, bulkhead, timeout))
 }

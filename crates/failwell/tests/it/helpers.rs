@@ -80,11 +80,22 @@ impl Gateway {
     /// Like [`start`](Self::start), with `tail` appended to the config
     /// (further top-level sections, e.g. `[webhooks.NAME]`).
     pub async fn start_with(sim_url: &str, extra: &str, tail: &str) -> Gateway {
+        Self::start_edited(sim_url, extra, tail, |text| text).await
+    }
+
+    /// Like [`start_with`](Self::start_with), with the whole config text
+    /// passed through `edit` before it is written.
+    pub async fn start_edited(
+        sim_url: &str,
+        extra: &str,
+        tail: &str,
+        edit: impl FnOnce(String) -> String,
+    ) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let config = dir.path().join("failwell.toml");
         let text = config_text(sim_url, &dir.path().join("failwell.db"), port, extra) + "\n" + tail;
-        std::fs::write(&config, text).unwrap();
+        std::fs::write(&config, edit(text)).unwrap();
         let mut gateway = Gateway {
             child: None,
             base: format!("http://127.0.0.1:{port}"),

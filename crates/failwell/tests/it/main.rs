@@ -9,5 +9,6 @@ mod demo;
 mod faults;
 mod helpers;
 mod manifest;
+mod operator;
 mod processing;
 mod webhook;
