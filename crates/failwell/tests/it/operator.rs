@@ -226,3 +226,240 @@ async fn reconcile_run_resolves_every_unknown_and_reports_the_one_changed_record
         assert!(effects.by_reference.get(key).is_none_or(|e| e.effects == 0), "{key}");
     }
 }
+
+/// `(open messages, oldest open created_at_ms, dead letters)` read straight
+/// from the database.
+async fn database_truth(gateway: &Gateway) -> (i64, Option<i64>, i64) {
+    let url = format!("sqlite://{}", gateway.dir.path().join("failwell.db").display());
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let row: (i64, Option<i64>, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM outbox WHERE state = 'pending'), \
+         (SELECT MIN(created_at_ms) FROM outbox WHERE state = 'pending'), \
+         (SELECT COUNT(*) FROM outbox WHERE state = 'dead')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    row
+}
+
+#[tokio::test]
+async fn status_and_metrics_agree_with_the_database_and_dead_letters_can_be_worked_off() {
+    let sim = simulator(|_| {}).await;
+    let sink = Sink::start().await;
+    let mut gateway = Gateway::start_with(
+        &sim.base_url(),
+        "max_attempts = 1\nbackoff = { schedule_ms = [60000] }",
+        &tail(&sink),
+    )
+    .await;
+    // Three dead letters: one 503 each with a single attempt.
+    for key in ["dead-1", "dead-2", "dead-3"] {
+        sim.script(key, vec![Fault::Error503]);
+        assert!(gateway.charge(key, 1_000).await.status().is_success());
+        assert_eq!(gateway.settled(key, crate::helpers::SETTLE).await["status"], "failed");
+    }
+    // Four open messages: the provider is down, and a retry waits a minute.
+    gateway.terminate().await;
+    let text =
+        std::fs::read_to_string(&gateway.config).unwrap().replace("max_attempts = 1", "max_attempts = 3");
+    std::fs::write(&gateway.config, text).unwrap();
+    gateway.spawn().await;
+    sim.set_down(true);
+    for key in ["open-1", "open-2", "open-3", "open-4"] {
+        assert!(gateway.charge(key, 1_000).await.status().is_success());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let (depth, oldest, dead) = database_truth(&gateway).await;
+    assert_eq!((depth, dead), (4, 3));
+    let (code, out, err) = cli(&gateway, &["status", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let status: Value = serde_json::from_str(&out).unwrap();
+    let payments = &status["integrations"][0];
+    assert_eq!(payments["integration"], "payments");
+    assert_eq!((payments["depth"].as_i64(), payments["dead_letters"].as_i64()), (Some(depth), Some(dead)));
+    assert_eq!(payments["dead_letters_unacked"], 3);
+    // The age is exact against the moment the numbers were taken.
+    assert_eq!(
+        payments["oldest_open_age_ms"].as_i64(),
+        Some(status["at_ms"].as_i64().unwrap() - oldest.unwrap())
+    );
+    let (code, table, _) = cli(&gateway, &["status"]).await;
+    assert_eq!(code, 0);
+    let row = table.lines().find(|l| l.starts_with("payments")).unwrap();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    // … OPEN, OLDEST OPEN (a number and its unit), UNKNOWN, DEAD, DEAD UNACKED.
+    let n = cells.len();
+    assert_eq!([cells[n - 6], cells[n - 3], cells[n - 2], cells[n - 1]], ["4", "0", "3", "3"], "{table}");
+
+    let before = failwell_engine::now_ms();
+    let scraped = scrape(&gateway).await;
+    let after = failwell_engine::now_ms();
+    assert_eq!(metric(&scraped, "failwell_outbox_depth{integration=\"payments\"}"), depth as f64);
+    assert_eq!(metric(&scraped, "failwell_dead_letters{integration=\"payments\"}"), dead as f64);
+    let age = metric(&scraped, "failwell_outbox_oldest_age_seconds{integration=\"payments\"}");
+    let (low, high) = ((before - oldest.unwrap()) as f64 / 1e3, (after - oldest.unwrap()) as f64 / 1e3);
+    assert!((low..=high).contains(&age), "{low} <= {age} <= {high}");
+
+    // Acknowledging resets "since the last look" everywhere.
+    let (code, _, _) = cli(&gateway, &["dlq", "ack"]).await;
+    assert_eq!(code, 0);
+    let scraped = scrape(&gateway).await;
+    assert_eq!(metric(&scraped, "failwell_dead_letters_unacknowledged{integration=\"payments\"}"), 0.0);
+    assert_eq!(metric(&scraped, "failwell_dead_letters{integration=\"payments\"}"), 3.0);
+
+    // List, show, purge one, replay one (delivered once the provider is back).
+    let (code, out, _) = cli(&gateway, &["dlq", "list", "--json"]).await;
+    assert_eq!(code, 0);
+    let letters: Value = serde_json::from_str(&out).unwrap();
+    let id_of = |key: &str| {
+        letters.as_array().unwrap().iter().find(|l| l["key"] == key).unwrap()["id"]
+            .as_i64()
+            .unwrap()
+            .to_string()
+    };
+    let (dead1, dead2) = (id_of("dead-1"), id_of("dead-2"));
+    let (code, out, _) = cli(&gateway, &["dlq", "show", "message", &dead1]).await;
+    assert_eq!(code, 0);
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (shown["payload"]["reference"].as_str(), shown["attempts"].as_u64()),
+        (Some("dead-1"), Some(1))
+    );
+    assert!(shown["last_error"].as_str().unwrap().contains("503"), "{shown:#}");
+    let (code, _, _) = cli(&gateway, &["dlq", "purge", "message", &dead2]).await;
+    assert_eq!(code, 0);
+    let (code, _, err) = cli(&gateway, &["dlq", "purge", "message", &dead2]).await;
+    assert_eq!(code, 1, "purged twice: {err}");
+    assert!(err.contains("is not a dead letter"), "{err}");
+    sim.set_down(false);
+    let (code, _, _) = cli(&gateway, &["dlq", "replay", "message", &dead1]).await;
+    assert_eq!(code, 0);
+    let op = gateway.settled("dead-1", crate::helpers::SETTLE).await;
+    assert_eq!(op["status"], "succeeded", "{op:#}");
+    assert_eq!(sim.effects().by_reference["dead-1"].effects, 1);
+    let (_, timeline, _) = cli(&gateway, &["ops", "show", "dead-1"]).await;
+    assert!(
+        timeline.lines().any(|l| l.contains("operator:cli") && l.contains("dead -> pending")),
+        "{timeline}"
+    );
+    let (_, timeline, _) = cli(&gateway, &["ops", "show", "dead-2"]).await;
+    assert!(timeline.lines().any(|l| l.contains("operator:cli") && l.contains("purged")), "{timeline}");
+    let (depth, _, dead) = database_truth(&gateway).await;
+    let scraped = scrape(&gateway).await;
+    assert_eq!(metric(&scraped, "failwell_dead_letters{integration=\"payments\"}"), dead as f64);
+    assert_eq!(dead, 1, "dead-3 is left");
+    assert_eq!(metric(&scraped, "failwell_outbox_depth{integration=\"payments\"}"), depth as f64);
+
+    // A missing database is an error, never a new empty one.
+    let elsewhere = gateway.dir.path().join("elsewhere.toml");
+    let text = std::fs::read_to_string(&gateway.config).unwrap().replace("failwell.db", "missing.db");
+    std::fs::write(&elsewhere, text).unwrap();
+    let out = Command::new(binary()).args(["status", "--config"]).arg(&elsewhere).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("there is no database at"));
+    assert!(!gateway.dir.path().join("missing.db").exists());
+}
+
+#[tokio::test]
+async fn the_admin_api_takes_only_its_token_and_never_shows_it() {
+    let sim = simulator(|_| {}).await;
+    let sink = Sink::start().await;
+    let gateway = Gateway::start_with(&sim.base_url(), "max_attempts = 1", &tail(&sink)).await;
+    sim.script("dead", vec![Fault::Error503]);
+    assert!(gateway.charge("dead", 1_000).await.status().is_success());
+    assert_eq!(gateway.settled("dead", crate::helpers::SETTLE).await["status"], "failed");
+    let url = |path: &str| format!("{}/admin/v1{path}", gateway.base);
+    let routes = [
+        ("GET", "/status"),
+        ("GET", "/dead-letters"),
+        ("GET", "/dead-letters/message/1"),
+        ("POST", "/dead-letters/message/1/replay"),
+        ("DELETE", "/dead-letters/message/1"),
+        ("POST", "/dead-letters/ack"),
+        ("POST", "/reconcile"),
+        ("GET", "/operations/dead/history"),
+        ("GET", "/reports"),
+        ("GET", "/reports/1"),
+    ];
+    for (method, path) in routes {
+        for auth in [
+            None,
+            Some("Bearer wrong-token"),
+            Some(&*format!("Bearer {TOKEN}x")),
+            Some(&*format!("Basic {TOKEN}")),
+        ] {
+            let mut request = gateway.http.request(method.parse().unwrap(), url(path));
+            if let Some(auth) = auth {
+                request = request.header("authorization", auth);
+            }
+            let r = request.send().await.unwrap();
+            assert_eq!(r.headers()["www-authenticate"], "Bearer", "{method} {path}");
+            let body = crate::helpers::problem(r, 401, "unauthorized").await;
+            assert!(!body.to_string().contains(TOKEN), "{body}");
+        }
+    }
+    // Nothing happened: the dead letter is still there.
+    let listed: Value =
+        gateway.http.get(url("/dead-letters")).bearer_auth(TOKEN).send().await.unwrap().json().await.unwrap();
+    let letters = listed["dead_letters"].as_array().unwrap();
+    assert_eq!(letters.len(), 1, "{listed:#}");
+    let id = letters[0]["id"].as_i64().unwrap();
+    let r = gateway
+        .http
+        .post(url(&format!("/dead-letters/message/{id}/replay")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let again = gateway
+        .http
+        .post(url(&format!("/dead-letters/message/{id}/replay")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    crate::helpers::problem(again, 404, "not-a-dead-letter").await;
+    let bad = gateway.http.get(url("/dead-letters/letter/1")).bearer_auth(TOKEN).send().await.unwrap();
+    crate::helpers::problem(bad, 404, "not-found").await;
+    let bad = gateway
+        .http
+        .post(url("/reconcile"))
+        .bearer_auth(TOKEN)
+        .body("{\"window_ms\": 0}")
+        .send()
+        .await
+        .unwrap();
+    crate::helpers::problem(bad, 400, "invalid-body").await;
+    let bad = gateway
+        .http
+        .post(url("/reconcile"))
+        .bearer_auth(TOKEN)
+        .body("{\"provider\": \"nope\"}")
+        .send()
+        .await
+        .unwrap();
+    crate::helpers::problem(bad, 400, "invalid-request").await;
+    let history: Value = gateway
+        .http
+        .get(url("/operations/dead/history"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let changes: Vec<&str> =
+        history["history"].as_array().unwrap().iter().filter_map(|h| h["change"].as_str()).collect();
+    assert!(changes.contains(&"dead -> pending"), "{history:#}");
+    // Neither the token nor the sink's secret URL shows up in logs or metrics.
+    let scraped = scrape(&gateway).await;
+    for secret in [TOKEN, "secret-path"] {
+        assert!(!gateway.log().contains(secret), "{secret} logged");
+        assert!(!scraped.contains(secret), "{secret} in /metrics");
+    }
+}
