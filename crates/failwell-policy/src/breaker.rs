@@ -268,7 +268,9 @@ impl BreakerState {
         }
     }
 
-    fn code(self) -> u64 {
+    /// The state as the `failwell_breaker_state` gauge reports it: 0
+    /// closed, 1 open, 2 half-open, 3 forced open, 4 forced closed.
+    pub fn code(self) -> u64 {
         match self {
             Self::Closed => 0,
             Self::Open => 1,

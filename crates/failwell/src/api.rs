@@ -435,7 +435,8 @@ async fn prometheus<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<R
 /// `failwell_operations_unknown`, `failwell_dead_letters` and
 /// `failwell_dead_letters_unacknowledged`, each labelled `integration`; and
 /// per provider the latest comparison's `failwell_comparison_discrepancies`
-/// and `failwell_comparison_last_run_timestamp_seconds`.
+/// and `failwell_comparison_last_run_timestamp_seconds`, and each breaker's
+/// `failwell_breaker_state` (also set on every transition).
 async fn record_stats<S: Store>(state: &AppState<S>) -> Result<(), Problem> {
     let stats = crate::ops::stats(&state.store, &state.providers, state.admin.stats_window).await?;
     for i in &stats.integrations {
@@ -450,6 +451,12 @@ async fn record_stats<S: Store>(state: &AppState<S>) -> Result<(), Problem> {
         metrics::gauge!("failwell_operations_unknown", &label()).set(i.unknown as f64);
         metrics::gauge!("failwell_dead_letters", &label()).set(i.dead_letters as f64);
         metrics::gauge!("failwell_dead_letters_unacknowledged", &label()).set(i.dead_letters_unacked as f64);
+    }
+    for (name, client) in state.providers.iter() {
+        if let Some(breaker) = &client.guards().breaker {
+            metrics::gauge!("failwell_breaker_state", "breaker" => name.clone())
+                .set(breaker.state().code() as f64);
+        }
     }
     let mut seen = std::collections::BTreeSet::new();
     for r in state.store.reports(200).await? {

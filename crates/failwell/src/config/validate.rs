@@ -255,6 +255,7 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
             })
         })
         .transpose()?;
+    let compare = compare(c, &key, p.compare, lookup.is_some())?;
     let mut operations = BTreeMap::new();
     for (op_name, o) in p.operations {
         let okey = |k: &str| key(&format!("operations.{op_name}.{k}"));
@@ -345,7 +346,7 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
         id_pointer: c.pointer(&key("id_pointer"), &p.id_pointer)?,
         reconcile_after: c
             .duration(&key("reconcile_after_ms"), p.reconcile_after_ms.unwrap_or(p.timeout_ms))?,
-        compare: compare(c, &key, p.compare, lookup.is_some())?,
+        compare,
         lookup,
         operations,
     })

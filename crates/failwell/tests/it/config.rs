@@ -30,6 +30,7 @@ fn refused(edit: impl FnOnce(String) -> String, env: &[(&str, &str)], needles: &
         let needle = needle.replace("{file}", &path.display().to_string());
         assert!(stderr.contains(&needle), "{needle:?} not in: {stderr}");
     }
+    assert!(!stderr.contains("hunter2"), "a secret was echoed: {stderr}");
     assert!(!dir.path().join("f.db").exists(), "nothing is created for a refused config");
 }
 
@@ -567,4 +568,56 @@ fn check_describes_a_shared_breaker() {
         "{text}"
     );
     assert!(text.contains("paused by a 429/503 with Retry-After"), "{text}");
+}
+
+#[test]
+fn invalid_operator_settings_name_the_key_and_never_echo_secrets() {
+    refused(|t| t + "\n[admin]\ntoken = \"short-hunter2\"\n", &[], &["{file}", "admin.token", "at least 32"]);
+    refused(
+        |t| t,
+        &[("FAILWELL_ADMIN__TOKEN", "hunter2 hunter2 hunter2 hunter2 hunter2")],
+        &["admin.token", "visible ASCII"],
+    );
+    refused(
+        |t| t + "\n[alerts]\nwebhook_url = \"hooks.example/hunter2\"\n",
+        &[],
+        &["alerts.webhook_url", "is not an http:// or https:// URL"],
+    );
+    refused(
+        |t| {
+            t + "\n[alerts]\nwebhook_url = \"http://127.0.0.1:9/x\"\ncheck_interval_ms = 0\noldest_open_age_ms = 1\n"
+        },
+        &[],
+        &["alerts.check_interval_ms", "greater than 0"],
+    );
+    refused(|t| t + "\n[stats]\nwindow_ms = 0\n", &[], &["stats.window_ms", "greater than 0"]);
+    refused(
+        |t| t + "\n[providers.payments.compare]\nschedule = \"nightly\"\n",
+        &[],
+        &["providers.payments.compare.schedule", "daily HH:MM"],
+    );
+    refused(
+        |t| t + "\n[providers.payments.compare]\npage_size = 0\n",
+        &[],
+        &["providers.payments.compare.page_size", "between 1 and 1000"],
+    );
+    refused(
+        |t| t + "\n[providers.payments.compare]\ntime_unit = \"h\"\n",
+        &[],
+        &["providers.payments.compare.time_unit", "\"s\" or \"ms\""],
+    );
+    refused(
+        |t| t + "\n[providers.payments.compare]\nreference_pointer = \"reference\"\n",
+        &[],
+        &["providers.payments.compare.reference_pointer", "JSON pointer"],
+    );
+    refused(
+        |t| {
+            let start = t.find("[providers.payments.lookup]").unwrap();
+            let end = t.find("[providers.payments.operations.charge]").unwrap();
+            format!("{}{}\n[providers.payments.compare]\n", &t[..start], &t[end..])
+        },
+        &[],
+        &["providers.payments.compare", "needs [lookup]"],
+    );
 }

@@ -210,6 +210,28 @@ async fn reconcile_run_resolves_every_unknown_and_reports_the_one_changed_record
         assert_eq!(metric(&scraped, series), value, "{series}");
     }
 
+    // Every series the shipped alert rules and dashboard read is exposed.
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+    let rules = std::fs::read_to_string(deploy.join("prometheus/alerts.yml")).unwrap();
+    let dashboard = std::fs::read_to_string(deploy.join("grafana/failwell.json")).unwrap();
+    let parsed: Value = serde_json::from_str(&dashboard).unwrap();
+    assert!(parsed["panels"].as_array().is_some_and(|p| p.len() >= 7));
+    let mut names: Vec<&str> = Vec::new();
+    for text in [&rules, &dashboard] {
+        for (start, _) in text.match_indices("failwell_") {
+            let name = &text[start..];
+            let end = name.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(name.len());
+            names.push(&name[..end]);
+        }
+    }
+    assert!(names.len() >= 10, "{names:?}");
+    for name in names {
+        assert!(
+            scraped.lines().any(|l| l.starts_with(&format!("{name}{{"))),
+            "{name} is not on /metrics:\n{scraped}"
+        );
+    }
+
     // The history tells the story of a resolved unknown step by step.
     let (code, out, _) = cli(&gateway, &["ops", "show", "lost-charged-1"]).await;
     assert_eq!(code, 0);
