@@ -485,3 +485,134 @@ async fn the_admin_api_takes_only_its_token_and_never_shows_it() {
         assert!(!scraped.contains(secret), "{secret} in /metrics");
     }
 }
+
+/// `chromedriver` (Debian's chromium-driver) on a free port, killed on drop.
+struct ChromeDriver {
+    _child: tokio::process::Child,
+    url: String,
+}
+
+impl ChromeDriver {
+    async fn start() -> ChromeDriver {
+        let port = crate::helpers::free_port();
+        let program = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
+        let child = Command::new(&program)
+            .arg(format!("--port={port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start {program:?} ({e}): the dashboard test needs Debian's chromium and \
+                     chromium-driver (`apt-get install chromium chromium-driver`; .ci/run installs them)"
+                )
+            });
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while reqwest::get(format!("{url}/status")).await.is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        ChromeDriver { _child: child, url }
+    }
+}
+
+#[tokio::test]
+async fn the_dashboard_shows_the_numbers_and_replays_a_dead_letter_in_a_real_browser() {
+    use fantoccini::{ClientBuilder, Locator};
+
+    let sim = simulator(|_| {}).await;
+    let sink = Sink::start().await;
+    let gateway = Gateway::start_with(&sim.base_url(), "max_attempts = 1", &tail(&sink)).await;
+    sim.script("ui-dead", vec![Fault::Error503]);
+    assert!(gateway.charge("ui-dead", 1_000).await.status().is_success());
+    assert_eq!(gateway.settled("ui-dead", crate::helpers::SETTLE).await["status"], "failed");
+
+    let driver = ChromeDriver::start().await;
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000"]}),
+    );
+    let browser = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(&driver.url)
+        .await
+        .expect("a headless Chromium session");
+
+    // Not signed in: the dashboard sends the browser to the sign-in form.
+    browser.goto(&format!("{}/ui", gateway.base)).await.unwrap();
+    assert_eq!(browser.current_url().await.unwrap().path(), "/ui/login");
+    browser.find(Locator::Css("input[name=token]")).await.unwrap().send_keys("not-the-token").await.unwrap();
+    browser.find(Locator::Css("button[type=submit]")).await.unwrap().click().await.unwrap();
+    let refused = browser.wait().for_element(Locator::Css("p.error")).await.unwrap();
+    assert_eq!(refused.text().await.unwrap(), "That is not the admin token.");
+    browser.find(Locator::Css("input[name=token]")).await.unwrap().send_keys(TOKEN).await.unwrap();
+    browser.find(Locator::Css("button[type=submit]")).await.unwrap().click().await.unwrap();
+
+    let card = browser.wait().for_element(Locator::Id("integration-payments")).await.unwrap();
+    let text = card.text().await.unwrap();
+    for expected in ["payments", "breaker", "success rate", "p95 latency", "oldest open", "1 of 1"] {
+        assert!(text.contains(expected), "{expected:?} not on the card: {text}");
+    }
+    let row = browser.find(Locator::Css("#dead-letters tr[id^=dead-message-]")).await.unwrap();
+    assert!(row.text().await.unwrap().contains("ui-dead"));
+    let screenshot = browser.screenshot().await.unwrap();
+    assert!(screenshot.starts_with(b"\x89PNG") && screenshot.len() > 10_000, "{} bytes", screenshot.len());
+    std::fs::write(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("failwell-ui.png"), &screenshot)
+        .unwrap();
+
+    // Replay it: the script is spent, so the provider takes it now.
+    row.find(Locator::Css("button.replay")).await.unwrap().click().await.unwrap();
+    browser.wait().for_element(Locator::Id("no-dead-letters")).await.unwrap();
+    let op = gateway.settled("ui-dead", crate::helpers::SETTLE).await;
+    assert_eq!(op["status"], "succeeded", "{op:#}");
+    assert_eq!(sim.effects().by_reference["ui-dead"].effects, 1);
+    browser.goto(&format!("{}/ui/operations/ui-dead", gateway.base)).await.unwrap();
+    let timeline = browser.find(Locator::Id("timeline")).await.unwrap().text().await.unwrap();
+    assert!(
+        timeline.lines().any(|l| l.contains("operator:ui") && l.contains("dead -> pending")),
+        "{timeline}"
+    );
+    browser.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn failwell_raises_the_oldest_open_entry_alert_once_and_resolves_it() {
+    let sim = simulator(|_| {}).await;
+    let sink = Sink::start().await;
+    let alerts = format!(
+        "[providers.payments.compare]\n\n[alerts]\nwebhook_url = \"{}\"\noldest_open_age_ms = 1000\ncheck_interval_ms = 100\n",
+        sink.url
+    );
+    let gateway = Gateway::start_with(&sim.base_url(), "max_attempts = 1000", &alerts).await;
+    sim.set_down(true);
+    assert!(gateway.charge("stuck", 1_000).await.status().is_success());
+    let firing = |bodies: &[Value], status: &str| {
+        bodies
+            .iter()
+            .filter(|b| b["failwell"]["kind"] == "oldest_open_age" && b["failwell"]["status"] == status)
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while firing(&sink.bodies(), "firing") == 0 {
+        assert!(Instant::now() < deadline, "no alert: {:#?}\n{}", sink.bodies(), gateway.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let raised = sink.bodies().into_iter().find(|b| b["failwell"]["status"] == "firing").unwrap();
+    assert_eq!(raised["failwell"]["integration"], "payments");
+    assert!(raised["failwell"]["oldest_open_age_seconds"].as_f64().unwrap() > 1.0, "{raised:#}");
+    assert!(raised["text"].as_str().unwrap().contains("oldest open entry of payments"), "{raised:#}");
+    // Still old a while later: raised once, not on every check.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(firing(&sink.bodies(), "firing"), 1);
+    sim.set_down(false);
+    assert_eq!(gateway.settled("stuck", crate::helpers::SETTLE).await["status"], "succeeded");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while firing(&sink.bodies(), "resolved") == 0 {
+        assert!(Instant::now() < deadline, "not resolved: {:#?}", sink.bodies());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(firing(&sink.bodies(), "firing"), 1);
+}
