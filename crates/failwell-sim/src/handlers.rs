@@ -207,16 +207,21 @@ async fn list_charges(State(state): State<Arc<SimState>>, RawQuery(query): RawQu
         return response;
     }
     let query = decode_form(query.unwrap_or_default().as_bytes());
-    let number = |name: &str| match query.get(name) {
+    // The first parameter that is not a number, by name.
+    let number = |name: &'static str| match query.get(name) {
         None => Ok(None),
-        Some(v) => v.parse::<u64>().map(Some).map_err(|_| {
-            Reply::invalid("parameter_invalid", name, &format!("{name} must be a non-negative integer"))
-                .into_response()
-        }),
+        Some(v) => v.parse::<u64>().map(Some).map_err(|_| name),
     };
     let (from, to, limit) = match (number("created[gte]"), number("created[lt]"), number("limit")) {
         (Ok(from), Ok(to), Ok(limit)) => (from, to, limit),
-        (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return r,
+        (Err(name), _, _) | (_, Err(name), _) | (_, _, Err(name)) => {
+            return Reply::invalid(
+                "parameter_invalid",
+                name,
+                &format!("{name} must be a non-negative integer"),
+            )
+            .into_response();
+        }
     };
     let limit = match limit {
         None => None,

@@ -210,11 +210,14 @@ pub fn status_table(stats: &Stats) -> String {
     for row in &rows {
         line(row);
     }
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "success rate and p95 over the last {}; dead letters unacknowledged since {}\n",
+        "success rate and p95 over the last {}; dead letters unacknowledged: {}",
         human_ms(stats.window_ms as i64),
-        stats.last_ack_ms.map_or_else(|| "ever (never acknowledged)".into(), rfc3339),
+        stats.last_ack_ms.map_or_else(
+            || "all (`failwell dlq ack` has never run)".into(),
+            |at| format!("since the last `failwell dlq ack` at {}", rfc3339(at))
+        ),
     );
     out
 }
