@@ -192,14 +192,19 @@ async fn get_charge(State(state): State<Arc<SimState>>, Path(id): Path<String>) 
     }
     match state.charge(&id) {
         Some(charge) => Json(charge).into_response(),
-        None => Reply::error(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            "resource_missing",
-            &format!("No such charge: '{id}'"),
-        )
-        .into_response(),
+        None => no_such_charge(&id),
     }
+}
+
+/// Stripe's 404 for a charge id it does not know.
+fn no_such_charge(id: &str) -> Response {
+    Reply::error(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        "resource_missing",
+        &format!("No such charge: '{id}'"),
+    )
+    .into_response()
 }
 
 async fn list_charges(State(state): State<Arc<SimState>>, RawQuery(query): RawQuery) -> Response {
@@ -305,13 +310,7 @@ async fn patch_charge(State(state): State<Arc<SimState>>, Path(id): Path<String>
     };
     match state.tamper(&id, body.amount, status) {
         Some(charge) => Json(charge).into_response(),
-        None => Reply::error(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            "resource_missing",
-            &format!("No such charge: '{id}'"),
-        )
-        .into_response(),
+        None => no_such_charge(&id),
     }
 }
 

@@ -144,7 +144,8 @@ impl From<OpsError> for Problem {
     }
 }
 
-fn kind(s: &str) -> Result<DeadLetterKind, Problem> {
+/// The dead-letter kind a path names; 404 `not-found` for another word.
+pub(crate) fn kind(s: &str) -> Result<DeadLetterKind, Problem> {
     DeadLetterKind::parse(s).ok_or_else(|| {
         Problem::new(
             StatusCode::NOT_FOUND,

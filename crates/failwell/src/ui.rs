@@ -258,16 +258,11 @@ async fn operation<S: Store>(
         .into_response())
 }
 
-fn kind(s: &str) -> Result<DeadLetterKind, Problem> {
-    DeadLetterKind::parse(s)
-        .ok_or_else(|| Problem::new(StatusCode::NOT_FOUND, "not-found", "No such dead-letter kind."))
-}
-
 async fn replay<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     Path((k, id)): Path<(String, i64)>,
 ) -> Result<Response, Problem> {
-    let dead_kind = kind(&k)?;
+    let dead_kind = crate::admin::kind(&k)?;
     if state.store.replay(dead_kind, id, Channel::Ui, failwell_engine::now_ms()).await? {
         crate::admin::wake(&state, dead_kind);
         tracing::info!(kind = k, id, by = Channel::Ui.actor(), "dead letter replayed");
@@ -279,7 +274,7 @@ async fn purge<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     Path((k, id)): Path<(String, i64)>,
 ) -> Result<Response, Problem> {
-    if state.store.purge(kind(&k)?, id, Channel::Ui, failwell_engine::now_ms()).await? {
+    if state.store.purge(crate::admin::kind(&k)?, id, Channel::Ui, failwell_engine::now_ms()).await? {
         tracing::info!(kind = k, id, by = Channel::Ui.actor(), "dead letter purged");
     }
     Ok(Redirect::to("/ui").into_response())

@@ -99,10 +99,7 @@ impl SqliteStore {
         now_ms: i64,
     ) -> Result<bool, StoreError> {
         let mut tx = self.begin().await?;
-        let table = match kind {
-            DeadLetterKind::Message => "outbox",
-            DeadLetterKind::Forward => "forwards",
-        };
+        let table = table(kind);
         let moved = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {table} SET state = 'pending', attempts = 0, previous_delay_ms = 0, available_at_ms = ?2, \
              locked_until_ms = NULL, lease_token = NULL, dead_at_ms = NULL, changed_by = ?3, updated_at_ms = ?2 \
@@ -142,10 +139,7 @@ impl SqliteStore {
         channel: Channel,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
-        let table = match kind {
-            DeadLetterKind::Message => "outbox",
-            DeadLetterKind::Forward => "forwards",
-        };
+        let table = table(kind);
         let mut tx = self.begin().await?;
         // Who purged and when go into the row first, so the delete trigger
         // writes them into the history.
@@ -433,6 +427,14 @@ impl SqliteStore {
         .await
         .context("recording a report's alert")?;
         Ok(())
+    }
+}
+
+/// The table a dead letter of `kind` lives in.
+fn table(kind: DeadLetterKind) -> &'static str {
+    match kind {
+        DeadLetterKind::Message => "outbox",
+        DeadLetterKind::Forward => "forwards",
     }
 }
 
