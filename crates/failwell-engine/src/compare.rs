@@ -352,7 +352,9 @@ fn our_record(op: &Operation, compare: &CompareSpec) -> Option<OurRecord> {
         status: match op.status {
             OperationStatus::Succeeded => OurStatus::Succeeded,
             OperationStatus::Failed => OurStatus::Failed,
-            OperationStatus::Pending | OperationStatus::Unknown => OurStatus::Open,
+            OperationStatus::Pending | OperationStatus::Unknown | OperationStatus::NeedsHuman => {
+                OurStatus::Open
+            }
         },
         amount: compare
             .payload_amount_pointer

@@ -6,6 +6,8 @@
 //! provider still honours it, else under the next key group), or
 //! dead-lettered when attempts or the deadline are spent. Lookup failed →
 //! asked again later with backoff; the operation stays visibly `unknown`.
+//! Nothing can find out (no lookup, no reference, or `reconcile = "none"`)
+//! → `needs_human`: never retried, left to a person.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,28 +116,21 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
         return later(format!("unknown provider {:?}", op.provider), Duration::from_secs(60), None);
     };
     let declared = client.spec().operations.get(&op.operation).map(|o| o.manifest.reconcile);
-    // Declared never to be looked up: nothing is asked or recorded; the
-    // operation stays visibly unknown (checked again hourly, in case the
-    // configuration changes).
+    // Nothing can find the outcome out: a person decides, and nothing is
+    // retried (a retry could act twice).
+    let to_human = |reason: &str| Reconciled {
+        operation_id: op.id,
+        attempt: None,
+        resolution: Resolution::NeedsHuman { reason: format!("needs a human: {reason}") },
+    };
     if declared == Some(Reconcile::None) {
-        let error = "the operation declares disagreement.reconcile = \"none\": not looked up; needs a human";
-        return Reconciled {
-            operation_id: op.id,
-            attempt: None,
-            resolution: Resolution::Later { retry_at_ms: now + 3_600_000, error: error.into() },
-        };
+        return to_human("the operation declares disagreement.reconcile = \"none\"; it is not looked up");
     }
     let Some(reference) = op.reference.as_deref() else {
-        return later("no reference to look up; needs a human".into(), Duration::from_secs(3600), None);
+        return to_human("it has no reference to look it up by");
     };
     let result = match client.lookup(reference).await {
-        None => {
-            return later(
-                "provider has no status lookup; needs a human".into(),
-                Duration::from_secs(3600),
-                None,
-            );
-        }
+        None => return to_human("the provider has no status lookup"),
         // Not looked up (open breaker, full bulkhead): nothing reached the
         // provider, so nothing is recorded or counted; look again when the
         // breaker lets a probe out, spread so the lookups do not all come
@@ -172,9 +167,10 @@ async fn reconcile_one(providers: &Providers, op: Operation) -> Reconciled {
     };
     let outcome = match &resolution {
         Resolution::Found { outcome, .. } => *outcome,
-        Resolution::Confirm { .. } | Resolution::Later { .. } | Resolution::Postpone { .. } => {
-            Outcome::Unknown
-        }
+        Resolution::Confirm { .. }
+        | Resolution::Later { .. }
+        | Resolution::Postpone { .. }
+        | Resolution::NeedsHuman { .. } => Outcome::Unknown,
         Resolution::Requeue { .. } | Resolution::DeadLetter { .. } => Outcome::Failed,
     };
     Reconciled {

@@ -18,6 +18,11 @@ pub enum OperationStatus {
     Failed,
     /// The provider may have acted; reconciliation will find out.
     Unknown,
+    /// The outcome cannot be found out by failwell (the provider has no
+    /// lookup, the operation no reference, or its manifest declares
+    /// `disagreement.reconcile = "none"`), and it is never retried: a
+    /// person decides. A webhook event that settles it still applies.
+    NeedsHuman,
 }
 
 impl OperationStatus {
@@ -28,6 +33,7 @@ impl OperationStatus {
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
             Self::Unknown => "unknown",
+            Self::NeedsHuman => "needs_human",
         }
     }
 
@@ -42,6 +48,7 @@ impl OperationStatus {
             "succeeded" => Self::Succeeded,
             "failed" => Self::Failed,
             "unknown" => Self::Unknown,
+            "needs_human" => Self::NeedsHuman,
             _ => return None,
         })
     }
@@ -322,6 +329,12 @@ pub enum Resolution {
         /// Next lookup, ms since epoch.
         retry_at_ms: i64,
     },
+    /// Nothing can find the outcome out (no lookup, no reference, or the
+    /// manifest says `reconcile = "none"`): `needs_human`, never retried.
+    NeedsHuman {
+        /// Why.
+        reason: String,
+    },
     /// The lookup itself failed: stay unknown and look again later.
     Later {
         /// Next lookup, ms since epoch.
@@ -353,6 +366,8 @@ pub struct Counts {
     pub failed: u64,
     /// Operations with unknown outcome.
     pub unknown: u64,
+    /// Operations waiting for a person (`needs_human`).
+    pub needs_human: u64,
     /// Outbox messages dead-lettered.
     pub dead_letters: u64,
     /// Provider calls made (history rows of kind `call`).

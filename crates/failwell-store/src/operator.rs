@@ -135,6 +135,8 @@ pub struct IntegrationStats {
     pub oldest_open_age_ms: Option<i64>,
     /// Operations whose outcome is unknown.
     pub unknown: u64,
+    /// Operations waiting for a person (`needs_human`).
+    pub needs_human: u64,
     /// Dead letters now.
     pub dead_letters: u64,
     /// Dead letters given up after the last acknowledgement.

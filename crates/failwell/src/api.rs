@@ -432,7 +432,8 @@ async fn prometheus<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<R
 /// `failwell_integration_latency_p95_seconds` over `[stats] window_ms`
 /// (NaN without calls), `failwell_outbox_depth`,
 /// `failwell_outbox_oldest_age_seconds` (0 when nothing is open),
-/// `failwell_operations_unknown`, `failwell_dead_letters` and
+/// `failwell_operations_unknown`, `failwell_operations_needs_human`,
+/// `failwell_dead_letters` and
 /// `failwell_dead_letters_unacknowledged`, each labelled `integration`; and
 /// per provider the latest comparison's `failwell_comparison_discrepancies`
 /// and `failwell_comparison_last_run_timestamp_seconds`, and each breaker's
@@ -449,6 +450,7 @@ async fn record_stats<S: Store>(state: &AppState<S>) -> Result<(), Problem> {
         metrics::gauge!("failwell_outbox_oldest_age_seconds", &label())
             .set(i.oldest_open_age_ms.map_or(0.0, |ms| ms as f64 / 1e3));
         metrics::gauge!("failwell_operations_unknown", &label()).set(i.unknown as f64);
+        metrics::gauge!("failwell_operations_needs_human", &label()).set(i.needs_human as f64);
         metrics::gauge!("failwell_dead_letters", &label()).set(i.dead_letters as f64);
         metrics::gauge!("failwell_dead_letters_unacknowledged", &label()).set(i.dead_letters_unacked as f64);
     }

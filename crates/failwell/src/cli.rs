@@ -193,8 +193,10 @@ pub async fn reconcile(common: Common, args: ReconcileArgs) -> anyhow::Result<Ex
     )
     .await?;
     print(common.json, &run, || {
-        let mut text =
-            format!("looked up {} unknown operations; {} still unknown\n", run.looked_up, run.still_unknown);
+        let mut text = format!(
+            "looked up {} unknown operations; {} still unknown, {} waiting for a human\n",
+            run.looked_up, run.still_unknown, run.needs_human
+        );
         for c in &run.comparisons {
             text.push_str(&format!("report {}: {}", c.report_id, c.text));
         }

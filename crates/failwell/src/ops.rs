@@ -45,6 +45,8 @@ pub struct ReconcileRun {
     pub looked_up: usize,
     /// Unknown operations left after the lookups.
     pub still_unknown: u64,
+    /// Operations waiting for a person (`needs_human`), in all.
+    pub needs_human: u64,
     /// The comparisons made: provider, report id, discrepancies.
     pub comparisons: Vec<ComparisonRun>,
 }
@@ -136,8 +138,13 @@ pub async fn reconcile_run<S: Store>(
             text: compared.report.text,
         });
     }
-    let still_unknown = store.counts().await?.unknown;
-    Ok(ReconcileRun { looked_up, still_unknown, comparisons })
+    let counts = store.counts().await?;
+    Ok(ReconcileRun {
+        looked_up,
+        still_unknown: counts.unknown,
+        needs_human: counts.needs_human,
+        comparisons,
+    })
 }
 
 /// An operation and its history, by idempotency key.
@@ -167,9 +174,19 @@ pub fn ratio(stats: &IntegrationStats) -> String {
 
 /// `failwell status` as a table: one row per integration.
 pub fn status_table(stats: &Stats) -> String {
-    let header =
-        ["INTEGRATION", "SUCCESS", "P95", "CALLS", "OPEN", "OLDEST OPEN", "UNKNOWN", "DEAD", "DEAD UNACKED"];
-    let rows: Vec<[String; 9]> = stats
+    let header = [
+        "INTEGRATION",
+        "SUCCESS",
+        "P95",
+        "CALLS",
+        "OPEN",
+        "OLDEST OPEN",
+        "UNKNOWN",
+        "HUMAN",
+        "DEAD",
+        "DEAD UNACKED",
+    ];
+    let rows: Vec<[String; 10]> = stats
         .integrations
         .iter()
         .map(|i| {
@@ -181,6 +198,7 @@ pub fn status_table(stats: &Stats) -> String {
                 i.depth.to_string(),
                 i.oldest_open_age_ms.map_or_else(|| "-".into(), human_ms),
                 i.unknown.to_string(),
+                i.needs_human.to_string(),
                 i.dead_letters.to_string(),
                 i.dead_letters_unacked.to_string(),
             ]

@@ -166,6 +166,7 @@ async fn dashboard<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Re
                         dt { "open entries" } dd { (i.depth) }
                         dt { "oldest open" } dd { (i.oldest_open_age_ms.map_or_else(|| "-".into(), ops::human_ms)) }
                         dt { "unknown" } dd class=[(i.unknown > 0).then_some("warn")] { (i.unknown) }
+                        dt { "needs a human" } dd class=[(i.needs_human > 0).then_some("warn")] { (i.needs_human) }
                         dt { "dead letters since last look" } dd class=[(i.dead_letters_unacked > 0).then_some("warn")] {
                             (i.dead_letters_unacked) " of " (i.dead_letters)
                         }

@@ -1,17 +1,73 @@
--- What operators need: who changed what and when (the history), dead
--- letters acknowledged, and the reports of the scheduled comparisons with
--- the provider.
+-- no-transaction
+-- What operators need: who changed what and when (the history), the
+-- `needs_human` status, dead letters acknowledged, and the reports of the
+-- scheduled comparisons with the provider.
+--
+-- Adding a status changes the operations table's CHECK constraint, which
+-- SQLite cannot alter: the table is rebuilt as SQLite's documentation
+-- prescribes (foreign keys off, new table, copy, drop, rename, indexes and
+-- triggers again, foreign keys checked), all in one transaction.
+PRAGMA foreign_keys = OFF;
+BEGIN IMMEDIATE;
 
--- The component that made a row's latest change: 'api', 'app', 'relay',
--- 'reconciler', 'webhook', 'forwarder' or 'operator:<channel>'. Every
--- statement that changes a state sets it; the triggers below copy it into
--- the history, so no code path can change a state without a history row.
-ALTER TABLE operations ADD COLUMN changed_by TEXT NOT NULL DEFAULT 'api';
+CREATE TABLE operations_rebuilt (
+    id                    INTEGER PRIMARY KEY,
+    idempotency_key       TEXT    NOT NULL UNIQUE,
+    provider              TEXT    NOT NULL,
+    operation             TEXT    NOT NULL,
+    reference             TEXT,
+    payload               TEXT    NOT NULL,
+    request_hash          TEXT    NOT NULL,
+    -- needs_human: failwell cannot find the outcome out (no lookup, no
+    -- reference, or reconciliation declared `none`) and will not retry.
+    status                TEXT    NOT NULL DEFAULT 'pending'
+                          CHECK (status IN ('pending', 'succeeded', 'failed', 'unknown', 'needs_human')),
+    key_group             INTEGER NOT NULL DEFAULT 0,
+    provider_key          TEXT    NOT NULL,
+    key_first_sent_at_ms  INTEGER,
+    attempts              INTEGER NOT NULL DEFAULT 0,
+    provider_ref          TEXT,
+    response              TEXT,
+    last_error            TEXT,
+    effect_possible       INTEGER NOT NULL DEFAULT 0,
+    lookup_misses         INTEGER NOT NULL DEFAULT 0,
+    reconcile_attempts    INTEGER NOT NULL DEFAULT 0,
+    next_reconcile_at_ms  INTEGER,
+    created_at_ms         INTEGER NOT NULL,
+    updated_at_ms         INTEGER NOT NULL,
+    event_version         INTEGER,
+    -- The component that made the row's latest change: 'api', 'app',
+    -- 'relay', 'reconciler', 'webhook' or 'operator:<channel>'. Every
+    -- statement that changes a state sets it; the triggers below copy it
+    -- into the history, so no code path changes a state without a history
+    -- row.
+    changed_by            TEXT    NOT NULL DEFAULT 'api',
+    -- An operator's replay of a dead letter starts its delivery again: the
+    -- deadline and attempts count from then (NULL: from created_at_ms).
+    replayed_at_ms        INTEGER
+);
+INSERT INTO operations_rebuilt (id, idempotency_key, provider, operation, reference, payload, request_hash,
+    status, key_group, provider_key, key_first_sent_at_ms, attempts, provider_ref, response, last_error,
+    effect_possible, lookup_misses, reconcile_attempts, next_reconcile_at_ms, created_at_ms, updated_at_ms,
+    event_version)
+SELECT id, idempotency_key, provider, operation, reference, payload, request_hash,
+    status, key_group, provider_key, key_first_sent_at_ms, attempts, provider_ref, response, last_error,
+    effect_possible, lookup_misses, reconcile_attempts, next_reconcile_at_ms, created_at_ms, updated_at_ms,
+    event_version
+FROM operations;
+DROP TABLE operations;
+ALTER TABLE operations_rebuilt RENAME TO operations;
+CREATE UNIQUE INDEX operations_reference ON operations (provider, reference) WHERE reference IS NOT NULL;
+CREATE INDEX operations_unknown ON operations (next_reconcile_at_ms) WHERE status = 'unknown';
+CREATE INDEX operations_status ON operations (status);
+CREATE TRIGGER operations_outbox AFTER INSERT ON operations
+BEGIN
+    INSERT INTO outbox (operation_id, available_at_ms, created_at_ms, updated_at_ms)
+    VALUES (NEW.id, NEW.created_at_ms, NEW.created_at_ms, NEW.created_at_ms);
+END;
+
 ALTER TABLE outbox ADD COLUMN changed_by TEXT NOT NULL DEFAULT 'api';
 ALTER TABLE forwards ADD COLUMN changed_by TEXT NOT NULL DEFAULT 'webhook';
--- An operator's replay of a dead letter starts its delivery again: the
--- deadline and attempts count from then (NULL: from created_at_ms).
-ALTER TABLE operations ADD COLUMN replayed_at_ms INTEGER;
 
 -- Append-only history of state changes of operations, their outbox
 -- messages and webhook forwards. `change` is `created`, `<from> -> <to>`
@@ -119,3 +175,6 @@ CREATE TABLE discrepancies (
 );
 CREATE INDEX discrepancies_report ON discrepancies (report_id);
 CREATE INDEX discrepancies_operation ON discrepancies (operation_id) WHERE operation_id IS NOT NULL;
+
+COMMIT;
+PRAGMA foreign_keys = ON;

@@ -385,7 +385,10 @@ async fn apply_reports(
         let before = match row.status {
             OperationStatus::Succeeded => Some(Outcome::Succeeded),
             OperationStatus::Failed if !row.dead => Some(Outcome::Failed),
-            OperationStatus::Failed | OperationStatus::Pending | OperationStatus::Unknown => None,
+            OperationStatus::Failed
+            | OperationStatus::Pending
+            | OperationStatus::Unknown
+            | OperationStatus::NeedsHuman => None,
         };
         let effect =
             apply_event(Ledger { settled: before, version: row.version }, report.reported, report.version);

@@ -236,13 +236,19 @@ impl SqliteStore {
             }
         }
         let unknown = sqlx::query(
-            "SELECT provider AS name, COUNT(*) AS n FROM operations WHERE status = 'unknown' GROUP BY provider",
+            "SELECT provider AS name, status, COUNT(*) AS n FROM operations \
+             WHERE status IN ('unknown', 'needs_human') GROUP BY provider, status",
         )
         .fetch_all(&mut *conn)
         .await
         .context("counting unknown operations")?;
         for row in &unknown {
-            slot(&mut by_name, row.get("name")).0.unknown = row.get::<i64, _>("n") as u64;
+            let n = row.get::<i64, _>("n") as u64;
+            let stats = &mut slot(&mut by_name, row.get("name")).0;
+            match row.get::<&str, _>("status") {
+                "unknown" => stats.unknown = n,
+                _ => stats.needs_human = n,
+            }
         }
         let integrations = by_name
             .into_values()
@@ -448,6 +454,7 @@ fn empty_stats(name: &str) -> IntegrationStats {
         depth: 0,
         oldest_open_age_ms: None,
         unknown: 0,
+        needs_human: 0,
         dead_letters: 0,
         dead_letters_unacked: 0,
     }

@@ -247,6 +247,18 @@ impl Store for SqliteStore {
                     .await
                     .context("postponing a reconciliation")?;
             }
+            Resolution::NeedsHuman { reason } => {
+                sqlx::query(
+                    "UPDATE operations SET status = 'needs_human', next_reconcile_at_ms = NULL, last_error = ?2, \
+                     changed_by = 'reconciler', updated_at_ms = ?3 WHERE id = ?1",
+                )
+                .bind(r.operation_id)
+                .bind(reason)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .context("handing an operation to a human")?;
+            }
             Resolution::Later { retry_at_ms, error } => {
                 sqlx::query(
                     "UPDATE operations SET next_reconcile_at_ms = ?2, reconcile_attempts = reconcile_attempts + 1, \
@@ -309,6 +321,7 @@ impl Store for SqliteStore {
                (SELECT COUNT(*) FROM operations WHERE status = 'succeeded') AS succeeded, \
                (SELECT COUNT(*) FROM operations WHERE status = 'failed') AS failed, \
                (SELECT COUNT(*) FROM operations WHERE status = 'unknown') AS unknown, \
+               (SELECT COUNT(*) FROM operations WHERE status = 'needs_human') AS needs_human, \
                (SELECT COUNT(*) FROM outbox WHERE state = 'dead') AS dead_letters, \
                (SELECT COUNT(*) FROM attempts WHERE kind = 'call') AS attempts, \
                (SELECT COUNT(*) FROM inbox_events) AS inbox_events, \
@@ -325,6 +338,7 @@ impl Store for SqliteStore {
             succeeded: n("succeeded"),
             failed: n("failed"),
             unknown: n("unknown"),
+            needs_human: n("needs_human"),
             dead_letters: n("dead_letters"),
             attempts: n("attempts"),
             inbox_events: n("inbox_events"),

@@ -335,7 +335,9 @@ fn failwell_figures(
             OperationStatus::Failed if charged > 0 => f.lost += 1,
             OperationStatus::Failed if op.dead_letter => f.dead_letters += 1,
             OperationStatus::Failed => f.declined += 1,
-            OperationStatus::Pending | OperationStatus::Unknown => f.unknown_remaining += 1,
+            OperationStatus::Pending | OperationStatus::Unknown | OperationStatus::NeedsHuman => {
+                f.unknown_remaining += 1
+            }
         }
     }
     f.p95_ms = p95(operations

@@ -171,7 +171,7 @@ async fn degrade_serves_a_stale_answer_marked_stale_then_rejects_past_its_age() 
 }
 
 #[tokio::test]
-async fn reconcile_none_leaves_an_unknown_outcome_to_a_human() {
+async fn reconcile_none_hands_an_unknown_outcome_to_a_human() {
     let sim = simulator(|_| {}).await;
     let tail = "duplicate_severity = \"message\"\ndisagreement = { reconcile = \"none\" }\n";
     let gw = Gateway::start_with(&sim.base_url(), "max_attempts = 1", tail).await;
@@ -186,7 +186,12 @@ async fn reconcile_none_leaves_an_unknown_outcome_to_a_human() {
         assert!(Instant::now() < deadline, "{op:#}");
         tokio::time::sleep(Duration::from_millis(25)).await;
     };
-    assert_eq!(op["status"], "unknown");
+    assert_eq!(op["status"], "needs_human", "{op:#}");
     let lookups = op["history"].as_array().unwrap().iter().filter(|a| a["kind"] == "lookup").count();
     assert_eq!(lookups, 0, "never looked up: {op:#}");
+    // Never retried either: one call, however long it stays there.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let op = gw.operation("n1").await;
+    assert_eq!((op["status"].as_str(), op["attempts"].as_u64()), (Some("needs_human"), Some(1)), "{op:#}");
+    assert_eq!(sim.effects().by_reference["n1"].effects, 1);
 }

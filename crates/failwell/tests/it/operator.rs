@@ -312,9 +312,13 @@ async fn status_and_metrics_agree_with_the_database_and_dead_letters_can_be_work
     assert_eq!(code, 0);
     let row = table.lines().find(|l| l.starts_with("payments")).unwrap();
     let cells: Vec<&str> = row.split_whitespace().collect();
-    // … OPEN, OLDEST OPEN (a number and its unit), UNKNOWN, DEAD, DEAD UNACKED.
+    // … OPEN, OLDEST OPEN (a number and its unit), UNKNOWN, HUMAN, DEAD, DEAD UNACKED.
     let n = cells.len();
-    assert_eq!([cells[n - 6], cells[n - 3], cells[n - 2], cells[n - 1]], ["4", "0", "3", "3"], "{table}");
+    assert_eq!(
+        [cells[n - 7], cells[n - 4], cells[n - 3], cells[n - 2], cells[n - 1]],
+        ["4", "0", "0", "3", "3"],
+        "{table}"
+    );
 
     let before = failwell_engine::now_ms();
     let scraped = scrape(&gateway).await;
