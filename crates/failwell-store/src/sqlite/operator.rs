@@ -188,11 +188,14 @@ impl SqliteStore {
         let mut by_name: BTreeMap<String, (IntegrationStats, Option<Histogram<u64>>)> =
             known.iter().map(|name| (name.clone(), (empty_stats(name), None))).collect();
         let since = now_ms.saturating_sub(i64::try_from(window_ms).unwrap_or(i64::MAX));
+        // One row per (provider, duration): a few thousand rows however
+        // many calls the window holds.
         let calls = sqlx::query(
-            "SELECT o.provider AS name, a.duration_ms, \
-             (a.outcome = 'succeeded' OR a.classification IS 'permanent') AS answered \
+            "SELECT o.provider AS name, a.duration_ms, COUNT(*) AS calls, \
+             SUM(a.outcome = 'succeeded' OR a.classification IS 'permanent') AS answered \
              FROM attempts a JOIN operations o ON o.id = a.operation_id \
-             WHERE a.kind = 'call' AND a.started_at_ms >= ?1 AND a.started_at_ms <= ?2",
+             WHERE a.kind = 'call' AND a.started_at_ms >= ?1 AND a.started_at_ms <= ?2 \
+             GROUP BY o.provider, a.duration_ms",
         )
         .bind(since)
         .bind(now_ms)
@@ -201,12 +204,13 @@ impl SqliteStore {
         .context("reading recent calls")?;
         for row in &calls {
             let (stats, histogram) = slot(&mut by_name, row.get("name"));
-            stats.calls += 1;
-            stats.answered += u64::from(row.get::<bool, _>("answered"));
+            let calls = row.get::<i64, _>("calls") as u64;
+            stats.calls += calls;
+            stats.answered += row.get::<i64, _>("answered") as u64;
             let histogram = histogram.get_or_insert_with(|| {
                 Histogram::new(3).expect("3 significant digits is a valid HDR histogram precision")
             });
-            histogram.saturating_record(row.get::<i64, _>("duration_ms").max(0) as u64);
+            histogram.saturating_record_n(row.get::<i64, _>("duration_ms").max(0) as u64, calls);
         }
         let open = sqlx::query(
             "SELECT o.provider AS name, COUNT(*) AS depth, MIN(x.created_at_ms) AS oldest, 0 AS dead, 0 AS unacked \
