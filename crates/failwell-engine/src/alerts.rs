@@ -48,7 +48,7 @@ impl AlertSink {
             match self.http.post(self.url.clone()).json(&body).send().await {
                 Ok(r) if r.status().is_success() => return Ok(()),
                 Ok(r) => last = format!("the alert sink answered HTTP {}", r.status().as_u16()),
-                Err(e) => last = format!("the alert sink could not be reached: {}", e.without_url()),
+                Err(e) => last = format!("the alert sink could not be reached: {}", chain(&e.without_url())),
             }
             if attempt < SEND_ATTEMPTS {
                 tokio::time::sleep(wait).await;
@@ -57,6 +57,19 @@ impl AlertSink {
         }
         Err(last)
     }
+}
+
+/// An error with its causes, `outer: inner: …` (reqwest's own message
+/// names no cause, e.g. a timeout).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// Compares `provider` over `[from_ms, to_ms)` ([`compare`]) and, when
@@ -135,7 +148,9 @@ pub async fn run_schedule<S: Store>(
 
 /// The oldest-open-entry alert: raised once when an integration's oldest
 /// open entry (outbox message or forward) grows older than `threshold`,
-/// and resolved once when it is younger again.
+/// and resolved once when it is younger again (or has gone). Which alerts
+/// fire is kept in the store, so a restarted process resolves an alert an
+/// earlier one raised.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AgeAlert {
     /// The age that raises the alert.
@@ -153,7 +168,18 @@ pub async fn watch_age<S: Store>(
     sink: AlertSink,
     shutdown: CancellationToken,
 ) {
-    let mut firing: BTreeSet<String> = BTreeSet::new();
+    const KIND: &str = "oldest_open_age";
+    // Raised by an earlier process and not resolved: still firing.
+    let mut firing: BTreeSet<String> = loop {
+        match store.firing_alerts(KIND).await {
+            Ok(subjects) => break subjects.into_iter().collect(),
+            Err(e) => tracing::error!(error = %e, "cannot read the firing alerts"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(rule.interval) => {}
+        }
+    };
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -204,6 +230,9 @@ pub async fn watch_age<S: Store>(
             match sink.send(&text, details).await {
                 Ok(()) => {
                     tracing::warn!(integration = %i.integration, status, "oldest open entry alert sent");
+                    if let Err(e) = store.set_alert(KIND, &i.integration, old, crate::now_ms()).await {
+                        tracing::error!(error = %e, "cannot record the alert");
+                    }
                     if old {
                         firing.insert(i.integration.clone());
                     } else {

@@ -365,9 +365,12 @@ fn our_record(op: &Operation, compare: &CompareSpec) -> Option<OurRecord> {
     })
 }
 
-/// RFC 3339 in UTC, to the millisecond.
+/// The last moment RFC 3339 can write: 9999-12-31T23:59:59.999Z.
+const LAST_RFC3339_MS: i64 = 253_402_300_799_999;
+
+/// RFC 3339 in UTC, to the millisecond (clamped to years 1970–9999).
 pub fn rfc3339(ms: i64) -> String {
-    let at = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    let at = UNIX_EPOCH + Duration::from_millis(ms.clamp(0, LAST_RFC3339_MS) as u64);
     humantime::format_rfc3339_millis(at).to_string()
 }
 

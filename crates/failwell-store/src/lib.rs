@@ -257,6 +257,20 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// One comparison report.
     fn report(&self, id: i64) -> impl Future<Output = Result<Option<Report>, StoreError>> + Send;
 
+    /// The subjects (integrations) of the alerts of `kind` raised and not
+    /// yet resolved.
+    fn firing_alerts(&self, kind: &str) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+
+    /// Records that the alert `(kind, subject)` was raised (`firing`) or
+    /// resolved.
+    fn set_alert(
+        &self,
+        kind: &str,
+        subject: &str,
+        firing: bool,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// Records the alert sink's answer for a report: `Ok(when it took it)`
     /// or `Err(why not)`.
     fn report_alerted(

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::json;
 use sha2::Sha256;
 
-use crate::api::{AppState, Problem};
+use crate::api::{ApiPath, AppState, Problem};
 use crate::ops::{self, OpsError};
 
 /// The shortest token accepted, in characters.
@@ -112,7 +112,9 @@ async fn authenticate<S: Store>(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+        .and_then(|v| v.trim().split_once(' '))
+        // The scheme name is case-insensitive (RFC 9110 §11.1).
+        .and_then(|(scheme, token)| scheme.eq_ignore_ascii_case("bearer").then_some(token));
     match presented {
         Some(p) if token.matches(p.trim()) => next.run(request).await,
         Some(_) => unauthorized("The bearer token is wrong."),
@@ -186,7 +188,7 @@ async fn list<S: Store>(
 
 async fn show<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    Path((k, id)): Path<(String, i64)>,
+    ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
     match state.store.dead_letter(kind(&k)?, id).await? {
         Some(letter) => Ok(Json(letter).into_response()),
@@ -200,7 +202,7 @@ fn not_dead(kind: &str, id: i64) -> Problem {
 
 async fn replay<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    Path((k, id)): Path<(String, i64)>,
+    ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
     let dead_kind = kind(&k)?;
     if !state.store.replay(dead_kind, id, Channel::Api, failwell_engine::now_ms()).await? {
@@ -221,7 +223,7 @@ pub(crate) fn wake<S>(state: &AppState<S>, kind: DeadLetterKind) {
 
 async fn purge<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    Path((k, id)): Path<(String, i64)>,
+    ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
     if !state.store.purge(kind(&k)?, id, Channel::Api, failwell_engine::now_ms()).await? {
         return Err(not_dead(&k, id));
@@ -262,17 +264,7 @@ async fn reconcile<S: Store>(
             )
         })?
     };
-    let window = match body.window_ms {
-        None => DEFAULT_WINDOW,
-        Some(ms @ 1..=31_622_400_000) => Duration::from_millis(ms),
-        Some(_) => {
-            return Err(Problem::new(
-                StatusCode::BAD_REQUEST,
-                "invalid-body",
-                "window_ms must be between 1 ms and 366 days.",
-            ));
-        }
-    };
+    let window = body.window_ms.map_or(DEFAULT_WINDOW, Duration::from_millis);
     let run = ops::reconcile_run(
         &state.store,
         &state.providers,
@@ -288,7 +280,7 @@ async fn reconcile<S: Store>(
 
 async fn history<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    Path(key): Path<String>,
+    ApiPath(key): ApiPath<String>,
 ) -> Result<Response, Problem> {
     match ops::timeline(&state.store, &key).await? {
         Some((operation, history)) => {
@@ -321,7 +313,7 @@ async fn reports<S: Store>(
 
 async fn report<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    Path(id): Path<i64>,
+    ApiPath(id): ApiPath<i64>,
 ) -> Result<Response, Problem> {
     match state.store.report(id).await? {
         Some(report) => Ok(Json(report).into_response()),

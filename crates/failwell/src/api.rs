@@ -226,6 +226,23 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for ApiJson<
     }
 }
 
+/// Path parameters whose rejections (e.g. `abc` for an id) are problem
+/// details (`invalid-path`, 400).
+pub(crate) struct ApiPath<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> axum::extract::FromRequestParts<S>
+    for ApiPath<T>
+{
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Problem> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(v)) => Ok(Self(v)),
+            Err(e) => Err(Problem::new(StatusCode::BAD_REQUEST, "invalid-path", e.body_text())),
+        }
+    }
+}
+
 /// The body of `POST /v1/operations`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

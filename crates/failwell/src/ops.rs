@@ -18,6 +18,9 @@ use serde::Serialize;
 /// Unknown operations looked up by one `reconcile run`, at most.
 pub const RECONCILE_LOOKUPS: u32 = 100_000;
 
+/// The longest comparison window: 366 days.
+pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 86_400);
+
 /// Lookups of one `reconcile run` in flight at once.
 pub const LOOKUPS_AT_ONCE: u32 = 64;
 
@@ -83,8 +86,9 @@ pub async fn stats<S: Store>(
 /// provider's `reconcile_after`, those it did not find: at most
 /// [`CONFIRM_WAIT`] later), then compares each provider that
 /// has `[compare]` (or only `provider`) over the last `window`, sending
-/// reports with discrepancies to `sink`. Errors: `provider` is not
-/// configured or cannot be compared; a comparison or the store failed.
+/// reports with discrepancies to `sink`. Errors: `window` is not between
+/// 1 ms and [`MAX_WINDOW`], `provider` is not configured or cannot be
+/// compared (nothing is done then); a comparison or the store failed.
 pub async fn reconcile_run<S: Store>(
     store: &S,
     providers: &Arc<Providers>,
@@ -93,6 +97,12 @@ pub async fn reconcile_run<S: Store>(
     window: Duration,
     channel: Channel,
 ) -> Result<ReconcileRun, OpsError> {
+    if window.is_zero() || window > MAX_WINDOW {
+        return Err(OpsError::Invalid(format!(
+            "the comparison window must be between 1 ms and 366 days, not {} ms",
+            window.as_millis()
+        )));
+    }
     let names: Vec<String> = match provider {
         Some(name) => match providers.get(name) {
             Some(client) if client.spec().compare.is_some() => vec![name.to_owned()],

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Form, Path, Request, State};
+use axum::extract::{Form, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -21,7 +21,7 @@ use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, Store};
 use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
 
-use crate::api::{AppState, Problem};
+use crate::api::{ApiPath, AppState, Problem};
 use crate::ops;
 
 const COOKIE: &str = "failwell_session";
@@ -236,7 +236,7 @@ fn encode(segment: &str) -> String {
 
 async fn report<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    Path(id): Path<i64>,
+    ApiPath(id): ApiPath<i64>,
 ) -> Result<Response, Problem> {
     let Some(r) = state.store.report(id).await? else {
         return Err(Problem::new(StatusCode::NOT_FOUND, "report-not-found", format!("No report {id}.")));
@@ -246,7 +246,7 @@ async fn report<S: Store>(
 
 async fn operation<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    Path(key): Path<String>,
+    ApiPath(key): ApiPath<String>,
 ) -> Result<Response, Problem> {
     let Some((op, history)) = ops::timeline(&state.store, &key).await? else {
         return Err(Problem::new(
@@ -261,7 +261,7 @@ async fn operation<S: Store>(
 
 async fn replay<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    Path((k, id)): Path<(String, i64)>,
+    ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
     let dead_kind = crate::admin::kind(&k)?;
     if state.store.replay(dead_kind, id, Channel::Ui, failwell_engine::now_ms()).await? {
@@ -273,7 +273,7 @@ async fn replay<S: Store>(
 
 async fn purge<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    Path((k, id)): Path<(String, i64)>,
+    ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
     if state.store.purge(crate::admin::kind(&k)?, id, Channel::Ui, failwell_engine::now_ms()).await? {
         tracing::info!(kind = k, id, by = Channel::Ui.actor(), "dead letter purged");

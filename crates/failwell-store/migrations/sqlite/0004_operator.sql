@@ -142,6 +142,16 @@ CREATE TABLE dead_letter_acks (
     actor  TEXT    NOT NULL
 );
 
+-- Alerts failwell raised and has not resolved yet (kind, e.g.
+-- 'oldest_open_age', and the integration), so a restarted process still
+-- sends the resolve, and never raises one twice.
+CREATE TABLE alerts_firing (
+    kind      TEXT    NOT NULL,
+    subject   TEXT    NOT NULL,
+    since_ms  INTEGER NOT NULL,
+    PRIMARY KEY (kind, subject)
+);
+
 -- One scheduled or operator-started comparison of our operations with the
 -- provider's records over a time window, and what it found.
 CREATE TABLE reconciliation_reports (

@@ -102,8 +102,8 @@ impl SqliteStore {
         let table = table(kind);
         let moved = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {table} SET state = 'pending', attempts = 0, previous_delay_ms = 0, available_at_ms = ?2, \
-             locked_until_ms = NULL, lease_token = NULL, dead_at_ms = NULL, changed_by = ?3, updated_at_ms = ?2 \
-             WHERE id = ?1 AND state = 'dead'"
+             locked_until_ms = NULL, lease_token = NULL, dead_at_ms = NULL, changed_by = ?3, updated_at_ms = ?2, \
+             last_error = 'replayed by ' || ?3 WHERE id = ?1 AND state = 'dead'"
         )))
         .bind(id)
         .bind(now_ms)
@@ -119,7 +119,8 @@ impl SqliteStore {
             // attempts count from the replay.
             sqlx::query(
                 "UPDATE operations SET status = 'pending', replayed_at_ms = ?2, next_reconcile_at_ms = NULL, \
-                 changed_by = ?3, updated_at_ms = ?2 WHERE id = (SELECT operation_id FROM outbox WHERE id = ?1)",
+                 changed_by = ?3, updated_at_ms = ?2, last_error = 'replayed by ' || ?3 \
+                 WHERE id = (SELECT operation_id FROM outbox WHERE id = ?1)",
             )
             .bind(id)
             .bind(now_ms)
@@ -144,7 +145,8 @@ impl SqliteStore {
         // Who purged and when go into the row first, so the delete trigger
         // writes them into the history.
         let marked = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "UPDATE {table} SET changed_by = ?2, updated_at_ms = ?3 WHERE id = ?1 AND state = 'dead'"
+            "UPDATE {table} SET changed_by = ?2, updated_at_ms = ?3, last_error = 'purged by ' || ?2 \
+             WHERE id = ?1 AND state = 'dead'"
         )))
         .bind(id)
         .bind(channel.actor())

@@ -459,6 +459,35 @@ impl Store for SqliteStore {
         Ok(self.list_reports(1, Some(id)).await?.pop())
     }
 
+    async fn firing_alerts(&self, kind: &str) -> Result<Vec<String>, StoreError> {
+        sqlx::query_scalar("SELECT subject FROM alerts_firing WHERE kind = ?1 ORDER BY subject")
+            .bind(kind)
+            .fetch_all(&self.reader)
+            .await
+            .context("reading firing alerts")
+    }
+
+    async fn set_alert(
+        &self,
+        kind: &str,
+        subject: &str,
+        firing: bool,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let query = if firing {
+            sqlx::query(
+                "INSERT INTO alerts_firing (kind, subject, since_ms) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+            )
+            .bind(kind)
+            .bind(subject)
+            .bind(now_ms)
+        } else {
+            sqlx::query("DELETE FROM alerts_firing WHERE kind = ?1 AND subject = ?2").bind(kind).bind(subject)
+        };
+        query.execute(&self.writer).await.context("recording an alert")?;
+        Ok(())
+    }
+
     async fn report_alerted(&self, id: i64, result: Result<i64, String>) -> Result<(), StoreError> {
         self.set_report_alerted(id, result).await
     }

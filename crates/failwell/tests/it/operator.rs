@@ -148,6 +148,12 @@ async fn reconcile_run_resolves_every_unknown_and_reports_the_one_changed_record
         .unwrap();
     assert_eq!(r.status(), 200);
 
+    for window in ["0s", "367days", "500000000y"] {
+        let (code, _, err) = cli(&gateway, &["reconcile", "run", "--window", window]).await;
+        assert_eq!(code, 2, "--window {window}: {err}");
+        assert!(err.contains("between 1 ms and 366 days"), "{err}");
+    }
+    assert_eq!(metric(&scrape(&gateway).await, "failwell_operations_unknown{integration=\"payments\"}"), 5.0);
     let (code, out, err) = cli(&gateway, &["reconcile", "run", "--window", "1h", "--json"]).await;
     assert_eq!(code, 1, "a discrepancy was found: exit 1\n{out}\n{err}");
     let run: Value = serde_json::from_str(&out).unwrap();
@@ -368,11 +374,16 @@ async fn status_and_metrics_agree_with_the_database_and_dead_letters_can_be_work
     assert_eq!(sim.effects().by_reference["dead-1"].effects, 1);
     let (_, timeline, _) = cli(&gateway, &["ops", "show", "dead-1"]).await;
     assert!(
-        timeline.lines().any(|l| l.contains("operator:cli") && l.contains("dead -> pending")),
+        timeline.lines().any(|l| l.contains("operator:cli")
+            && l.contains("dead -> pending")
+            && l.ends_with("— replayed by operator:cli")),
         "{timeline}"
     );
     let (_, timeline, _) = cli(&gateway, &["ops", "show", "dead-2"]).await;
-    assert!(timeline.lines().any(|l| l.contains("operator:cli") && l.contains("purged")), "{timeline}");
+    assert!(
+        timeline.lines().any(|l| l.contains("operator:cli") && l.contains("purged — purged by operator:cli")),
+        "{timeline}"
+    );
     let (depth, _, dead) = database_truth(&gateway).await;
     let scraped = scrape(&gateway).await;
     assert_eq!(metric(&scraped, "failwell_dead_letters{integration=\"payments\"}"), dead as f64);
@@ -459,7 +470,26 @@ async fn the_admin_api_takes_only_its_token_and_never_shows_it() {
         .send()
         .await
         .unwrap();
-    crate::helpers::problem(bad, 400, "invalid-body").await;
+    crate::helpers::problem(bad, 400, "invalid-request").await;
+    let bad = gateway.http.get(url("/reports/abc")).bearer_auth(TOKEN).send().await.unwrap();
+    crate::helpers::problem(bad, 400, "invalid-path").await;
+    let bad = gateway
+        .http
+        .get(url("/dead-letters/message/99999999999999999999"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    crate::helpers::problem(bad, 400, "invalid-path").await;
+    // The scheme name is case-insensitive.
+    let upper = gateway
+        .http
+        .get(url("/status"))
+        .header("authorization", format!("BEARER {TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(upper.status(), 200);
     let bad = gateway
         .http
         .post(url("/reconcile"))
@@ -619,4 +649,36 @@ async fn failwell_raises_the_oldest_open_entry_alert_once_and_resolves_it() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(firing(&sink.bodies(), "firing"), 1);
+}
+
+#[tokio::test]
+async fn a_restarted_failwell_resolves_the_age_alert_an_earlier_process_raised() {
+    let sim = simulator(|_| {}).await;
+    let sink = Sink::start().await;
+    let alerts = format!(
+        "[providers.payments.compare]\n\n[alerts]\nwebhook_url = \"{}\"\noldest_open_age_ms = 1000\ncheck_interval_ms = 100\n",
+        sink.url
+    );
+    let mut gateway = Gateway::start_with(&sim.base_url(), "max_attempts = 1000", &alerts).await;
+    sim.set_down(true);
+    assert!(gateway.charge("stuck", 1_000).await.status().is_success());
+    let count = |status: &str| sink.bodies().iter().filter(|b| b["failwell"]["status"] == status).count();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while count("firing") == 0 {
+        assert!(Instant::now() < deadline, "no alert: {}", gateway.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The process dies while the alert fires; the next one starts after the
+    // provider is back and delivers the entry.
+    gateway.kill().await;
+    sim.set_down(false);
+    gateway.spawn().await;
+    assert_eq!(gateway.settled("stuck", crate::helpers::SETTLE).await["status"], "succeeded");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while count("resolved") == 0 {
+        assert!(Instant::now() < deadline, "never resolved: {:#?}", sink.bodies());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!((count("firing"), count("resolved")), (1, 1), "{:#?}", sink.bodies());
 }
