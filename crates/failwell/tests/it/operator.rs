@@ -110,7 +110,11 @@ async fn reconcile_run_resolves_every_unknown_and_reports_the_one_changed_record
         &sim.base_url(),
         "max_attempts = 1\nreconcile_after_ms = 300",
         &tail(&sink),
-        |t| t.replace("[reconciler]\ninterval_ms = 50", "[reconciler]\ninterval_ms = 3600000"),
+        // Pages of 3 records: the provider's 7 come in three pages.
+        |t| {
+            t.replace("[reconciler]\ninterval_ms = 50", "[reconciler]\ninterval_ms = 3600000")
+                .replace("[providers.payments.compare]\n", "[providers.payments.compare]\npage_size = 3\n")
+        },
     )
     .await;
     let charged = ["lost-charged-1", "lost-charged-2", "lost-charged-3"];
