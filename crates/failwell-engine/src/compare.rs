@@ -3,11 +3,15 @@
 //! ([`failwell_policy::compare`]), and stores the report with each
 //! discrepancy.
 //!
-//! The window's edges are handled on both sides: a provider record whose
-//! reference belongs to an operation of ours created outside the window is
-//! matched with that operation, and a success of ours the list does not
-//! hold is looked up by its reference (the provider may have created it
-//! just after the window closed) before it is called missing.
+//! Each of our operations is judged once, in the window it was created in;
+//! a provider record no operation of ours carries, in the window the
+//! provider created it in. The window's edges are handled on both sides: a
+//! provider record whose reference belongs to an operation of ours created
+//! outside the window is matched with that operation (and not judged here),
+//! and an apparent disagreement about one of our operations is checked
+//! against every record the provider has for its reference (a lookup by
+//! reference: the provider may have created a record just outside the
+//! window) before it is reported.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -76,7 +80,8 @@ pub enum Schedule {
     },
     /// Every `period`, over the period before the last one: `[run − 2p,
     /// run − p)`, so work created at the window's end had a whole period to
-    /// settle. Spelled `every 15m`, `every 6h`, `every 1d` (at least 1 m).
+    /// settle. Spelled `every 30s`, `every 15m`, `every 6h`, `every 1d`
+    /// (1 s to 366 d).
     Every(Duration),
 }
 
@@ -84,7 +89,7 @@ impl Schedule {
     /// Parses `daily HH:MM` (UTC) or `every N{m|h|d}`. Errors: a sentence
     /// saying what is wrong.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let spelled = "write \"daily HH:MM\" (UTC) or \"every N\" with N like 15m, 6h or 1d";
+        let spelled = "write \"daily HH:MM\" (UTC) or \"every N\" with N like 30s, 15m, 6h or 1d";
         let mut words = s.split_whitespace();
         match (words.next(), words.next(), words.next()) {
             (Some("daily"), Some(at), None) => {
@@ -99,16 +104,17 @@ impl Schedule {
             (Some("every"), Some(n), None) => {
                 let (digits, unit) = n.split_at(n.find(|c: char| !c.is_ascii_digit()).unwrap_or(n.len()));
                 let count: u64 = digits.parse().map_err(|_| format!("{n:?} is not a period; {spelled}"))?;
-                let minutes = match unit {
-                    "m" => count,
-                    "h" => count.saturating_mul(60),
-                    "d" => count.saturating_mul(1440),
+                let seconds = match unit {
+                    "s" => count,
+                    "m" => count.saturating_mul(60),
+                    "h" => count.saturating_mul(3600),
+                    "d" => count.saturating_mul(86_400),
                     _ => return Err(format!("{n:?} is not a period; {spelled}")),
                 };
-                if minutes == 0 || minutes > 366 * 1440 {
-                    return Err(format!("{n:?} must be between 1m and 366d"));
+                if seconds == 0 || seconds > 366 * 86_400 {
+                    return Err(format!("{n:?} must be between 1s and 366d"));
                 }
-                Ok(Self::Every(Duration::from_secs(minutes * 60)))
+                Ok(Self::Every(Duration::from_secs(seconds)))
             }
             _ => Err(format!("{s:?} is not a schedule; {spelled}")),
         }
@@ -190,8 +196,11 @@ pub async fn compare<S: Store>(
     let started_at_ms = crate::now_ms();
     let failed = |detail: String| CompareError::Provider { provider: provider.clone(), detail };
     let mut theirs = list(client, lookup, compare, from_ms, to_ms).await.map_err(failed)?;
-    let mut ours = store.operations_between(&provider, from_ms, to_ms).await?;
-    // Records whose operation was created outside the window.
+    let ours = store.operations_between(&provider, from_ms, to_ms).await?;
+    let in_window: BTreeSet<i64> = ours.iter().map(|o| o.id).collect();
+    // Records whose operation was created outside the window: matched with
+    // it (so they are not "missing here"), judged in that operation's own
+    // window.
     let known: BTreeSet<&str> = ours.iter().filter_map(|o| o.reference.as_deref()).collect();
     let strangers: Vec<String> = theirs
         .iter()
@@ -200,25 +209,34 @@ pub async fn compare<S: Store>(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    if !strangers.is_empty() {
-        ours.extend(store.operations_by_reference(&provider, &strangers).await?);
+    let context = if strangers.is_empty() {
+        Vec::new()
+    } else {
+        store.operations_by_reference(&provider, &strangers).await?
+    };
+    let our_records: Vec<OurRecord> =
+        ours.iter().chain(&context).filter_map(|op| our_record(op, compare)).collect();
+    let judged = |found: Vec<Discrepancy>| -> Vec<Discrepancy> {
+        found.into_iter().filter(|d| d.operation_id.is_none_or(|id| in_window.contains(&id))).collect()
+    };
+    // An apparent disagreement about one of our operations is checked
+    // against every record the provider has for its reference (the list
+    // holds only those created in the window), then judged again.
+    let suspects: BTreeSet<String> = judged(failwell_policy::compare(&our_records, &theirs))
+        .into_iter()
+        .filter(|d| d.operation_id.is_some())
+        .filter_map(|d| d.reference)
+        .collect();
+    for reference in &suspects {
+        let answer = client.lookup(reference).await.ok_or_else(|| failed("no lookup".into()))?;
+        let body = page_body(answer.map_err(|e| e.to_string()))
+            .map_err(|e| failed(format!("looking up {reference:?}: {e}")))?;
+        theirs.retain(|r| r.reference.as_ref() != Some(reference));
+        theirs.extend(records(&body, lookup, compare, &spec.id_pointer).map_err(failed)?);
     }
-    // Successes of ours the list does not hold: the provider may have
-    // created the record after the window closed.
-    let listed: BTreeSet<String> = theirs.iter().filter_map(|r| r.reference.clone()).collect();
-    for op in &ours {
-        if let Some(reference) = op.reference.as_deref()
-            && op.status == OperationStatus::Succeeded
-            && !listed.contains(reference)
-        {
-            let answer = client.lookup(reference).await.ok_or_else(|| failed("no lookup".into()))?;
-            let body = page_body(answer.map_err(|e| e.to_string()))
-                .map_err(|e| failed(format!("looking up {reference:?}: {e}")))?;
-            theirs.extend(records(&body, lookup, compare, &spec.id_pointer).map_err(failed)?);
-        }
-    }
-    let our_records: Vec<OurRecord> = ours.iter().filter_map(|op| our_record(op, compare)).collect();
-    let discrepancies = failwell_policy::compare(&our_records, &theirs);
+    let discrepancies = judged(failwell_policy::compare(&our_records, &theirs));
+    let our_records: Vec<OurRecord> =
+        our_records.into_iter().filter(|o| in_window.contains(&o.operation_id)).collect();
     let open = our_records.iter().filter(|o| o.status == OurStatus::Open).count();
     let mut report = NewReport {
         provider: provider.clone(),

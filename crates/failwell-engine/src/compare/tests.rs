@@ -9,12 +9,13 @@ fn schedules_parse_and_refuse_with_the_spelling() {
     assert_eq!(Schedule::parse("every 15m"), Ok(Schedule::Every(Duration::from_secs(900))));
     assert_eq!(Schedule::parse(" every  6h "), Ok(Schedule::Every(Duration::from_secs(6 * 3600))));
     assert_eq!(Schedule::parse("every 1d"), Ok(Schedule::Every(Duration::from_secs(86_400))));
+    assert_eq!(Schedule::parse("every 30s"), Ok(Schedule::Every(Duration::from_secs(30))));
     for bad in [
         "daily 24:00",
         "daily 2:30",
         "daily 02:60",
         "every 0m",
-        "every 5s",
+        "every 5w",
         "every m",
         "nightly",
         "",

@@ -686,3 +686,65 @@ async fn a_restarted_failwell_resolves_the_age_alert_an_earlier_process_raised()
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!((count("firing"), count("resolved")), (1, 1), "{:#?}", sink.bodies());
 }
+
+#[tokio::test]
+async fn the_scheduled_comparison_reports_a_changed_record_once() {
+    let sim = simulator(|_| {}).await;
+    let sink = Sink::start().await;
+    let tail = format!(
+        "[providers.payments.compare]\nschedule = \"every 2s\"\n\n[alerts]\nwebhook_url = \"{}\"\n\n[admin]\ntoken = \"{TOKEN}\"\n",
+        sink.url
+    );
+    let gateway = Gateway::start_with(&sim.base_url(), "", &tail).await;
+    for key in ["sched-1", "sched-2", "sched-changed"] {
+        sim.script(key, vec![Fault::Ok]);
+        assert!(gateway.charge(key, 1_000).await.status().is_success());
+        assert_eq!(gateway.settled(key, crate::helpers::SETTLE).await["status"], "succeeded");
+    }
+    let created = gateway.operation("sched-changed").await["created_at_ms"].as_i64().unwrap();
+    let changed = charge_id(&sim, &gateway.http, "sched-changed").await;
+    let r = gateway
+        .http
+        .patch(format!("{}/_sim/charges/{changed}", sim.base_url()))
+        .json(&serde_json::json!({"status": "failed"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // Wait for the window holding the charges and two windows after it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let reports = loop {
+        let listed: Value = gateway
+            .http
+            .get(format!("{}/admin/v1/reports?limit=200", gateway.base))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let reports = listed["reports"].as_array().unwrap().clone();
+        let after = reports.iter().filter(|r| r["window_from_ms"].as_i64().unwrap() > created).count();
+        if after >= 2 {
+            break reports;
+        }
+        assert!(Instant::now() < deadline, "{listed:#}\n{}", gateway.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(reports.iter().all(|r| r["actor"] == "schedule"), "{reports:#?}");
+    let holding: Vec<&Value> = reports
+        .iter()
+        .filter(|r| {
+            (r["window_from_ms"].as_i64().unwrap()..r["window_to_ms"].as_i64().unwrap()).contains(&created)
+        })
+        .collect();
+    assert_eq!(holding.len(), 1, "consecutive windows: {reports:#?}");
+    let found: u64 = reports.iter().map(|r| r["discrepancies"].as_u64().unwrap()).sum();
+    assert_eq!(found, 1, "judged once, in its own window: {reports:#?}");
+    assert_eq!(holding[0]["discrepancies"], 1);
+    assert_eq!(holding[0]["report"]["discrepancies"][0]["kind"], "status_mismatch");
+    let alerts = sink.bodies();
+    assert_eq!(alerts.len(), 1, "{alerts:#?}");
+    assert_eq!(alerts[0]["failwell"]["discrepancies"][0]["reference"], "sched-changed");
+}
