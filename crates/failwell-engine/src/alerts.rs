@@ -112,8 +112,10 @@ pub async fn compare_and_alert<S: Store>(
 
 /// Runs every provider's scheduled comparison (`compare.schedule`) until
 /// `shutdown`: sleeps until the next run of any of them, runs the ones due
-/// and alerts on discrepancies. A failed comparison is logged and waits for
-/// its next run.
+/// and alerts on discrepancies. A comparison that fails (after its page
+/// reads were retried) is logged, counted in
+/// `failwell_comparison_failures_total{provider}` and sent to the alert
+/// sink; it runs again at its next time.
 pub async fn run_schedule<S: Store>(
     store: S,
     providers: Arc<Providers>,
@@ -140,6 +142,20 @@ pub async fn run_schedule<S: Store>(
                 compare_and_alert(&store, &providers, sink.as_ref(), name, window, "schedule").await
             {
                 tracing::error!(provider = %name, error = %e, "the scheduled comparison failed");
+                metrics::counter!("failwell_comparison_failures_total", "provider" => name.clone())
+                    .increment(1);
+                if let Some(sink) = &sink {
+                    let text = format!("failwell: the scheduled comparison of {name} failed: {e}");
+                    let details = json!({
+                        "kind": "comparison_failed",
+                        "provider": name,
+                        "window": { "from_ms": window.0, "to_ms": window.1 },
+                        "error": e.to_string(),
+                    });
+                    if let Err(e) = sink.send(&text, details).await {
+                        tracing::error!(provider = %name, error = %e, "the comparison failure was not sent to the alert sink");
+                    }
+                }
             }
         }
         after = next;

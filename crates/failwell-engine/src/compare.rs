@@ -282,8 +282,7 @@ async fn list(
                 q.append_pair(&compare.cursor_param, cursor);
             }
         }
-        let answer = client.read(&lookup.path, url.query().unwrap_or_default()).await;
-        let body = page_body(answer.map_err(|e| e.to_string()))?;
+        let body = read_page(client, &lookup.path, url.query().unwrap_or_default()).await?;
         let page = records(&body, lookup, compare, &client.spec().id_pointer)?;
         let more = body.pointer(&compare.has_more_pointer).and_then(Value::as_bool).unwrap_or(false);
         cursor = page.last().map(|r| r.id.clone());
@@ -301,6 +300,46 @@ async fn list(
     }
 }
 
+/// Reads of one page, at most: a page the provider's pause or open
+/// breaker held back, or that failed on the provider's side (5xx, 408,
+/// 429, no answer), is read again.
+const PAGE_READS: u32 = 4;
+
+/// The longest wait before a page is read again.
+const MAX_PAGE_WAIT: Duration = Duration::from_secs(10);
+
+/// One page's JSON body, read again after a passing failure (see
+/// [`PAGE_READS`]): after the pause or breaker's wait, or 1 s, 2 s, 4 s.
+/// Errors: a refusal that a retry would not change (another 4xx), or the
+/// last failure.
+async fn read_page(client: &ProviderClient, path: &str, query: &str) -> Result<Value, String> {
+    let mut failure = String::new();
+    for read in 0..PAGE_READS {
+        let wait = match client.read(path, query).await {
+            Err(rejected) => {
+                failure = rejected.to_string();
+                client.wait_after(&rejected).unwrap_or(Duration::from_secs(1))
+            }
+            Ok(result) => {
+                let passing = match &result.response {
+                    Ok(reply) => matches!(reply.status, 408 | 429 | 500..=599),
+                    Err(_) => true,
+                };
+                match page_body(Ok(result)) {
+                    Ok(body) => return Ok(body),
+                    Err(e) if passing => failure = e,
+                    Err(e) => return Err(e),
+                }
+                Duration::from_secs(1 << read)
+            }
+        };
+        if read + 1 < PAGE_READS {
+            tokio::time::sleep(wait.min(MAX_PAGE_WAIT)).await;
+        }
+    }
+    Err(failure)
+}
+
 /// The JSON body of a 2xx answer, or why there is none.
 fn page_body(answer: Result<CallResult, String>) -> Result<Value, String> {
     let result = answer?;
@@ -308,7 +347,13 @@ fn page_body(answer: Result<CallResult, String>) -> Result<Value, String> {
         Ok(reply) if (200..300).contains(&reply.status) => {
             reply.body.ok_or_else(|| format!("HTTP {} without a JSON body", reply.status))
         }
-        Ok(reply) => Err(format!("HTTP {}", reply.status)),
+        Ok(reply) => Err(match reply.body {
+            // The provider's own words, shortened.
+            Some(body) => {
+                format!("HTTP {}: {}", reply.status, body.to_string().chars().take(300).collect::<String>())
+            }
+            None => format!("HTTP {}", reply.status),
+        }),
         Err(e) => Err(format!("{}: {}", e.kind, e.message)),
     }
 }

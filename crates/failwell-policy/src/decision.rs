@@ -171,7 +171,7 @@ pub fn decide(
             reason: if idempotency.header.is_some() {
                 "idempotency key expires before the retry"
             } else {
-                "provider has no idempotency keys"
+                "no idempotency key is sent for this operation"
             },
         };
     }

@@ -25,8 +25,8 @@ pub use model::{
     Submitted, Transition,
 };
 pub use operator::{
-    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, IntegrationStats, NewReport, Report,
-    Stats,
+    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, IntegrationStats, ManualResolution,
+    NewReport, Report, Stats,
 };
 pub use sqlite::{Outbox, SqliteStore, Synchronous};
 
@@ -204,6 +204,21 @@ pub trait Store: Clone + Send + Sync + 'static {
         channel: Channel,
         now_ms: i64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// An operator settles an operation whose outcome failwell could not
+    /// find out (`unknown` or `needs_human`) after checking with the
+    /// provider: `succeeded` (with the provider's id, if known) or `failed`.
+    /// The `note` goes into the operation's last error and its history,
+    /// beside who did it. Nothing is changed for another status.
+    fn resolve(
+        &self,
+        idempotency_key: &str,
+        outcome: failwell_policy::Outcome,
+        provider_ref: Option<String>,
+        note: String,
+        channel: Channel,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<ManualResolution, StoreError>> + Send;
 
     /// Records that an operator has looked at the dead letters: those given
     /// up until now no longer count as unacknowledged.

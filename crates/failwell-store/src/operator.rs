@@ -57,6 +57,19 @@ impl Channel {
     }
 }
 
+/// What an operator's [`crate::Store::resolve`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ManualResolution {
+    /// The operation now has the status given.
+    Resolved,
+    /// No operation has the key.
+    NotFound,
+    /// The operation is not `unknown` or `needs_human` (it has this status):
+    /// nothing was changed.
+    NotOpen(crate::OperationStatus),
+}
+
 /// A dead letter: work given up after its attempts or deadline.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DeadLetter {

@@ -16,7 +16,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, Store};
+use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, ManualResolution, Store};
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use serde_json::json;
@@ -90,6 +90,7 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router<Arc<AppState<S>>> {
         .route("/admin/v1/dead-letters/{kind}/{id}/replay", post(replay::<S>))
         .route("/admin/v1/reconcile", post(reconcile::<S>))
         .route("/admin/v1/operations/{key}/history", get(history::<S>))
+        .route("/admin/v1/operations/{key}/resolve", post(resolve::<S>))
         .route("/admin/v1/reports", get(reports::<S>))
         .route("/admin/v1/reports/{id}", get(report::<S>))
         .layer(axum::middleware::from_fn_with_state(state, authenticate::<S>))
@@ -282,6 +283,85 @@ async fn history<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     ApiPath(key): ApiPath<String>,
 ) -> Result<Response, Problem> {
+    match ops::timeline(&state.store, &key).await? {
+        Some((operation, history)) => {
+            Ok(Json(json!({ "operation": operation, "history": history })).into_response())
+        }
+        None => Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "operation-not-found",
+            "No operation has this idempotency key.",
+        )),
+    }
+}
+
+/// `POST /operations/{key}/resolve` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResolveBody {
+    status: String,
+    provider_ref: Option<String>,
+    note: String,
+}
+
+/// Settles an `unknown` or `needs_human` operation by hand (see
+/// [`Store::resolve`]); also used by the dashboard.
+pub(crate) async fn settle<S: Store>(
+    state: &AppState<S>,
+    key: &str,
+    status: &str,
+    provider_ref: Option<String>,
+    note: String,
+    channel: Channel,
+) -> Result<(), Problem> {
+    let outcome = match status {
+        "succeeded" => failwell_policy::Outcome::Succeeded,
+        "failed" => failwell_policy::Outcome::Failed,
+        other => {
+            return Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "invalid-body",
+                format!("status {other:?}: succeeded or failed"),
+            ));
+        }
+    };
+    if note.trim().is_empty() {
+        return Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-body",
+            "note must say why (it is kept in the history).",
+        ));
+    }
+    match state.store.resolve(key, outcome, provider_ref, note, channel, failwell_engine::now_ms()).await? {
+        ManualResolution::Resolved => {
+            tracing::info!(key, status, by = channel.actor(), "operation resolved by hand");
+            Ok(())
+        }
+        ManualResolution::NotFound => Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "operation-not-found",
+            "No operation has this idempotency key.",
+        )),
+        ManualResolution::NotOpen(current) => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "operation-not-open",
+            format!(
+                "The operation is {}: only unknown and needs_human operations are resolved by hand.",
+                current.as_str()
+            ),
+        )),
+    }
+}
+
+async fn resolve<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    ApiPath(key): ApiPath<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, Problem> {
+    let body: ResolveBody = serde_json::from_slice(&body).map_err(|e| {
+        Problem::new(StatusCode::BAD_REQUEST, "invalid-body", format!("The body is not a resolution: {e}"))
+    })?;
+    settle(&state, &key, &body.status, body.provider_ref, body.note, Channel::Api).await?;
     match ops::timeline(&state.store, &key).await? {
         Some((operation, history)) => {
             Ok(Json(json!({ "operation": operation, "history": history })).into_response())

@@ -115,7 +115,7 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
     let found = match (m.reconcile, &spec.lookup) {
         _ if read => "not applicable: a read changes nothing at the provider".to_owned(),
         (Reconcile::None, _) | (_, None) => {
-            "none: an ambiguous outcome stays unknown for a human, never looked up".to_owned()
+            "none: an ambiguous outcome goes to needs_human for a person, never looked up".to_owned()
         }
         (how, Some(lookup)) => format!(
             "{}: GET {}?{}=REFERENCE, first {} after an ambiguous outcome",
@@ -181,7 +181,7 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
             "none sent; harmless, so ambiguous outcomes are retried (a duplicate is accepted)".into()
         }
         _ if looked_up => "none: an ambiguous outcome is looked up, never blindly retried".into(),
-        _ => "none: an ambiguous outcome is never retried; it stays unknown for a human".into(),
+        _ => "none: an ambiguous outcome is never retried; it goes to needs_human for a person".into(),
     };
     line(out, "   idempotency", key);
     let t = &spec.timeouts;

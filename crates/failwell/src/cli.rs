@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, SqliteStore, Store};
+use failwell_policy::Outcome;
+use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, ManualResolution, SqliteStore, Store};
 use serde::Serialize;
 
 use crate::config::Config;
@@ -84,6 +85,30 @@ pub struct ReconcileArgs {
     pub window: Duration,
 }
 
+/// `failwell ops resolve` options.
+#[derive(Debug, Args)]
+pub struct ResolveArgs {
+    /// The operation's idempotency key.
+    pub key: String,
+    /// What the provider says happened.
+    #[arg(long = "as", value_parser = parse_outcome)]
+    pub outcome: Outcome,
+    /// The provider's id for the effect (e.g. the charge id), if it has one.
+    #[arg(long)]
+    pub provider_ref: Option<String>,
+    /// Why (kept in the history), e.g. "checked in the provider's dashboard".
+    #[arg(long)]
+    pub note: String,
+}
+
+fn parse_outcome(s: &str) -> Result<Outcome, String> {
+    match s {
+        "succeeded" => Ok(Outcome::Succeeded),
+        "failed" => Ok(Outcome::Failed),
+        _ => Err(format!("{s:?}: succeeded or failed")),
+    }
+}
+
 fn parse_kind(s: &str) -> Result<DeadLetterKind, String> {
     DeadLetterKind::parse(s).ok_or_else(|| format!("{s:?} is not a dead-letter kind: message or forward"))
 }
@@ -135,9 +160,16 @@ pub async fn dlq(common: Common, command: DlqCommand) -> anyhow::Result<ExitCode
     };
     let code = match command {
         DlqCommand::List { kind, integration, limit } => {
-            let letters =
-                store.dead_letters(DeadLetterFilter { kind, integration, since_ms: None }, limit).await?;
+            let filter = DeadLetterFilter { kind, integration, since_ms: None };
+            let mut letters = store.dead_letters(filter, limit.saturating_add(1)).await?;
+            let more = letters.len() > limit as usize;
+            letters.truncate(limit as usize);
             print(common.json, &letters, || ops::dead_letter_table(&letters))?;
+            if more {
+                eprintln!(
+                    "more dead letters than --limit {limit} are not shown (`failwell status` counts them all)"
+                );
+            }
             ExitCode::SUCCESS
         }
         DlqCommand::Show { kind, id } => match store.dead_letter(kind, id).await? {
@@ -220,4 +252,33 @@ pub async fn show(common: Common, key: String) -> anyhow::Result<ExitCode> {
         ops::timeline_text(&operation, &history)
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `failwell ops resolve`: exit 1 when no operation has the key or it is
+/// not `unknown` / `needs_human`.
+pub async fn resolve(common: Common, args: ResolveArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(!args.note.trim().is_empty(), "--note must say why (it is kept in the history)");
+    let (_, store) = open(&common).await?;
+    let now = failwell_engine::now_ms();
+    let done =
+        store.resolve(&args.key, args.outcome, args.provider_ref, args.note, Channel::Cli, now).await?;
+    store.close().await;
+    Ok(match done {
+        ManualResolution::Resolved => {
+            println!("{} is now {}", args.key, args.outcome);
+            ExitCode::SUCCESS
+        }
+        ManualResolution::NotFound => {
+            eprintln!("no operation has the idempotency key {:?}", args.key);
+            ExitCode::from(1)
+        }
+        ManualResolution::NotOpen(status) => {
+            eprintln!(
+                "{} is {}: only unknown and needs_human operations are resolved by hand",
+                args.key,
+                status.as_str()
+            );
+            ExitCode::from(1)
+        }
+    })
 }

@@ -124,6 +124,9 @@ enum OpsCommand {
         /// The operation's idempotency key.
         key: String,
     },
+    /// Settle an operation failwell cannot find out about (`unknown` or
+    /// `needs_human`) after checking with the provider.
+    Resolve(failwell::cli::ResolveArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -178,6 +181,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             failwell::cli::reconcile(common, args).await
         }
         Command::Ops { common, command: OpsCommand::Show { key } } => failwell::cli::show(common, key).await,
+        Command::Ops { common, command: OpsCommand::Resolve(args) } => {
+            failwell::cli::resolve(common, args).await
+        }
         Command::Check { config } => {
             let config = failwell::config::load(config.as_deref())?;
             print!("{}", failwell::check::report(&config));

@@ -17,7 +17,7 @@ use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use failwell_engine::compare::rfc3339;
-use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, Store};
+use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, OperationStatus, Store};
 use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
 
@@ -35,6 +35,7 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router<Arc<AppState<S>>> {
         .route("/ui/dead-letters/{kind}/{id}/replay", post(replay::<S>))
         .route("/ui/dead-letters/{kind}/{id}/purge", post(purge::<S>))
         .route("/ui/dead-letters/ack", post(ack::<S>))
+        .route("/ui/operations/{key}/resolve", post(resolve::<S>))
         .layer(axum::middleware::from_fn_with_state(state, session::<S>));
     Router::new().route("/ui/login", get(login_page::<S>).post(login::<S>)).merge(signed_in)
 }
@@ -255,8 +256,24 @@ async fn operation<S: Store>(
             "No operation has this idempotency key.",
         ));
     };
-    Ok(page(&format!("Operation {key}"), html! { pre id="timeline" { (ops::timeline_text(&op, &history)) } })
-        .into_response())
+    let open = matches!(op.status, OperationStatus::Unknown | OperationStatus::NeedsHuman);
+    let body = html! {
+        pre id="timeline" { (ops::timeline_text(&op, &history)) }
+        @if open {
+            h3 { "Resolve by hand" }
+            p { "After checking with the provider: what happened? The note is kept in the history." }
+            form method="post" action={ "/ui/operations/" (encode(&key)) "/resolve" } {
+                label { "Note " input type="text" name="note" required size="50"; }
+                " "
+                label { "Provider id " input type="text" name="provider_ref" size="24"; }
+                " "
+                button name="status" value="succeeded" type="submit" { "It succeeded" }
+                " "
+                button name="status" value="failed" type="submit" { "It failed" }
+            }
+        }
+    };
+    Ok(page(&format!("Operation {key}"), body).into_response())
 }
 
 async fn replay<S: Store>(
@@ -279,6 +296,26 @@ async fn purge<S: Store>(
         tracing::info!(kind = k, id, by = Channel::Ui.actor(), "dead letter purged");
     }
     Ok(Redirect::to("/ui").into_response())
+}
+
+/// The "resolve by hand" form.
+#[derive(Deserialize)]
+struct ResolveForm {
+    status: String,
+    note: String,
+    provider_ref: Option<String>,
+}
+
+async fn resolve<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    ApiPath(key): ApiPath<String>,
+    form: Result<Form<ResolveForm>, axum::extract::rejection::FormRejection>,
+) -> Result<Response, Problem> {
+    let Form(form) =
+        form.map_err(|e| Problem::new(StatusCode::BAD_REQUEST, "invalid-body", e.body_text()))?;
+    let provider_ref = form.provider_ref.filter(|r| !r.trim().is_empty());
+    crate::admin::settle(&state, &key, &form.status, provider_ref, form.note, Channel::Ui).await?;
+    Ok(Redirect::to(&format!("/ui/operations/{}", encode(&key))).into_response())
 }
 
 async fn ack<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {

@@ -105,7 +105,7 @@ fn ambiguous_retries_only_under_a_live_key() {
     let none = IdempotencyPolicy { header: None, ..keyed() };
     assert_eq!(
         run(&policy(5), &none, Classification::Ambiguous, first()),
-        Decision::Unknown { reason: "provider has no idempotency keys" }
+        Decision::Unknown { reason: "no idempotency key is sent for this operation" }
     );
     // a retryable failure is retried even without keys: the provider did not act
     assert_eq!(run(&policy(5), &none, RETRY, first()), Decision::Retry { delay: ms(100) });

@@ -15,8 +15,8 @@ use super::rows::{operation_from_row, select_operation};
 use crate::error::{Context, StoreError};
 use crate::model::Operation;
 use crate::operator::{
-    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, IntegrationStats, NewReport, Report,
-    Stats,
+    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, IntegrationStats, ManualResolution,
+    NewReport, Report, Stats,
 };
 
 /// Dead letters of both kinds as one relation: `kind, id, integration, key,
@@ -164,6 +164,69 @@ impl SqliteStore {
             .context("purging a dead letter")?;
         tx.commit().await.context("committing a purge")?;
         Ok(true)
+    }
+
+    pub(super) async fn resolve_by_operator(
+        &self,
+        idempotency_key: &str,
+        outcome: failwell_policy::Outcome,
+        provider_ref: Option<String>,
+        note: String,
+        channel: Channel,
+        now_ms: i64,
+    ) -> Result<ManualResolution, StoreError> {
+        let status = match outcome {
+            failwell_policy::Outcome::Succeeded => "succeeded",
+            failwell_policy::Outcome::Failed => "failed",
+            failwell_policy::Outcome::Unknown => {
+                return Err(StoreError::Corrupt {
+                    what: "resolution",
+                    detail: "unknown is not an outcome".into(),
+                });
+            }
+        };
+        let mut tx = self.begin().await?;
+        let current: Option<String> =
+            sqlx::query_scalar("SELECT status FROM operations WHERE idempotency_key = ?1")
+                .bind(idempotency_key)
+                .fetch_optional(&mut *tx)
+                .await
+                .context("reading an operation")?;
+        let Some(current) = current else { return Ok(ManualResolution::NotFound) };
+        if current != "unknown" && current != "needs_human" {
+            let status = crate::OperationStatus::parse(&current)
+                .ok_or(StoreError::Corrupt { what: "status", detail: current })?;
+            return Ok(ManualResolution::NotOpen(status));
+        }
+        let error = format!("resolved by {}: {note}", channel.actor());
+        sqlx::query(
+            "UPDATE operations SET status = ?2, provider_ref = COALESCE(?3, provider_ref), last_error = ?4, \
+             next_reconcile_at_ms = NULL, changed_by = ?5, updated_at_ms = ?6 WHERE idempotency_key = ?1",
+        )
+        .bind(idempotency_key)
+        .bind(status)
+        .bind(provider_ref)
+        .bind(&error)
+        .bind(channel.actor())
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .context("resolving an operation")?;
+        // A message still waiting is closed: nothing is sent for it again.
+        sqlx::query(
+            "UPDATE outbox SET state = 'done', in_flight = 0, locked_until_ms = NULL, lease_token = NULL, \
+             last_error = ?2, changed_by = ?3, updated_at_ms = ?4 \
+             WHERE state = 'pending' AND operation_id = (SELECT id FROM operations WHERE idempotency_key = ?1)",
+        )
+        .bind(idempotency_key)
+        .bind(&error)
+        .bind(channel.actor())
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .context("closing a resolved operation's message")?;
+        tx.commit().await.context("committing a resolution")?;
+        Ok(ManualResolution::Resolved)
     }
 
     pub(super) async fn acknowledge(&self, channel: Channel, now_ms: i64) -> Result<(), StoreError> {

@@ -16,7 +16,8 @@ use crate::model::{
     Resolution, StoredEvent, Submitted,
 };
 use crate::operator::{
-    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, NewReport, Report, Stats,
+    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, ManualResolution, NewReport, Report,
+    Stats,
 };
 
 impl Store for SqliteStore {
@@ -416,6 +417,18 @@ impl Store for SqliteStore {
         now_ms: i64,
     ) -> Result<bool, StoreError> {
         self.purge_dead_letter(kind, id, channel, now_ms).await
+    }
+
+    async fn resolve(
+        &self,
+        idempotency_key: &str,
+        outcome: failwell_policy::Outcome,
+        provider_ref: Option<String>,
+        note: String,
+        channel: Channel,
+        now_ms: i64,
+    ) -> Result<ManualResolution, StoreError> {
+        self.resolve_by_operator(idempotency_key, outcome, provider_ref, note, channel, now_ms).await
     }
 
     async fn ack_dead_letters(&self, channel: Channel, now_ms: i64) -> Result<(), StoreError> {

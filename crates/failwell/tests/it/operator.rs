@@ -748,3 +748,136 @@ async fn the_scheduled_comparison_reports_a_changed_record_once() {
     assert_eq!(alerts.len(), 1, "{alerts:#?}");
     assert_eq!(alerts[0]["failwell"]["discrepancies"][0]["reference"], "sched-changed");
 }
+
+#[tokio::test]
+async fn an_operator_resolves_what_needs_a_human_and_nothing_else() {
+    let sim = simulator(|_| {}).await;
+    let tail = format!(
+        "duplicate_severity = \"message\"\ndisagreement = {{ reconcile = \"none\" }}\n\n[admin]\ntoken = \"{TOKEN}\"\n"
+    );
+    let gateway = Gateway::start_with(&sim.base_url(), "max_attempts = 1", &tail).await;
+    for key in ["human-1", "human-2"] {
+        sim.script(key, vec![Fault::ResetAfterCommit]);
+        assert!(gateway.charge(key, 1_000).await.status().is_success());
+    }
+    sim.script("fine", vec![Fault::Ok]);
+    assert!(gateway.charge("fine", 1_000).await.status().is_success());
+    assert_eq!(gateway.settled("fine", crate::helpers::SETTLE).await["status"], "succeeded");
+    for key in ["human-1", "human-2"] {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while gateway.operation(key).await["status"] != "needs_human" {
+            assert!(Instant::now() < deadline, "{key}: {:#}", gateway.operation(key).await);
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+    let scraped = scrape(&gateway).await;
+    assert_eq!(metric(&scraped, "failwell_operations_needs_human{integration=\"payments\"}"), 2.0);
+
+    let charge = charge_id(&sim, &gateway.http, "human-1").await;
+    let (code, out, err) = cli(
+        &gateway,
+        &[
+            "ops",
+            "resolve",
+            "human-1",
+            "--as",
+            "succeeded",
+            "--provider-ref",
+            &charge,
+            "--note",
+            "seen in the dashboard",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    let op = gateway.operation("human-1").await;
+    assert_eq!(
+        (op["status"].as_str(), op["provider_ref"].as_str()),
+        (Some("succeeded"), Some(charge.as_str()))
+    );
+    let (_, timeline, _) = cli(&gateway, &["ops", "show", "human-1"]).await;
+    assert!(
+        timeline.lines().any(|l| l.contains("operator:cli")
+            && l.contains("needs_human -> succeeded")
+            && l.ends_with("resolved by operator:cli: seen in the dashboard")),
+        "{timeline}"
+    );
+    // Only what failwell could not settle is settled by hand.
+    let (code, _, err) = cli(&gateway, &["ops", "resolve", "fine", "--as", "failed", "--note", "x"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("fine is succeeded"), "{err}");
+    let (code, _, err) = cli(&gateway, &["ops", "resolve", "human-2", "--as", "maybe", "--note", "x"]).await;
+    assert_eq!(code, 2, "{err}");
+    let url = format!("{}/admin/v1/operations/human-2/resolve", gateway.base);
+    let r = gateway
+        .http
+        .post(&url)
+        .bearer_auth(TOKEN)
+        .body(r#"{"status": "failed", "note": ""}"#)
+        .send()
+        .await
+        .unwrap();
+    crate::helpers::problem(r, 400, "invalid-body").await;
+    let r = gateway.http.post(&url).body(r#"{"status": "failed", "note": "x"}"#).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = gateway
+        .http
+        .post(&url)
+        .bearer_auth(TOKEN)
+        .body(r#"{"status": "failed", "note": "the provider has no such charge"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(gateway.operation("human-2").await["status"], "failed");
+    let again = gateway
+        .http
+        .post(&url)
+        .bearer_auth(TOKEN)
+        .body(r#"{"status": "succeeded", "note": "x"}"#)
+        .send()
+        .await
+        .unwrap();
+    crate::helpers::problem(again, 409, "operation-not-open").await;
+    let scraped = scrape(&gateway).await;
+    assert_eq!(metric(&scraped, "failwell_operations_needs_human{integration=\"payments\"}"), 0.0);
+    // Never retried: one call each.
+    assert_eq!(sim.effects().by_reference["human-2"].effects, 1);
+    assert_eq!(gateway.operation("human-2").await["attempts"], 1);
+}
+
+#[tokio::test]
+async fn a_scheduled_comparison_that_cannot_read_the_provider_alerts() {
+    let sim = simulator(|_| {}).await;
+    let sink = Sink::start().await;
+    let tail = format!(
+        "[providers.payments.compare]\nschedule = \"every 1s\"\n\n[alerts]\nwebhook_url = \"{}\"\n",
+        sink.url
+    );
+    let gateway = Gateway::start_with(&sim.base_url(), "", &tail).await;
+    sim.set_down(true);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let failed = loop {
+        if let Some(body) = sink.bodies().into_iter().find(|b| b["failwell"]["kind"] == "comparison_failed") {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "no failure alert: {:#?}\n{}", sink.bodies(), gateway.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(failed["failwell"]["provider"], "payments");
+    assert!(
+        failed["text"].as_str().unwrap().contains("the scheduled comparison of payments failed"),
+        "{failed:#}"
+    );
+    // Back up: the next runs succeed and store their reports.
+    sim.set_down(false);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let scraped = scrape(&gateway).await;
+        if scraped.lines().any(|l| l.starts_with("failwell_comparison_last_run_timestamp_seconds{")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no comparison after recovery\n{}", gateway.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
