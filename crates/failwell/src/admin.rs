@@ -362,16 +362,8 @@ async fn resolve<S: Store>(
         Problem::new(StatusCode::BAD_REQUEST, "invalid-body", format!("The body is not a resolution: {e}"))
     })?;
     settle(&state, &key, &body.status, body.provider_ref, body.note, Channel::Api).await?;
-    match ops::timeline(&state.store, &key).await? {
-        Some((operation, history)) => {
-            Ok(Json(json!({ "operation": operation, "history": history })).into_response())
-        }
-        None => Err(Problem::new(
-            StatusCode::NOT_FOUND,
-            "operation-not-found",
-            "No operation has this idempotency key.",
-        )),
-    }
+    // Answered like GET …/history: the operation as it is now.
+    history(State(state), ApiPath(key)).await
 }
 
 /// `GET /reports` query.

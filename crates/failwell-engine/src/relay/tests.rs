@@ -140,7 +140,7 @@ fn timeout_without_keys_goes_to_reconciliation() {
     match c.transition {
         Transition::Unknown { reconcile_at_ms, ref error } => {
             assert!(reconcile_at_ms >= now_ms() + 400, "waits reconcile_after before looking up");
-            assert!(error.contains("no idempotency keys"), "{error}");
+            assert!(error.contains("no idempotency key is sent"), "{error}");
         }
         other => panic!("{other:?}"),
     }
