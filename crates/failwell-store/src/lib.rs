@@ -269,6 +269,9 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// The latest `limit` comparison reports, newest first.
     fn reports(&self, limit: u32) -> impl Future<Output = Result<Vec<Report>, StoreError>> + Send;
 
+    /// The newest comparison report of each provider, by provider name.
+    fn latest_reports(&self) -> impl Future<Output = Result<Vec<Report>, StoreError>> + Send;
+
     /// One comparison report.
     fn report(&self, id: i64) -> impl Future<Output = Result<Option<Report>, StoreError>> + Send;
 

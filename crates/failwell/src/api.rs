@@ -477,14 +477,11 @@ async fn record_stats<S: Store>(state: &AppState<S>) -> Result<(), Problem> {
                 .set(breaker.state().code() as f64);
         }
     }
-    let mut seen = std::collections::BTreeSet::new();
-    for r in state.store.reports(200).await? {
-        if seen.insert(r.provider.clone()) {
-            let label = [("provider", r.provider.clone())];
-            metrics::gauge!("failwell_comparison_discrepancies", &label).set(r.discrepancies as f64);
-            metrics::gauge!("failwell_comparison_last_run_timestamp_seconds", &label)
-                .set(r.finished_at_ms as f64 / 1e3);
-        }
+    for r in state.store.latest_reports().await? {
+        let label = [("provider", r.provider)];
+        metrics::gauge!("failwell_comparison_discrepancies", &label).set(r.discrepancies as f64);
+        metrics::gauge!("failwell_comparison_last_run_timestamp_seconds", &label)
+            .set(r.finished_at_ms as f64 / 1e3);
     }
     Ok(())
 }

@@ -183,6 +183,7 @@ CREATE TABLE discrepancies (
     provider_ref  TEXT,
     detail        TEXT    NOT NULL
 );
+CREATE INDEX reconciliation_reports_provider ON reconciliation_reports (provider, id);
 CREATE INDEX discrepancies_report ON discrepancies (report_id);
 CREATE INDEX discrepancies_operation ON discrepancies (operation_id) WHERE operation_id IS NOT NULL;
 

@@ -448,17 +448,23 @@ impl SqliteStore {
         Ok(id)
     }
 
-    pub(super) async fn list_reports(&self, limit: u32, id: Option<i64>) -> Result<Vec<Report>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, provider, window_from_ms, window_to_ms, finished_at_ms, actor, ours, theirs, \
-             discrepancies, report, text, alerted_at_ms, alert_error FROM reconciliation_reports \
-             WHERE ?1 IS NULL OR id = ?1 ORDER BY id DESC LIMIT ?2",
-        )
-        .bind(id)
-        .bind(i64::from(limit))
-        .fetch_all(&self.reader)
-        .await
-        .context("reading comparison reports")?;
+    pub(super) async fn list_reports(&self, which: Reports) -> Result<Vec<Report>, StoreError> {
+        const SELECT: &str = "SELECT id, provider, window_from_ms, window_to_ms, finished_at_ms, actor, ours, \
+             theirs, discrepancies, report, text, alerted_at_ms, alert_error FROM reconciliation_reports";
+        let (tail, value) = match which {
+            Reports::Newest(limit) => ("ORDER BY id DESC LIMIT ?1", Some(i64::from(limit))),
+            Reports::One(id) => ("WHERE id = ?1", Some(id)),
+            Reports::LatestPerProvider => (
+                "WHERE id IN (SELECT MAX(id) FROM reconciliation_reports GROUP BY provider) ORDER BY provider",
+                None,
+            ),
+        };
+        let query = sqlx::query(sqlx::AssertSqlSafe(format!("{SELECT} {tail}")));
+        let query = match value {
+            Some(value) => query.bind(value),
+            None => query,
+        };
+        let rows = query.fetch_all(&self.reader).await.context("reading comparison reports")?;
         rows.iter()
             .map(|r| {
                 let report: String = r.get("report");
@@ -511,6 +517,16 @@ fn table(kind: DeadLetterKind) -> &'static str {
         DeadLetterKind::Message => "outbox",
         DeadLetterKind::Forward => "forwards",
     }
+}
+
+/// Which comparison reports [`SqliteStore::list_reports`] reads.
+pub(super) enum Reports {
+    /// The newest ones, at most this many.
+    Newest(u32),
+    /// The one with this id.
+    One(i64),
+    /// The newest one of each provider.
+    LatestPerProvider,
 }
 
 fn empty_stats(name: &str) -> IntegrationStats {

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use sqlx::Row;
 
 use super::SqliteStore;
+use super::operator::Reports;
 use super::outbox::Outbox;
 use super::rows::{operation_by_key, operation_from_row, select_operation};
 use super::writes::{apply, insert_attempt, set_operation};
@@ -465,11 +466,15 @@ impl Store for SqliteStore {
     }
 
     async fn reports(&self, limit: u32) -> Result<Vec<Report>, StoreError> {
-        self.list_reports(limit, None).await
+        self.list_reports(Reports::Newest(limit)).await
+    }
+
+    async fn latest_reports(&self) -> Result<Vec<Report>, StoreError> {
+        self.list_reports(Reports::LatestPerProvider).await
     }
 
     async fn report(&self, id: i64) -> Result<Option<Report>, StoreError> {
-        Ok(self.list_reports(1, Some(id)).await?.pop())
+        Ok(self.list_reports(Reports::One(id)).await?.pop())
     }
 
     async fn firing_alerts(&self, kind: &str) -> Result<Vec<String>, StoreError> {

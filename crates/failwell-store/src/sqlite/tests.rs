@@ -722,3 +722,34 @@ async fn the_four_numbers_follow_the_calls_the_queue_and_the_acknowledgements() 
     let acked = s.stats(20_000, 60_000, &known).await.unwrap();
     assert_eq!((acked.integrations[1].dead_letters, acked.integrations[1].dead_letters_unacked), (2, 0));
 }
+
+#[tokio::test]
+async fn the_latest_report_of_each_provider_is_found_however_many_follow() {
+    let (_d, s) = store().await;
+    let report = |provider: &str, at: i64| crate::NewReport {
+        provider: provider.into(),
+        window_from_ms: 0,
+        window_to_ms: at,
+        started_at_ms: at,
+        finished_at_ms: at,
+        actor: "schedule".into(),
+        ours: 0,
+        theirs: 0,
+        discrepancies: vec![],
+        report: json!({}),
+        text: String::new(),
+    };
+    s.save_report(report("payments", 1)).await.unwrap();
+    s.save_report(report("shipping", 2)).await.unwrap();
+    for at in 3..300 {
+        s.save_report(report("payments", at)).await.unwrap();
+    }
+    let latest = s.latest_reports().await.unwrap();
+    let got: Vec<(&str, i64)> = latest.iter().map(|r| (r.provider.as_str(), r.finished_at_ms)).collect();
+    assert_eq!(got, vec![("payments", 299), ("shipping", 2)]);
+    assert_eq!(
+        s.reports(2).await.unwrap().iter().map(|r| r.finished_at_ms).collect::<Vec<_>>(),
+        vec![299, 298]
+    );
+    assert_eq!(s.report(2).await.unwrap().unwrap().provider, "shipping");
+}
