@@ -3,7 +3,9 @@
 //! UPDATE`), applies [`Record::apply`] at the server's `clock_timestamp()`,
 //! writes the row back and, when it changed, sends the snapshot with
 //! `pg_notify` (delivered to every listener at commit). Every process
-//! `LISTEN`s on the channel.
+//! `LISTEN`s on the channel. Its connections commit with
+//! `synchronous_commit = off`: breaker records are soft state, and a
+//! transition's notice should not wait behind the server's disk.
 //!
 //! Table `failwell_breakers` (created when missing, in the connection's
 //! schema), one row per `(namespace, name)`; channel `failwell_breakers`,
@@ -104,6 +106,11 @@ impl PostgresBackend {
                     .options([
                         ("lock_timeout", timeout.as_millis().to_string()),
                         ("statement_timeout", timeout.as_millis().to_string()),
+                        // A transition is announced at commit: it need not
+                        // wait for the WAL flush (a crash of the server can
+                        // lose the last few ms of transitions, which the
+                        // processes' own views re-establish).
+                        ("synchronous_commit", "off".to_owned()),
                     ])
                     .disable_statement_logging(),
             );

@@ -10,11 +10,12 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use failwell_policy::{Admission, Attempted, Classification, Decision, Due, Outcome, admit, decide};
 use failwell_store::{
-    AttemptKind, AttemptRecord, Claimed, Completion, Recorded, Store, StoreError, Transition,
+    AttemptKind, AttemptRecord, ClaimScope, Claimed, Completion, Recorded, Store, StoreError, Transition,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +36,11 @@ pub struct Relay<S> {
 impl<S: Store> Relay<S> {
     /// A relay over `store`, woken early through `wake`.
     pub fn new(store: S, providers: Arc<Providers>, config: RelayConfig, wake: Arc<Notify>) -> Self {
-        Self { outbox: Arc::new(OutboxQueue { store, providers }), config, wake }
+        Self {
+            outbox: Arc::new(OutboxQueue { store, providers, strays_at_ms: AtomicI64::new(0) }),
+            config,
+            wake,
+        }
     }
 
     /// Runs until `shutdown` is cancelled, then waits for the attempts in
@@ -45,11 +50,17 @@ impl<S: Store> Relay<S> {
     }
 }
 
+/// How often the relay looks for messages of providers the configuration
+/// does not know (ms).
+const STRAYS_EVERY_MS: i64 = 1_000;
+
 /// The outbox as the pump's queue.
 #[derive(Debug)]
 struct OutboxQueue<S> {
     store: S,
     providers: Arc<Providers>,
+    /// When strays were last looked for (ms since the Unix epoch).
+    strays_at_ms: AtomicI64,
 }
 
 impl<S: Store> Queue for OutboxQueue<S> {
@@ -57,13 +68,35 @@ impl<S: Store> Queue for OutboxQueue<S> {
     type Done = Completion;
     const WHAT: &'static str = "outbox messages";
 
-    fn claim(
-        &self,
-        now_ms: i64,
-        limit: u32,
-        lease_ms: u64,
-    ) -> impl Future<Output = Result<Vec<Claimed>, StoreError>> + Send {
-        self.store.claim(now_ms, limit, lease_ms)
+    /// Claims the due messages of every provider that can take a call now,
+    /// in turns, so one provider's backlog never starves another. A provider
+    /// whose breaker refuses calls (open, paused, probe slots taken) or whose
+    /// bulkhead is full is left out: its messages stay where they are, no
+    /// attempt spent and nothing written, until it can take one again. Once
+    /// a second, messages of providers the configuration does not know are
+    /// claimed too (to be dead-lettered, or left unknown if a call may have
+    /// acted).
+    async fn claim(&self, now_ms: i64, limit: u32, lease_ms: u64) -> Result<Vec<Claimed>, StoreError> {
+        let mut claimed = Vec::new();
+        let last = self.strays_at_ms.load(Ordering::Relaxed);
+        if now_ms - last >= STRAYS_EVERY_MS
+            && self.strays_at_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            let known = self.providers.keys().cloned().collect();
+            claimed = self.store.claim(now_ms, limit, lease_ms, &ClaimScope::Strays(known)).await?;
+        }
+        let available: Vec<String> = self
+            .providers
+            .iter()
+            .filter(|(_, client)| client.unavailable().is_none())
+            .map(|(name, _)| name.clone())
+            .collect();
+        let rest = limit.saturating_sub(claimed.len() as u32);
+        if rest > 0 && !available.is_empty() {
+            claimed
+                .extend(self.store.claim(now_ms, rest, lease_ms, &ClaimScope::Providers(available)).await?);
+        }
+        Ok(claimed)
     }
 
     async fn work(self: Arc<Self>, message: Claimed) -> Completion {

@@ -28,6 +28,9 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
+    /// `database_url` names neither `sqlite:` nor `postgres:`/`postgresql:`.
+    #[error("unsupported database URL: expected sqlite://PATH or postgres://USER@HOST:PORT/DB")]
+    UnsupportedUrl,
     /// Applying the schema migrations failed.
     #[error("database migration failed")]
     Migrate(#[source] sqlx::migrate::MigrateError),

@@ -10,25 +10,38 @@
 //! state a newer owner wrote. This crate makes no decisions: what to write
 //! is decided by `failwell-policy` and carried out by `failwell-engine`.
 
+mod any;
+mod changes;
 mod error;
+mod inbox;
 mod model;
 mod operator;
+mod outbox;
+mod postgres;
+mod rows;
 mod sqlite;
+mod writes;
+
+#[cfg(test)]
+mod tests;
 
 use std::future::Future;
 
+pub use any::{AnyStore, Backend, StoreOptions};
 pub use error::StoreError;
 pub use model::{
-    AttemptKind, AttemptRecord, AttemptRow, Claimed, ClaimedForward, Completion, Counts, EventRecord,
-    EventReport, EventStep, ForwardCompletion, ForwardTransition, LedgerEffect, NewEvent, NewOperation,
-    Operation, OperationEvent, OperationStatus, Received, Reconciled, Recorded, Resolution, StoredEvent,
-    Submitted, Transition,
+    AttemptKind, AttemptRecord, AttemptRow, ClaimScope, Claimed, ClaimedForward, Completion, Counts,
+    EventRecord, EventReport, EventStep, ForwardCompletion, ForwardTransition, LedgerEffect, NewEvent,
+    NewOperation, Operation, OperationEvent, OperationStatus, Received, Reconciled, Recorded, Resolution,
+    StoredEvent, Submitted, Transition,
 };
 pub use operator::{
     Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, IntegrationStats, ManualResolution,
     NewReport, Report, Stats,
 };
-pub use sqlite::{Outbox, SqliteStore, Synchronous};
+pub use outbox::{Message, Outbox, OutboxConnection};
+pub use postgres::PostgresStore;
+pub use sqlite::{SqliteStore, Synchronous};
 
 /// The durable store the relay, the reconciler and the HTTP API work on.
 ///
@@ -50,12 +63,16 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// counting the attempt about to be made and stamping the first use of
     /// the operation's idempotency key. A message whose earlier lease expired
     /// while an attempt was in flight comes back with
-    /// [`Claimed::interrupted`] set.
+    /// [`Claimed::interrupted`] set. A message with an ordering key is due
+    /// only once every earlier message (lower id) of its key is done or
+    /// dead, so one claim never holds two messages of a key. `scope` says
+    /// which providers' messages it may take ([`ClaimScope`]).
     fn claim(
         &self,
         now_ms: i64,
         limit: u32,
         lease_ms: u64,
+        scope: &ClaimScope,
     ) -> impl Future<Output = Result<Vec<Claimed>, StoreError>> + Send;
 
     /// Writes the results of finished attempts, all in one transaction: each

@@ -139,6 +139,21 @@ pub enum Submitted {
     Replayed(Operation),
 }
 
+/// Which due outbox messages a claim may take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClaimScope {
+    /// Every due message, oldest first.
+    All,
+    /// The due messages of these providers, taken in turns (each provider's
+    /// oldest first, then the next provider's), so one provider's backlog
+    /// never starves another. Other providers' messages stay where they
+    /// are: nothing is written for them and no attempt is spent.
+    Providers(Vec<String>),
+    /// The due messages of providers *not* in this list (ones the
+    /// configuration does not know), oldest first.
+    Strays(Vec<String>),
+}
+
 /// An outbox message claimed for one attempt.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Claimed {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use failwell_policy::Outcome;
-use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, ManualResolution, SqliteStore, Store};
+use failwell_store::{AnyStore, Backend, Channel, DeadLetterFilter, DeadLetterKind, ManualResolution, Store};
 use serde::Serialize;
 
 use crate::config::Config;
@@ -116,17 +116,19 @@ fn parse_kind(s: &str) -> Result<DeadLetterKind, String> {
 /// Opens the configuration's database for an operator command. Errors: the
 /// configuration is invalid, or (SQLite) the database file does not exist:
 /// an operator command never creates one.
-pub async fn open(common: &Common) -> anyhow::Result<(Config, SqliteStore)> {
+pub async fn open(common: &Common) -> anyhow::Result<(Config, AnyStore)> {
     let config = crate::config::load(common.config.as_deref())?;
     let url = &config.database_url;
-    let path = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
-    let path = path.split('?').next().unwrap_or(path);
-    if path != ":memory:" && !std::path::Path::new(path).exists() {
-        anyhow::bail!(
-            "there is no database at {path:?} (database_url); is this the configuration `failwell serve` runs with?"
-        );
+    if Backend::of(url) == Some(Backend::Sqlite) {
+        let path = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
+        let path = path.split('?').next().unwrap_or(path);
+        if path != ":memory:" && !std::path::Path::new(path).exists() {
+            anyhow::bail!(
+                "there is no database at {path:?} (database_url); is this the configuration `failwell serve` runs with?"
+            );
+        }
     }
-    let store = SqliteStore::open(url, config.synchronous)
+    let store = AnyStore::open(url, config.store_options())
         .await
         .with_context(|| format!("cannot open the database {url:?}"))?;
     Ok((config, store))

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use failwell_cluster::Cluster;
 use failwell_engine::{Engine, ForwardTarget, ForwardTargets, ProviderClient, Providers};
 use failwell_policy::Bulkhead;
-use failwell_store::{SqliteStore, StoreError};
+use failwell_store::{AnyStore, StoreError};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -104,7 +104,7 @@ pub fn prometheus() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
 #[derive(Debug)]
 pub struct Server {
     addr: SocketAddr,
-    store: SqliteStore,
+    store: AnyStore,
     engine: Engine,
     /// Keeps the shared breakers' driver running.
     cluster: Option<Cluster>,
@@ -121,7 +121,7 @@ impl Server {
     /// cannot be opened or migrated.
     pub async fn start(config: Config, listener: TcpListener) -> Result<Self, StartError> {
         let addr = listener.local_addr().map_err(StartError::Listener)?;
-        let store = SqliteStore::open(&config.database_url, config.synchronous).await?;
+        let store = AnyStore::open(&config.database_url, config.store_options()).await?;
         let (cluster, providers, forwards) = match config.cluster {
             Some(cluster_config) => {
                 let cluster = Cluster::start(cluster_config)
@@ -197,7 +197,7 @@ impl Server {
 
     /// The store, for an application that writes its own rows and outbox
     /// messages in one transaction ([`failwell_store::Outbox::enqueue`]).
-    pub fn store(&self) -> &SqliteStore {
+    pub fn store(&self) -> &AnyStore {
         &self.store
     }
 

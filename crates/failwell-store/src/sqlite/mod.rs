@@ -23,8 +23,6 @@ use sqlx::{Sqlite, Transaction};
 
 use crate::error::{Context, StoreError};
 
-pub use outbox::Outbox;
-
 /// How hard SQLite pushes each commit to disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Synchronous {
@@ -83,7 +81,7 @@ impl SqliteStore {
     }
 
     /// Begins a write transaction (`BEGIN IMMEDIATE`) in which an application
-    /// can change its own tables and call [`Outbox::enqueue`], so both commit
+    /// can change its own tables and call [`Outbox::enqueue`](crate::Outbox::enqueue), so both commit
     /// or neither does.
     pub async fn begin(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         self.writer.begin_with("BEGIN IMMEDIATE").await.context("beginning a transaction")
@@ -101,6 +99,3 @@ impl SqliteStore {
         self.reader.close().await;
     }
 }
-
-#[cfg(test)]
-mod tests;

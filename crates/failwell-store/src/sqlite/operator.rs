@@ -1,27 +1,25 @@
 //! What operators read and do on SQLite: dead letters (list, replay,
 //! purge, acknowledge), an operation's history, the four numbers per
 //! integration, and the comparison reports.
+//!
+//! The single writer connection serialises every write, so a read that
+//! decides a write needs no lock of its own here.
 
-use std::collections::BTreeMap;
-
-use failwell_policy::Discrepancy;
-use hdrhistogram::Histogram;
 use serde_json::Value;
-use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
 
 use super::SqliteStore;
-use super::rows::{operation_from_row, select_operation};
 use crate::error::{Context, StoreError};
 use crate::model::Operation;
 use crate::operator::{
-    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, IntegrationStats, ManualResolution,
-    NewReport, Report, Stats,
+    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, ManualResolution, NewReport, Report,
+    Reports, Stats, StatsBuilder, alert_columns, dead_letter_from_row, discrepancy_json,
+    history_entry_from_row, report_from_row, resolution_note, resolution_refused, resolved_status, table,
 };
+use crate::rows::{operation_from_row, select_operation};
 
 /// Dead letters of both kinds as one relation: `kind, id, integration, key,
 /// operation, attempts, last_error, dead_at_ms, created_at_ms, payload,
-/// text_payload`.
+/// json_payload` (see [`dead_letter_from_row`]).
 const DEAD_LETTERS: &str = "SELECT * FROM (\
     SELECT 'message' AS kind, x.id, o.provider AS integration, o.idempotency_key AS key, o.operation, \
       x.attempts, x.last_error, x.dead_at_ms, x.created_at_ms, o.payload, 1 AS json_payload \
@@ -30,32 +28,6 @@ const DEAD_LETTERS: &str = "SELECT * FROM (\
     SELECT 'forward', f.id, e.integration, e.event_id, NULL, f.attempts, f.last_error, f.dead_at_ms, \
       f.created_at_ms, e.payload, 0 \
     FROM forwards f JOIN inbox_events e ON e.seq = f.event_seq WHERE f.state = 'dead')";
-
-fn dead_letter_from_row(row: &SqliteRow) -> Result<DeadLetter, StoreError> {
-    let kind: String = row.try_get("kind").context("reading a dead letter")?;
-    let payload = if row.get::<i64, _>("json_payload") == 1 {
-        let text: String = row.try_get("payload").context("reading a dead letter")?;
-        serde_json::from_str(&text)
-            .map_err(|e| StoreError::Corrupt { what: "payload", detail: e.to_string() })?
-    } else {
-        let bytes: Vec<u8> = row.try_get("payload").context("reading a dead letter")?;
-        serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
-    };
-    Ok(DeadLetter {
-        kind: DeadLetterKind::parse(&kind)
-            .ok_or(StoreError::Corrupt { what: "dead letter kind", detail: kind })?,
-        id: row.get("id"),
-        integration: row.get("integration"),
-        key: row.get("key"),
-        operation: row.get("operation"),
-        attempts: row.get::<i64, _>("attempts") as u32,
-        last_error: row.get("last_error"),
-        dead_at_ms: row.get::<Option<i64>, _>("dead_at_ms").unwrap_or_default(),
-        created_at_ms: row.get("created_at_ms"),
-        payload,
-    })
-}
 
 impl SqliteStore {
     pub(super) async fn list_dead_letters(
@@ -175,16 +147,7 @@ impl SqliteStore {
         channel: Channel,
         now_ms: i64,
     ) -> Result<ManualResolution, StoreError> {
-        let status = match outcome {
-            failwell_policy::Outcome::Succeeded => "succeeded",
-            failwell_policy::Outcome::Failed => "failed",
-            failwell_policy::Outcome::Unknown => {
-                return Err(StoreError::Corrupt {
-                    what: "resolution",
-                    detail: "unknown is not an outcome".into(),
-                });
-            }
-        };
+        let status = resolved_status(outcome)?;
         let mut tx = self.begin().await?;
         let current: Option<String> =
             sqlx::query_scalar("SELECT status FROM operations WHERE idempotency_key = ?1")
@@ -192,13 +155,10 @@ impl SqliteStore {
                 .fetch_optional(&mut *tx)
                 .await
                 .context("reading an operation")?;
-        let Some(current) = current else { return Ok(ManualResolution::NotFound) };
-        if current != "unknown" && current != "needs_human" {
-            let status = crate::OperationStatus::parse(&current)
-                .ok_or(StoreError::Corrupt { what: "status", detail: current })?;
-            return Ok(ManualResolution::NotOpen(status));
+        if let Some(refused) = resolution_refused(current)? {
+            return Ok(refused);
         }
-        let error = format!("resolved by {}: {note}", channel.actor());
+        let error = resolution_note(channel, &note);
         sqlx::query(
             "UPDATE operations SET status = ?2, provider_ref = COALESCE(?3, provider_ref), last_error = ?4, \
              next_reconcile_at_ms = NULL, changed_by = ?5, updated_at_ms = ?6 WHERE idempotency_key = ?1",
@@ -250,9 +210,7 @@ impl SqliteStore {
             .fetch_one(&mut *conn)
             .await
             .context("reading the last acknowledgement")?;
-        let mut by_name: BTreeMap<String, (IntegrationStats, Option<Histogram<u64>>)> =
-            known.iter().map(|name| (name.clone(), (empty_stats(name), None))).collect();
-        let since = now_ms.saturating_sub(i64::try_from(window_ms).unwrap_or(i64::MAX));
+        let mut stats = StatsBuilder::new(known);
         // One row per (provider, duration): a few thousand rows however
         // many calls the window holds.
         let calls = sqlx::query(
@@ -262,22 +220,13 @@ impl SqliteStore {
              WHERE a.kind = 'call' AND a.started_at_ms >= ?1 AND a.started_at_ms <= ?2 \
              GROUP BY o.provider, a.duration_ms",
         )
-        .bind(since)
+        .bind(StatsBuilder::window_start(now_ms, window_ms))
         .bind(now_ms)
         .fetch_all(&mut *conn)
         .await
         .context("reading recent calls")?;
-        for row in &calls {
-            let (stats, histogram) = slot(&mut by_name, row.get("name"));
-            let calls = row.get::<i64, _>("calls") as u64;
-            stats.calls += calls;
-            stats.answered += row.get::<i64, _>("answered") as u64;
-            let histogram = histogram.get_or_insert_with(|| {
-                Histogram::new(3).expect("3 significant digits is a valid HDR histogram precision")
-            });
-            histogram.saturating_record_n(row.get::<i64, _>("duration_ms").max(0) as u64, calls);
-        }
-        let open = sqlx::query(
+        stats.add_calls(&calls)?;
+        let entries = sqlx::query(
             "SELECT o.provider AS name, COUNT(*) AS depth, MIN(x.created_at_ms) AS oldest, 0 AS dead, 0 AS unacked \
              FROM outbox x JOIN operations o ON o.id = x.operation_id WHERE x.state = 'pending' GROUP BY o.provider \
              UNION ALL \
@@ -294,42 +243,16 @@ impl SqliteStore {
         .fetch_all(&mut *conn)
         .await
         .context("reading open and dead entries")?;
-        for row in &open {
-            let (stats, _) = slot(&mut by_name, row.get("name"));
-            stats.depth += row.get::<i64, _>("depth") as u64;
-            stats.dead_letters += row.get::<i64, _>("dead") as u64;
-            stats.dead_letters_unacked += row.get::<Option<i64>, _>("unacked").unwrap_or(0) as u64;
-            if let Some(oldest) = row.get::<Option<i64>, _>("oldest") {
-                let age = (now_ms - oldest).max(0);
-                stats.oldest_open_age_ms = Some(stats.oldest_open_age_ms.map_or(age, |a| a.max(age)));
-            }
-        }
-        let unknown = sqlx::query(
+        stats.add_entries(&entries, now_ms)?;
+        let unsettled = sqlx::query(
             "SELECT provider AS name, status, COUNT(*) AS n FROM operations \
              WHERE status IN ('unknown', 'needs_human') GROUP BY provider, status",
         )
         .fetch_all(&mut *conn)
         .await
         .context("counting unknown operations")?;
-        for row in &unknown {
-            let n = row.get::<i64, _>("n") as u64;
-            let stats = &mut slot(&mut by_name, row.get("name")).0;
-            match row.get::<&str, _>("status") {
-                "unknown" => stats.unknown = n,
-                _ => stats.needs_human = n,
-            }
-        }
-        let integrations = by_name
-            .into_values()
-            .map(|(mut stats, histogram)| {
-                if stats.calls > 0 {
-                    stats.success_ratio = Some(stats.answered as f64 / stats.calls as f64);
-                }
-                stats.p95_ms = histogram.map(|h| h.value_at_quantile(0.95));
-                stats
-            })
-            .collect();
-        Ok(Stats { at_ms: now_ms, window_ms, last_ack_ms, integrations })
+        stats.add_unsettled(&unsettled)?;
+        Ok(stats.finish(now_ms, window_ms, last_ack_ms))
     }
 
     pub(super) async fn operation_history(&self, operation_id: i64) -> Result<Vec<HistoryEntry>, StoreError> {
@@ -356,25 +279,7 @@ impl SqliteStore {
         .fetch_all(&self.reader)
         .await
         .context("reading an operation's history")?;
-        rows.iter()
-            .map(|r| {
-                let subject: String = r.get("subject");
-                Ok(HistoryEntry {
-                    at_ms: r.get("at_ms"),
-                    subject: match subject.as_str() {
-                        "operation" => "operation",
-                        "message" => "message",
-                        "forward" => "forward",
-                        "attempt" => "attempt",
-                        "event" => "event",
-                        _ => "report",
-                    },
-                    actor: r.get("actor"),
-                    change: r.get("change"),
-                    detail: r.get("detail"),
-                })
-            })
-            .collect()
+        rows.iter().map(history_entry_from_row).collect()
     }
 
     pub(super) async fn operations_created_between(
@@ -449,43 +354,14 @@ impl SqliteStore {
     }
 
     pub(super) async fn list_reports(&self, which: Reports) -> Result<Vec<Report>, StoreError> {
-        const SELECT: &str = "SELECT id, provider, window_from_ms, window_to_ms, finished_at_ms, actor, ours, \
-             theirs, discrepancies, report, text, alerted_at_ms, alert_error FROM reconciliation_reports";
-        let (tail, value) = match which {
-            Reports::Newest(limit) => ("ORDER BY id DESC LIMIT ?1", Some(i64::from(limit))),
-            Reports::One(id) => ("WHERE id = ?1", Some(id)),
-            Reports::LatestPerProvider => (
-                "WHERE id IN (SELECT MAX(id) FROM reconciliation_reports GROUP BY provider) ORDER BY provider",
-                None,
-            ),
-        };
-        let query = sqlx::query(sqlx::AssertSqlSafe(format!("{SELECT} {tail}")));
+        let (sql, value) = which.query();
+        let query = sqlx::query(sqlx::AssertSqlSafe(sql));
         let query = match value {
             Some(value) => query.bind(value),
             None => query,
         };
         let rows = query.fetch_all(&self.reader).await.context("reading comparison reports")?;
-        rows.iter()
-            .map(|r| {
-                let report: String = r.get("report");
-                Ok(Report {
-                    id: r.get("id"),
-                    provider: r.get("provider"),
-                    window_from_ms: r.get("window_from_ms"),
-                    window_to_ms: r.get("window_to_ms"),
-                    finished_at_ms: r.get("finished_at_ms"),
-                    actor: r.get("actor"),
-                    ours: r.get::<i64, _>("ours") as u64,
-                    theirs: r.get::<i64, _>("theirs") as u64,
-                    discrepancies: r.get::<i64, _>("discrepancies") as u64,
-                    report: serde_json::from_str(&report)
-                        .map_err(|e| StoreError::Corrupt { what: "report", detail: e.to_string() })?,
-                    text: r.get("text"),
-                    alerted_at_ms: r.get("alerted_at_ms"),
-                    alert_error: r.get("alert_error"),
-                })
-            })
-            .collect()
+        rows.iter().map(report_from_row).collect()
     }
 
     pub(super) async fn set_report_alerted(
@@ -493,10 +369,7 @@ impl SqliteStore {
         id: i64,
         result: Result<i64, String>,
     ) -> Result<(), StoreError> {
-        let (at, error) = match result {
-            Ok(at) => (Some(at), None),
-            Err(error) => (None, Some(error)),
-        };
+        let (at, error) = alert_columns(result);
         sqlx::query(
             "UPDATE reconciliation_reports SET alerted_at_ms = COALESCE(?2, alerted_at_ms), alert_error = ?3 \
              WHERE id = ?1",
@@ -509,49 +382,4 @@ impl SqliteStore {
         .context("recording a report's alert")?;
         Ok(())
     }
-}
-
-/// The table a dead letter of `kind` lives in.
-fn table(kind: DeadLetterKind) -> &'static str {
-    match kind {
-        DeadLetterKind::Message => "outbox",
-        DeadLetterKind::Forward => "forwards",
-    }
-}
-
-/// Which comparison reports [`SqliteStore::list_reports`] reads.
-pub(super) enum Reports {
-    /// The newest ones, at most this many.
-    Newest(u32),
-    /// The one with this id.
-    One(i64),
-    /// The newest one of each provider.
-    LatestPerProvider,
-}
-
-fn empty_stats(name: &str) -> IntegrationStats {
-    IntegrationStats {
-        integration: name.to_owned(),
-        calls: 0,
-        answered: 0,
-        success_ratio: None,
-        p95_ms: None,
-        depth: 0,
-        oldest_open_age_ms: None,
-        unknown: 0,
-        needs_human: 0,
-        dead_letters: 0,
-        dead_letters_unacked: 0,
-    }
-}
-
-fn slot(
-    by_name: &mut BTreeMap<String, (IntegrationStats, Option<Histogram<u64>>)>,
-    name: String,
-) -> &mut (IntegrationStats, Option<Histogram<u64>>) {
-    by_name.entry(name).or_insert_with_key(|name| (empty_stats(name), None))
-}
-
-fn discrepancy_json(d: &Discrepancy) -> Value {
-    serde_json::json!([d.kind.as_str(), d.reference, d.operation_id, d.provider_ref, d.detail])
 }

@@ -1,43 +1,19 @@
-//! The transactional outbox API: an intent recorded inside the caller's
-//! own transaction.
+//! [`Outbox::enqueue`](crate::Outbox::enqueue) on SQLite.
 
 use failwell_policy::derive_key;
-use sha2::{Digest, Sha256};
+use serde_json::Value;
 use sqlx::sqlite::SqliteConnection;
 
-use super::rows::{operation_by_key, operation_from_row};
+use super::rows::operation_by_key;
 use crate::error::{Context, StoreError};
 use crate::model::{NewOperation, Submitted};
+use crate::outbox::{OutboxConnection, check_replay, replayed, request_hash};
+use crate::rows::operation_from_row;
 
-/// The transactional outbox API: record an intent inside the caller's
-/// transaction.
-#[derive(Debug)]
-pub struct Outbox;
-
-impl Outbox {
-    /// Records `op` and its outbox message on `conn` (typically `&mut *tx`
-    /// of a transaction from [`SqliteStore::begin`]), next to the caller's
-    /// own writes. The provider idempotency key is derived from the intent
-    /// ([`derive_key`]). When the key exists with the same request this
-    /// returns [`Submitted::Replayed`] and writes nothing; with a different
-    /// request, [`StoreError::KeyReused`].
-    pub async fn enqueue(
-        conn: &mut SqliteConnection,
-        op: &NewOperation,
-        now_ms: i64,
-    ) -> Result<Submitted, StoreError> {
-        Self::record(conn, op, now_ms, "app").await
-    }
-
-    /// [`Self::enqueue`], with `actor` as the history's author of the new
-    /// operation (`api` for the HTTP API, `app` for an application).
-    pub(super) async fn record(
-        conn: &mut SqliteConnection,
-        op: &NewOperation,
-        now_ms: i64,
-        actor: &str,
-    ) -> Result<Submitted, StoreError> {
-        let hash = request_hash(op);
+impl OutboxConnection for SqliteConnection {
+    async fn record(&mut self, op: &NewOperation, now_ms: i64, actor: &str) -> Result<Submitted, StoreError> {
+        let conn = self;
+        let hash = request_hash(&op.provider, &op.operation, &op.payload);
         let provider_key = derive_key(&op.provider, &op.operation, &op.idempotency_key, 0);
         let inserted = sqlx::query(
             "INSERT INTO operations (idempotency_key, provider, operation, reference, payload, request_hash, \
@@ -77,29 +53,41 @@ impl Outbox {
                 .fetch_optional(&mut *conn)
                 .await
                 .context("reading an existing operation")?;
-        match stored {
-            None => {
-                return Err(StoreError::ReferenceReused {
-                    reference: op.reference.clone().unwrap_or_default(),
-                });
-            }
-            Some(stored) if stored != hash => {
-                return Err(StoreError::KeyReused { key: op.idempotency_key.clone() });
-            }
-            Some(_) => {}
-        }
-        let existing = operation_by_key(conn, &op.idempotency_key).await?;
-        existing.map(Submitted::Replayed).ok_or_else(|| StoreError::Corrupt {
-            what: "operation",
-            detail: "vanished while being read".into(),
-        })
+        check_replay(op, &hash, stored)?;
+        replayed(operation_by_key(conn, &op.idempotency_key).await?)
     }
-}
 
-/// SHA-256 over the canonical JSON of (provider, operation, payload):
-/// serde_json sorts object keys, so key order in the caller's JSON does not
-/// matter.
-fn request_hash(op: &NewOperation) -> String {
-    let canonical = serde_json::json!([op.provider, op.operation, op.payload]).to_string();
-    hex::encode(Sha256::digest(canonical.as_bytes()))
+    async fn derived_key(
+        &mut self,
+        provider: &str,
+        operation: &str,
+        payload: &Value,
+    ) -> Result<String, StoreError> {
+        Ok(format!("sha256:{}", request_hash(provider, operation, payload)))
+    }
+
+    async fn schedule(
+        &mut self,
+        operation_id: i64,
+        ordering_key: Option<&str>,
+        available_at_ms: Option<i64>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE outbox SET ordering_key = ?2, available_at_ms = MAX(available_at_ms, COALESCE(?3, 0)) \
+             WHERE operation_id = ?1",
+        )
+        .bind(operation_id)
+        .bind(ordering_key)
+        .bind(available_at_ms)
+        .execute(&mut *self)
+        .await
+        .context("scheduling an outbox message")?;
+        sqlx::query("UPDATE operations SET not_before_ms = ?2 WHERE id = ?1 AND ?2 > created_at_ms")
+            .bind(operation_id)
+            .bind(available_at_ms)
+            .execute(&mut *self)
+            .await
+            .context("scheduling an operation")?;
+        Ok(())
+    }
 }

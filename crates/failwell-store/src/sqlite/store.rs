@@ -3,46 +3,44 @@
 use std::sync::atomic::Ordering;
 
 use sqlx::Row;
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
 
 use super::SqliteStore;
-use super::operator::Reports;
-use super::outbox::Outbox;
-use super::rows::{operation_by_key, operation_from_row, select_operation};
+use super::rows::operation_by_key;
 use super::writes::{apply, insert_attempt, set_operation};
 use crate::Store;
 use crate::error::{Context, StoreError};
 use crate::model::{
-    AttemptKind, AttemptRow, Claimed, ClaimedForward, Completion, Counts, EventRecord, ForwardCompletion,
-    NewEvent, NewOperation, Operation, OperationEvent, OperationStatus, Received, Reconciled, Recorded,
-    Resolution, StoredEvent, Submitted,
+    AttemptKind, AttemptRow, ClaimScope, Claimed, ClaimedForward, Completion, Counts, EventRecord,
+    ForwardCompletion, NewEvent, NewOperation, Operation, OperationEvent, OperationStatus, Received,
+    Reconciled, Recorded, Resolution, StoredEvent, Submitted,
 };
 use crate::operator::{
     Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, ManualResolution, NewReport, Report,
-    Stats,
+    Reports, Stats,
 };
+use crate::outbox::{CLAIMED_COLUMNS, DUE, OutboxConnection};
+use crate::rows::{operation_from_row, select_operation};
 
 impl Store for SqliteStore {
     async fn submit(&self, op: NewOperation, now_ms: i64) -> Result<Submitted, StoreError> {
         let mut tx = self.begin().await?;
-        let submitted = Outbox::record(&mut tx, &op, now_ms, "api").await?;
+        let submitted = tx.record(&op, now_ms, "api").await?;
         if matches!(submitted, Submitted::Created(_)) {
             tx.commit().await.context("committing an operation")?;
         }
         Ok(submitted)
     }
 
-    async fn claim(&self, now_ms: i64, limit: u32, lease_ms: u64) -> Result<Vec<Claimed>, StoreError> {
+    async fn claim(
+        &self,
+        now_ms: i64,
+        limit: u32,
+        lease_ms: u64,
+        scope: &ClaimScope,
+    ) -> Result<Vec<Claimed>, StoreError> {
         let mut tx = self.begin().await?;
-        let due = sqlx::query(
-            "SELECT id, operation_id, attempts, previous_delay_ms, in_flight FROM outbox \
-             WHERE state = 'pending' AND available_at_ms <= ?1 AND (locked_until_ms IS NULL OR locked_until_ms <= ?1) \
-             ORDER BY available_at_ms, id LIMIT ?2",
-        )
-        .bind(now_ms)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await
-        .context("finding due outbox messages")?;
+        let due = due_messages(&mut tx, now_ms, limit, scope).await?;
         if due.is_empty() {
             return Ok(Vec::new());
         }
@@ -74,13 +72,12 @@ impl Store for SqliteStore {
         .execute(&mut *tx)
         .await
         .context("counting interrupted attempts")?;
-        let lease_until = now_ms.saturating_add(i64::try_from(lease_ms).unwrap_or(i64::MAX));
         sqlx::query(
             "UPDATE outbox SET locked_until_ms = ?2, lease_token = ?3, attempts = attempts + 1, in_flight = 1, \
              updated_at_ms = ?4 WHERE id IN (SELECT value FROM json_each(?1))",
         )
         .bind(&ids_json)
-        .bind(lease_until)
+        .bind(crate::inbox::lease_until(now_ms, lease_ms))
         .bind(token)
         .bind(now_ms)
         .execute(&mut *tx)
@@ -509,4 +506,64 @@ impl Store for SqliteStore {
     async fn report_alerted(&self, id: i64, result: Result<i64, String>) -> Result<(), StoreError> {
         self.set_report_alerted(id, result).await
     }
+}
+
+/// The due messages a claim takes, in claim order (see [`ClaimScope`]).
+/// One indexed query per provider for [`ClaimScope::Providers`], merged in
+/// turns; the single writer holds them until the claim commits.
+async fn due_messages(
+    conn: &mut SqliteConnection,
+    now_ms: i64,
+    limit: u32,
+    scope: &ClaimScope,
+) -> Result<Vec<SqliteRow>, StoreError> {
+    let query = |filter: &str| {
+        sqlx::AssertSqlSafe(format!(
+            "SELECT {CLAIMED_COLUMNS} FROM outbox x WHERE {DUE} {filter} ORDER BY x.available_at_ms, x.id LIMIT $2"
+        ))
+    };
+    let mut rows = Vec::new();
+    match scope {
+        ClaimScope::All => {
+            rows = sqlx::query(query(""))
+                .bind(now_ms)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *conn)
+                .await
+                .context("finding due outbox messages")?;
+        }
+        ClaimScope::Strays(known) => {
+            rows = sqlx::query(query("AND x.provider NOT IN (SELECT value FROM json_each($3))"))
+                .bind(now_ms)
+                .bind(i64::from(limit))
+                .bind(serde_json::to_string(known).unwrap_or_default())
+                .fetch_all(&mut *conn)
+                .await
+                .context("finding due outbox messages")?;
+        }
+        ClaimScope::Providers(providers) => {
+            let mut turns = Vec::with_capacity(providers.len());
+            for provider in providers {
+                let of_provider = sqlx::query(query("AND x.provider = $3"))
+                    .bind(now_ms)
+                    .bind(i64::from(limit))
+                    .bind(provider)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .context("finding due outbox messages")?;
+                turns.push(of_provider.into_iter());
+            }
+            while rows.len() < limit as usize {
+                let before = rows.len();
+                for turn in &mut turns {
+                    rows.extend(turn.next());
+                }
+                if rows.len() == before {
+                    break;
+                }
+            }
+            rows.truncate(limit as usize);
+        }
+    }
+    Ok(rows)
 }

@@ -58,10 +58,12 @@ use raw::RawConfig;
 /// A validated configuration.
 #[derive(Debug)]
 pub struct Config {
-    /// Database URL (`sqlite://…`).
+    /// Database URL (`sqlite://…` or `postgres://…`).
     pub database_url: String,
     /// SQLite commit durability.
     pub synchronous: Synchronous,
+    /// PostgreSQL connections per process.
+    pub database_max_connections: u32,
     /// HTTP API address.
     pub listen: SocketAddr,
     /// Largest accepted request body, in bytes.
@@ -92,6 +94,16 @@ pub struct Config {
     pub alerts: Option<Alerts>,
 }
 
+impl Config {
+    /// How to open the store `database_url` names.
+    pub fn store_options(&self) -> failwell_store::StoreOptions {
+        failwell_store::StoreOptions {
+            synchronous: self.synchronous,
+            max_connections: self.database_max_connections,
+        }
+    }
+}
+
 /// `[alerts]`: where alerts go, and when the oldest open entry raises one.
 #[derive(Clone, Debug)]
 pub struct Alerts {
@@ -103,8 +115,9 @@ pub struct Alerts {
 
 /// The top-level keys: only `FAILWELL_*` variables naming one of these are
 /// configuration (so `FAILWELL_LOG` and the like are left alone).
-const TOP_LEVEL_KEYS: [&str; 14] = [
+const TOP_LEVEL_KEYS: [&str; 15] = [
     "database_url",
+    "database_max_connections",
     "sqlite_synchronous",
     "listen",
     "max_body_bytes",

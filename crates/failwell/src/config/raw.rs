@@ -12,6 +12,7 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConfig {
     pub(super) database_url: String,
+    pub(super) database_max_connections: u32,
     pub(super) sqlite_synchronous: String,
     pub(super) listen: String,
     pub(super) max_body_bytes: usize,

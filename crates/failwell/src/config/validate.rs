@@ -12,7 +12,7 @@ use failwell_policy::{
     Answer, Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, Manifest, Offers,
     OnUnavailable, RetryBudgetConfig, RetryPolicy, SlidingWindow, Timeouts, TimeoutsError,
 };
-use failwell_store::Synchronous;
+use failwell_store::{Backend, Synchronous};
 
 use super::raw::{
     RawAlerts, RawBreaker, RawBulkhead, RawCluster, RawCompare, RawConfig, RawForward, RawLedger,
@@ -21,10 +21,14 @@ use super::raw::{
 use super::{ApiLimits, Checker, Config, ConfigError, MAX_CONCURRENCY};
 
 pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, ConfigError> {
-    if !raw.database_url.starts_with("sqlite:") {
-        return Err(
-            c.invalid("database_url", format!("{:?}: only sqlite: URLs are supported", raw.database_url))
-        );
+    if Backend::of(&raw.database_url).is_none() {
+        return Err(c.invalid(
+            "database_url",
+            format!("{:?}: expected sqlite://PATH or postgres://USER@HOST:PORT/DATABASE", raw.database_url),
+        ));
+    }
+    if !(2..=1000).contains(&raw.database_max_connections) {
+        return Err(c.invalid("database_max_connections", "must be between 2 and 1000"));
     }
     let synchronous = match raw.sqlite_synchronous.as_str() {
         "full" => Synchronous::Full,
@@ -90,6 +94,7 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
     }
     Ok(Config {
         database_url: raw.database_url,
+        database_max_connections: raw.database_max_connections,
         synchronous,
         listen,
         max_body_bytes: raw.max_body_bytes,

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use failwell_sim::{Effects, Profile, SimConfig, Simulator, WebhookTarget};
-use failwell_store::{NewOperation, Operation, OperationStatus, Outbox, Store};
+use failwell_store::{Message, Operation, OperationStatus, Outbox, Store};
 use hdrhistogram::Histogram;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -199,7 +199,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     let naive_bar = bar(&multi, orders.len(), "naive client: done");
 
     let start = Instant::now();
-    let store = server.store().clone();
+    let failwell_store::AnyStore::Sqlite(store) = server.store().clone() else {
+        anyhow::bail!("the demo runs on its own SQLite database");
+    };
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS orders (reference TEXT PRIMARY KEY, amount INTEGER NOT NULL, \
          currency TEXT NOT NULL, placed_at_ms INTEGER NOT NULL)",
@@ -283,14 +285,16 @@ async fn place(store: &failwell_store::SqliteStore, order: &Order) -> anyhow::Re
         .execute(&mut *tx)
         .await
         .with_context(|| format!("cannot insert order {}", order.reference))?;
-    let op = NewOperation {
-        idempotency_key: order.reference.clone(),
-        provider: "payments".into(),
-        operation: "charge".into(),
+    let message = Message {
+        idempotency_key: Some(order.reference.clone()),
         reference: Some(order.reference.clone()),
-        payload: json!({"amount": order.amount, "currency": order.currency, "reference": order.reference}),
+        ..Message::new(
+            "payments",
+            "charge",
+            json!({"amount": order.amount, "currency": order.currency, "reference": order.reference}),
+        )
     };
-    Outbox::enqueue(&mut tx, &op, now).await?;
+    Outbox::enqueue(&mut tx, &message, now).await?;
     tx.commit().await.context("cannot commit an order")?;
     Ok(())
 }

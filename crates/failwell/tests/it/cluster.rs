@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use failwell_sim::Simulator;
 use serde_json::Value;
 
-use crate::helpers::{Gateway, SETTLE, free_port, simulator};
+use crate::helpers::{Gateway, SETTLE, free_port, postgres_schema, simulator};
 
 /// `cluster_failures`: failures anywhere that open the breaker everywhere.
 const THRESHOLD: u64 = 20;
@@ -136,23 +136,6 @@ async fn four_processes_stop_together_probe_once_per_period_and_close_together()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_share_a_breaker_through_postgres() {
     four_processes(&postgres_schema().await).await;
-}
-
-/// A PostgreSQL URL (`DATABASE_URL`) whose connections use a fresh schema
-/// of their own.
-async fn postgres_schema() -> String {
-    let url =
-        std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let schema = format!("it_{}", free_port());
-    let pool = sqlx::PgPool::connect(&url).await.expect("PostgreSQL at DATABASE_URL");
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
-        .execute(&pool)
-        .await
-        .unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&pool).await.unwrap();
-    pool.close().await;
-    let separator = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{separator}options=-csearch_path%3D{schema}")
 }
 
 async fn four_processes(url: &str) {

@@ -621,3 +621,21 @@ fn invalid_operator_settings_name_the_key_and_never_echo_secrets() {
         &["providers.payments.compare", "needs [lookup]"],
     );
 }
+
+#[test]
+fn the_database_url_names_sqlite_or_postgres_and_the_pool_size_is_checked() {
+    refused(
+        |t| {
+            let start = t.find("database_url").unwrap();
+            let end = start + t[start..].find('\n').unwrap();
+            format!("{}database_url = \"mysql://root@127.0.0.1/f\"{}", &t[..start], &t[end..])
+        },
+        &[],
+        &["{file}", "key `database_url`", "expected sqlite://PATH or postgres://USER@HOST:PORT/DATABASE"],
+    );
+    refused(
+        |t| t,
+        &[("FAILWELL_DATABASE_MAX_CONNECTIONS", "1")],
+        &["key `database_max_connections`", "must be between 2 and 1000"],
+    );
+}

@@ -218,3 +218,20 @@ pub async fn problem(r: reqwest::Response, status: u16, type_suffix: &str) -> Va
     assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()));
     body
 }
+
+/// A PostgreSQL URL (`DATABASE_URL`) whose connections use a fresh schema
+/// of their own.
+pub async fn postgres_schema() -> String {
+    let url =
+        std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let schema = format!("it_{}", free_port());
+    let pool = sqlx::PgPool::connect(&url).await.expect("PostgreSQL at DATABASE_URL");
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&pool).await.unwrap();
+    pool.close().await;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-csearch_path%3D{schema}")
+}

@@ -11,4 +11,5 @@ mod helpers;
 mod manifest;
 mod operator;
 mod processing;
+mod scale_out;
 mod webhook;

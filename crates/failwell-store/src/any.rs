@@ -1,0 +1,270 @@
+//! The store a configuration names: SQLite or PostgreSQL, chosen by the
+//! scheme of `database_url`.
+
+use crate::error::StoreError;
+use crate::model::{
+    AttemptRow, ClaimScope, Claimed, ClaimedForward, Completion, Counts, EventRecord, ForwardCompletion,
+    NewEvent, NewOperation, Operation, OperationEvent, Received, Reconciled, Recorded, StoredEvent,
+    Submitted,
+};
+use crate::operator::{
+    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, ManualResolution, NewReport, Report,
+    Stats,
+};
+use crate::{PostgresStore, SqliteStore, Store, Synchronous};
+
+/// Runs `$e` with `$s` bound to whichever store `$self` holds.
+macro_rules! each {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            AnyStore::Sqlite($s) => $e,
+            AnyStore::Postgres($s) => $e,
+        }
+    };
+}
+
+/// How to open a store: the settings of each database.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreOptions {
+    /// SQLite commit durability (ignored on PostgreSQL).
+    pub synchronous: Synchronous,
+    /// PostgreSQL connections per process (ignored on SQLite, which has one
+    /// writer and four readers).
+    pub max_connections: u32,
+}
+
+/// A [`Store`] on the database `database_url` names.
+#[derive(Clone, Debug)]
+pub enum AnyStore {
+    /// `sqlite://PATH`: the embedded default.
+    Sqlite(SqliteStore),
+    /// `postgres://…` or `postgresql://…`: shared by several processes.
+    Postgres(PostgresStore),
+}
+
+impl AnyStore {
+    /// Opens the store at `url` (creating an SQLite file if missing) and
+    /// applies its migrations. Errors: [`StoreError::UnsupportedUrl`] for
+    /// another scheme; otherwise those of [`SqliteStore::open`] and
+    /// [`PostgresStore::open`].
+    pub async fn open(url: &str, options: StoreOptions) -> Result<Self, StoreError> {
+        match Backend::of(url) {
+            Some(Backend::Sqlite) => SqliteStore::open(url, options.synchronous).await.map(Self::Sqlite),
+            Some(Backend::Postgres) => {
+                PostgresStore::open(url, options.max_connections).await.map(Self::Postgres)
+            }
+            None => Err(StoreError::UnsupportedUrl),
+        }
+    }
+
+    /// Closes the store's connections, waiting for them to be returned.
+    pub async fn close(&self) {
+        each!(self, s => s.close().await)
+    }
+}
+
+/// The database a URL names, by its scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// `sqlite:`.
+    Sqlite,
+    /// `postgres:` or `postgresql:`.
+    Postgres,
+}
+
+impl Backend {
+    /// The backend of `url`, `None` for any other scheme.
+    pub fn of(url: &str) -> Option<Self> {
+        let scheme = url.split_once(':').map(|(scheme, _)| scheme.to_ascii_lowercase())?;
+        match scheme.as_str() {
+            "sqlite" => Some(Self::Sqlite),
+            "postgres" | "postgresql" => Some(Self::Postgres),
+            _ => None,
+        }
+    }
+}
+
+impl Store for AnyStore {
+    async fn submit(&self, op: NewOperation, now_ms: i64) -> Result<Submitted, StoreError> {
+        each!(self, s => s.submit(op, now_ms).await)
+    }
+
+    async fn claim(
+        &self,
+        now_ms: i64,
+        limit: u32,
+        lease_ms: u64,
+        scope: &ClaimScope,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        each!(self, s => s.claim(now_ms, limit, lease_ms, scope).await)
+    }
+
+    async fn complete(&self, completions: Vec<Completion>, now_ms: i64) -> Result<Vec<Recorded>, StoreError> {
+        each!(self, s => s.complete(completions, now_ms).await)
+    }
+
+    async fn due_unknown(&self, now_ms: i64, limit: u32) -> Result<Vec<Operation>, StoreError> {
+        each!(self, s => s.due_unknown(now_ms, limit).await)
+    }
+
+    async fn reconcile(&self, r: Reconciled, now_ms: i64) -> Result<(), StoreError> {
+        each!(self, s => s.reconcile(r, now_ms).await)
+    }
+
+    async fn operation(&self, idempotency_key: &str) -> Result<Option<Operation>, StoreError> {
+        each!(self, s => s.operation(idempotency_key).await)
+    }
+
+    async fn attempts(&self, operation_id: i64) -> Result<Vec<AttemptRow>, StoreError> {
+        each!(self, s => s.attempts(operation_id).await)
+    }
+
+    async fn counts(&self) -> Result<Counts, StoreError> {
+        each!(self, s => s.counts().await)
+    }
+
+    async fn receive(&self, events: Vec<NewEvent>, now_ms: i64) -> Result<Vec<Received>, StoreError> {
+        each!(self, s => s.receive(events, now_ms).await)
+    }
+
+    async fn events_after(
+        &self,
+        after: i64,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        each!(self, s => s.events_after(after, limit, max_bytes).await)
+    }
+
+    async fn operation_events(&self, operation_id: i64) -> Result<Vec<OperationEvent>, StoreError> {
+        each!(self, s => s.operation_events(operation_id).await)
+    }
+
+    async fn event(&self, integration: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
+        each!(self, s => s.event(integration, event_id).await)
+    }
+
+    async fn claim_forwards(
+        &self,
+        now_ms: i64,
+        limit: u32,
+        lease_ms: u64,
+    ) -> Result<Vec<ClaimedForward>, StoreError> {
+        each!(self, s => s.claim_forwards(now_ms, limit, lease_ms).await)
+    }
+
+    async fn complete_forwards(
+        &self,
+        completions: Vec<ForwardCompletion>,
+        now_ms: i64,
+    ) -> Result<Vec<Recorded>, StoreError> {
+        each!(self, s => s.complete_forwards(completions, now_ms).await)
+    }
+
+    async fn dead_letters(
+        &self,
+        filter: DeadLetterFilter,
+        limit: u32,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        each!(self, s => s.dead_letters(filter, limit).await)
+    }
+
+    async fn dead_letter(&self, kind: DeadLetterKind, id: i64) -> Result<Option<DeadLetter>, StoreError> {
+        each!(self, s => s.dead_letter(kind, id).await)
+    }
+
+    async fn replay(
+        &self,
+        kind: DeadLetterKind,
+        id: i64,
+        channel: Channel,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        each!(self, s => s.replay(kind, id, channel, now_ms).await)
+    }
+
+    async fn purge(
+        &self,
+        kind: DeadLetterKind,
+        id: i64,
+        channel: Channel,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        each!(self, s => s.purge(kind, id, channel, now_ms).await)
+    }
+
+    async fn resolve(
+        &self,
+        idempotency_key: &str,
+        outcome: failwell_policy::Outcome,
+        provider_ref: Option<String>,
+        note: String,
+        channel: Channel,
+        now_ms: i64,
+    ) -> Result<ManualResolution, StoreError> {
+        each!(self, s => s.resolve(idempotency_key, outcome, provider_ref, note, channel, now_ms).await)
+    }
+
+    async fn ack_dead_letters(&self, channel: Channel, now_ms: i64) -> Result<(), StoreError> {
+        each!(self, s => s.ack_dead_letters(channel, now_ms).await)
+    }
+
+    async fn stats(&self, now_ms: i64, window_ms: u64, known: &[String]) -> Result<Stats, StoreError> {
+        each!(self, s => s.stats(now_ms, window_ms, known).await)
+    }
+
+    async fn history(&self, operation_id: i64) -> Result<Vec<HistoryEntry>, StoreError> {
+        each!(self, s => s.history(operation_id).await)
+    }
+
+    async fn operations_between(
+        &self,
+        provider: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<Operation>, StoreError> {
+        each!(self, s => s.operations_between(provider, from_ms, to_ms).await)
+    }
+
+    async fn operations_by_reference(
+        &self,
+        provider: &str,
+        references: &[String],
+    ) -> Result<Vec<Operation>, StoreError> {
+        each!(self, s => s.operations_by_reference(provider, references).await)
+    }
+
+    async fn save_report(&self, report: NewReport) -> Result<i64, StoreError> {
+        each!(self, s => s.save_report(report).await)
+    }
+
+    async fn reports(&self, limit: u32) -> Result<Vec<Report>, StoreError> {
+        each!(self, s => s.reports(limit).await)
+    }
+
+    async fn latest_reports(&self) -> Result<Vec<Report>, StoreError> {
+        each!(self, s => s.latest_reports().await)
+    }
+
+    async fn report(&self, id: i64) -> Result<Option<Report>, StoreError> {
+        each!(self, s => s.report(id).await)
+    }
+
+    async fn firing_alerts(&self, kind: &str) -> Result<Vec<String>, StoreError> {
+        each!(self, s => s.firing_alerts(kind).await)
+    }
+
+    async fn set_alert(
+        &self,
+        kind: &str,
+        subject: &str,
+        firing: bool,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        each!(self, s => s.set_alert(kind, subject, firing, now_ms).await)
+    }
+
+    async fn report_alerted(&self, id: i64, result: Result<i64, String>) -> Result<(), StoreError> {
+        each!(self, s => s.report_alerted(id, result).await)
+    }
+}

@@ -1,0 +1,92 @@
+//! What a finished attempt writes, as values both databases' statements
+//! bind: the message's new columns, the operation's new state, and which
+//! answer a late result carries.
+
+use serde_json::Value;
+
+use crate::model::{OperationStatus, Transition};
+
+/// The outbox message's columns after `transition` (NULL keeps the stored
+/// value where the statement says `COALESCE`).
+pub(crate) struct MessageChange<'a> {
+    pub state: &'static str,
+    pub available_at_ms: Option<i64>,
+    pub delay_ms: Option<i64>,
+    pub error: Option<&'a String>,
+    pub dead_at_ms: Option<i64>,
+    /// 1 when the attempt counted at claim time is given back (a deferral
+    /// sent nothing).
+    pub given_back: i64,
+}
+
+impl<'a> MessageChange<'a> {
+    pub(crate) fn of(transition: &'a Transition, now_ms: i64) -> Self {
+        let (state, available_at_ms, delay_ms, error, dead_at_ms, given_back) = match transition {
+            Transition::Succeeded { .. } => ("done", None, None, None, None, 0),
+            Transition::Failed { error, .. } | Transition::Unknown { error, .. } => {
+                ("done", None, None, Some(error), None, 0)
+            }
+            Transition::Retry { available_at_ms, delay_ms, error } => {
+                ("pending", Some(*available_at_ms), Some(*delay_ms as i64), Some(error), None, 0)
+            }
+            Transition::DeadLetter { error } => ("dead", None, None, Some(error), Some(now_ms), 0),
+            Transition::Defer { available_at_ms, reason } => {
+                ("pending", Some(*available_at_ms), None, Some(reason), None, 1)
+            }
+        };
+        Self { state, available_at_ms, delay_ms, error, dead_at_ms, given_back }
+    }
+}
+
+/// The operation's columns after `transition`.
+pub(crate) struct OperationChange<'a> {
+    pub status: OperationStatus,
+    pub provider_ref: Option<&'a str>,
+    pub response: Option<&'a Value>,
+    pub error: Option<&'a str>,
+    pub reconcile_at_ms: Option<i64>,
+}
+
+impl<'a> OperationChange<'a> {
+    pub(crate) fn of(transition: &'a Transition) -> Self {
+        let (status, provider_ref, response, error, reconcile_at_ms) = match transition {
+            Transition::Succeeded { provider_ref, response } => {
+                (OperationStatus::Succeeded, provider_ref.as_deref(), response.as_ref(), None, None)
+            }
+            Transition::Failed { error, response } => {
+                (OperationStatus::Failed, None, response.as_ref(), Some(error), None)
+            }
+            Transition::Retry { error, .. } | Transition::Defer { reason: error, .. } => {
+                (OperationStatus::Pending, None, None, Some(error), None)
+            }
+            Transition::Unknown { error, reconcile_at_ms } => {
+                (OperationStatus::Unknown, None, None, Some(error), Some(*reconcile_at_ms))
+            }
+            Transition::DeadLetter { error } => (OperationStatus::Failed, None, None, Some(error), None),
+        };
+        Self { status, provider_ref, response, error: error.map(String::as_str), reconcile_at_ms }
+    }
+}
+
+/// The provider's answer a result carries, when it settles the call
+/// (success or failure): status, provider id, response.
+pub(crate) fn settling_answer(
+    transition: &Transition,
+) -> Option<(OperationStatus, Option<&str>, Option<&Value>)> {
+    match transition {
+        Transition::Succeeded { provider_ref, response } => {
+            Some((OperationStatus::Succeeded, provider_ref.as_deref(), response.as_ref()))
+        }
+        Transition::Failed { response, .. } => Some((OperationStatus::Failed, None, response.as_ref())),
+        _ => None,
+    }
+}
+
+/// The history's note when the provider's answer to our call contradicts
+/// the event that settled the operation.
+pub(crate) fn conflict_note(answer: OperationStatus, settled: &str) -> String {
+    format!(
+        "conflict: the provider answered our call {} after an event said {settled}; looking it up",
+        answer.as_str()
+    )
+}

@@ -1,0 +1,233 @@
+//! The transactional outbox API: an intent recorded inside the caller's
+//! own transaction, on either database.
+
+use std::future::Future;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::error::StoreError;
+use crate::model::{NewOperation, Submitted};
+
+/// The transactional outbox API: record an intent inside the caller's
+/// transaction.
+#[derive(Debug)]
+pub struct Outbox;
+
+/// A message an application enqueues: one call to make to a provider (see
+/// `docs/OUTBOX.md` for the same contract in plain SQL).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Message {
+    /// The provider's name in configuration.
+    pub provider: String,
+    /// The operation's name in the provider's configuration.
+    pub operation: String,
+    /// The request payload (JSON).
+    pub payload: Value,
+    /// One intent, one key. `None`: derived from the request (`sha256:`
+    /// and the store's hash of provider, operation and payload), so the
+    /// same request enqueued twice is one message.
+    pub idempotency_key: Option<String>,
+    /// Our business reference (e.g. the order id), for status lookups;
+    /// unique per provider.
+    pub reference: Option<String>,
+    /// Messages of one ordering key are delivered one at a time, in the
+    /// order they were enqueued (id order); a dead letter releases the key.
+    pub ordering_key: Option<String>,
+    /// Not delivered before this time (ms since the Unix epoch); its
+    /// delivery deadline counts from then.
+    pub available_at_ms: Option<i64>,
+}
+
+impl Message {
+    /// A message with a derived key, no reference, no ordering key, due now.
+    pub fn new(provider: impl Into<String>, operation: impl Into<String>, payload: Value) -> Self {
+        Self {
+            provider: provider.into(),
+            operation: operation.into(),
+            payload,
+            idempotency_key: None,
+            reference: None,
+            ordering_key: None,
+            available_at_ms: None,
+        }
+    }
+}
+
+impl Outbox {
+    /// Records `message` (an operation and its outbox message) on `conn`
+    /// — typically `&mut tx`, a transaction from `SqliteStore::begin`,
+    /// `PostgresStore::begin` or the application's own pool on the same
+    /// database — next to the caller's own writes: both commit or neither
+    /// does. The key sent to the provider is derived from the idempotency
+    /// key ([`failwell_policy::derive_key`]). When the key exists with the
+    /// same request this returns [`Submitted::Replayed`] and writes
+    /// nothing. Errors: [`StoreError::KeyReused`] (the key holds a different
+    /// request), [`StoreError::ReferenceReused`] (another operation of the
+    /// provider holds the reference), [`StoreError::Database`].
+    pub async fn enqueue<C: OutboxConnection>(
+        conn: &mut C,
+        message: &Message,
+        now_ms: i64,
+    ) -> Result<Submitted, StoreError> {
+        let idempotency_key = match &message.idempotency_key {
+            Some(key) => key.clone(),
+            None => conn.derived_key(&message.provider, &message.operation, &message.payload).await?,
+        };
+        let op = NewOperation {
+            idempotency_key,
+            provider: message.provider.clone(),
+            operation: message.operation.clone(),
+            reference: message.reference.clone(),
+            payload: message.payload.clone(),
+        };
+        let submitted = conn.record(&op, now_ms, "app").await?;
+        if let Submitted::Created(created) = &submitted
+            && (message.ordering_key.is_some() || message.available_at_ms.is_some())
+        {
+            conn.schedule(created.id, message.ordering_key.as_deref(), message.available_at_ms).await?;
+        }
+        Ok(submitted)
+    }
+}
+
+/// What [`Outbox::enqueue`] can record on: an `sqlx::Transaction` of
+/// SQLite or PostgreSQL, or its connection. Sealed.
+pub trait OutboxConnection: sealed::Sealed + Send {
+    /// Records `op` with `actor` as the history's author of the new
+    /// operation (`api` for the HTTP API, `app` for an application).
+    #[doc(hidden)]
+    fn record(
+        &mut self,
+        op: &NewOperation,
+        now_ms: i64,
+        actor: &str,
+    ) -> impl Future<Output = Result<Submitted, StoreError>> + Send;
+
+    /// The key of a message enqueued without one: `sha256:` and the
+    /// request hash.
+    #[doc(hidden)]
+    fn derived_key(
+        &mut self,
+        provider: &str,
+        operation: &str,
+        payload: &Value,
+    ) -> impl Future<Output = Result<String, StoreError>> + Send;
+
+    /// Gives the new operation's message its ordering key and, when later
+    /// than now, the time it becomes due (its delivery counts from then).
+    #[doc(hidden)]
+    fn schedule(
+        &mut self,
+        operation_id: i64,
+        ordering_key: Option<&str>,
+        available_at_ms: Option<i64>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+impl OutboxConnection for sqlx::Transaction<'_, sqlx::Sqlite> {
+    fn record(
+        &mut self,
+        op: &NewOperation,
+        now_ms: i64,
+        actor: &str,
+    ) -> impl Future<Output = Result<Submitted, StoreError>> + Send {
+        (**self).record(op, now_ms, actor)
+    }
+
+    fn derived_key(
+        &mut self,
+        provider: &str,
+        operation: &str,
+        payload: &Value,
+    ) -> impl Future<Output = Result<String, StoreError>> + Send {
+        (**self).derived_key(provider, operation, payload)
+    }
+
+    fn schedule(
+        &mut self,
+        operation_id: i64,
+        ordering_key: Option<&str>,
+        available_at_ms: Option<i64>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).schedule(operation_id, ordering_key, available_at_ms)
+    }
+}
+
+impl OutboxConnection for sqlx::Transaction<'_, sqlx::Postgres> {
+    fn record(
+        &mut self,
+        op: &NewOperation,
+        now_ms: i64,
+        actor: &str,
+    ) -> impl Future<Output = Result<Submitted, StoreError>> + Send {
+        (**self).record(op, now_ms, actor)
+    }
+
+    fn derived_key(
+        &mut self,
+        provider: &str,
+        operation: &str,
+        payload: &Value,
+    ) -> impl Future<Output = Result<String, StoreError>> + Send {
+        (**self).derived_key(provider, operation, payload)
+    }
+
+    fn schedule(
+        &mut self,
+        operation_id: i64,
+        ordering_key: Option<&str>,
+        available_at_ms: Option<i64>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).schedule(operation_id, ordering_key, available_at_ms)
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for sqlx::SqliteConnection {}
+    impl Sealed for sqlx::PgConnection {}
+    impl Sealed for sqlx::Transaction<'_, sqlx::Sqlite> {}
+    impl Sealed for sqlx::Transaction<'_, sqlx::Postgres> {}
+}
+
+/// SQLite's request hash: SHA-256 (hex) over the canonical JSON of
+/// `[provider, operation, payload]` (serde_json sorts object keys, so key
+/// order in the caller's JSON does not matter). PostgreSQL computes its own
+/// in SQL (`failwell_request_hash`), so plain-SQL applications get the same.
+pub(crate) fn request_hash(provider: &str, operation: &str, payload: &Value) -> String {
+    let canonical = serde_json::json!([provider, operation, payload]).to_string();
+    hex::encode(Sha256::digest(canonical.as_bytes()))
+}
+
+/// Whether an insert that wrote nothing is a replay: `stored` is the
+/// request hash under `op`'s key, if the key exists. Errors: the key is
+/// free, so another operation holds the reference
+/// ([`StoreError::ReferenceReused`]); the key holds a different request
+/// ([`StoreError::KeyReused`]).
+pub(crate) fn check_replay(op: &NewOperation, hash: &str, stored: Option<String>) -> Result<(), StoreError> {
+    match stored {
+        None => Err(StoreError::ReferenceReused { reference: op.reference.clone().unwrap_or_default() }),
+        Some(stored) if stored != hash => Err(StoreError::KeyReused { key: op.idempotency_key.clone() }),
+        Some(_) => Ok(()),
+    }
+}
+
+/// The stored operation a replay answers with.
+pub(crate) fn replayed(existing: Option<crate::model::Operation>) -> Result<Submitted, StoreError> {
+    existing
+        .map(Submitted::Replayed)
+        .ok_or_else(|| StoreError::Corrupt { what: "operation", detail: "vanished while being read".into() })
+}
+
+/// The claim condition of an outbox message aliased `x`, at time `$1`: pending,
+/// due, not leased, and (with an ordering key) no earlier message of its
+/// key still pending. The same SQL on both databases.
+pub(crate) const DUE: &str = "x.state = 'pending' AND x.available_at_ms <= $1 \
+     AND (x.locked_until_ms IS NULL OR x.locked_until_ms <= $1) \
+     AND (x.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox earlier \
+     WHERE earlier.ordering_key = x.ordering_key AND earlier.state = 'pending' AND earlier.id < x.id))";
+
+/// The columns a claim reads of each message it takes.
+pub(crate) const CLAIMED_COLUMNS: &str =
+    "x.id, x.operation_id, x.attempts, x.previous_delay_ms, x.in_flight, x.available_at_ms, x.provider";

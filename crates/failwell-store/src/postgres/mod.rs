@@ -1,0 +1,74 @@
+//! The PostgreSQL store, for deployments that outgrow one machine: several
+//! failwell processes share one database.
+//!
+//! The tables and rules are SQLite's (`migrations/postgres`), in the
+//! connection's schema (`search_path`); there is no single writer here, so
+//! every read that decides a write locks its rows (`FOR UPDATE`, `SKIP
+//! LOCKED` where another process may take the next row instead), and every
+//! completion is a compare-and-set on `(id, lease_token)`. Batch statements
+//! pass id lists as arrays (`= ANY($1)`, `unnest`).
+
+mod inbox;
+mod operator;
+mod outbox;
+mod rows;
+mod store;
+mod writes;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{ConnectOptions, Postgres, Transaction};
+
+use crate::error::{Context, StoreError};
+
+/// The PostgreSQL [`Store`](crate::Store).
+///
+/// One pool of up to `max_connections` connections, shared by every
+/// reader and writer of this process; lease tokens start at a random
+/// point per process, so two processes never hand out the same one.
+#[derive(Clone, Debug)]
+pub struct PostgresStore {
+    pool: PgPool,
+    tokens: Arc<AtomicI64>,
+}
+
+impl PostgresStore {
+    /// Connects to `url` (`postgres://user@host:port/db`, with
+    /// `?options=-csearch_path%3Dschema` to use a schema other than
+    /// `public`) with up to `max_connections` connections, and applies the
+    /// migrations (serialised across processes by sqlx's advisory lock).
+    /// Errors: the URL cannot be parsed, the server cannot be reached within
+    /// 10 s, or a migration fails.
+    pub async fn open(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let options: PgConnectOptions = url.parse().context("parsing the PostgreSQL URL")?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(2))
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options.disable_statement_logging())
+            .await
+            .context("connecting to PostgreSQL")?;
+        sqlx::migrate!("./migrations/postgres").run(&pool).await.map_err(StoreError::Migrate)?;
+        let tokens = Arc::new(AtomicI64::new(rand::random::<i64>() >> 1));
+        Ok(Self { pool, tokens })
+    }
+
+    /// Begins a transaction in which an application can change its own
+    /// tables and call [`Outbox::enqueue`](crate::Outbox::enqueue), so both
+    /// commit or neither does.
+    pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        self.pool.begin().await.context("beginning a transaction")
+    }
+
+    /// The connection pool, for an application's own statements.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Closes the pool, waiting for connections to be returned.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}

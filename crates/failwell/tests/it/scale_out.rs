@@ -1,0 +1,303 @@
+//! Several `failwell serve` processes on one PostgreSQL store: messages an
+//! application enqueues in its own transactions are delivered exactly once
+//! per intent while processes are killed with SIGKILL and restarted.
+
+use std::time::{Duration, Instant};
+
+use failwell_sim::Simulator;
+use failwell_store::{Message, Outbox, PostgresStore};
+use serde_json::json;
+use sqlx::PgPool;
+
+use crate::helpers::{Gateway, postgres_schema, simulator};
+
+/// `failwell serve` on the PostgreSQL store at `database_url`, delivering
+/// to `sim` (at most 20 attempts over 10 minutes, so nothing runs out of
+/// attempts while processes die).
+async fn gateway_on(database_url: &str, sim: &Simulator) -> Gateway {
+    let url = database_url.to_owned();
+    Gateway::start_edited(&sim.base_url(), "max_attempts = 20\ndeadline_ms = 600000", "", move |text| {
+        text.lines()
+            .map(|line| {
+                if line.starts_with("database_url = ") {
+                    format!("database_url = \"{url}\"")
+                } else {
+                    line.into()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+    .await
+}
+
+/// Milliseconds since the Unix epoch (the clock failwell stamps history with).
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+fn charge(reference: &str, amount: u64) -> Message {
+    Message {
+        idempotency_key: Some(reference.into()),
+        reference: Some(reference.into()),
+        ..Message::new(
+            "payments",
+            "charge",
+            json!({"amount": amount, "currency": "eur", "reference": reference}),
+        )
+    }
+}
+
+/// Counts one `SELECT count(*) …`.
+async fn count(pool: &PgPool, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
+const MESSAGES: usize = 20_000;
+const PER_TRANSACTION: usize = 100;
+const PROCESSES: usize = 3;
+const KILL_EVERY: Duration = Duration::from_secs(2);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_killed_every_two_seconds_deliver_every_message_exactly_once() {
+    let sim = simulator(|_| {}).await;
+    let url = postgres_schema().await;
+    let mut gateways = Vec::new();
+    for _ in 0..PROCESSES {
+        gateways.push(gateway_on(&url, &sim).await);
+    }
+    let app = PostgresStore::open(&url, 4).await.unwrap();
+
+    // The application: an order row and its charge in one transaction,
+    // PER_TRANSACTION at a time, paced over about 20 s.
+    let enqueue = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            sqlx::query("CREATE TABLE orders (reference text PRIMARY KEY, amount bigint NOT NULL)")
+                .execute(app.pool())
+                .await
+                .unwrap();
+            for batch in 0..MESSAGES / PER_TRANSACTION {
+                let mut tx = app.begin().await.unwrap();
+                for i in 0..PER_TRANSACTION {
+                    let n = batch * PER_TRANSACTION + i;
+                    let reference = format!("order-{n:05}");
+                    let amount = 100 + n as u64;
+                    sqlx::query("INSERT INTO orders VALUES ($1, $2)")
+                        .bind(&reference)
+                        .bind(amount as i64)
+                        .execute(&mut *tx)
+                        .await
+                        .unwrap();
+                    Outbox::enqueue(&mut tx, &charge(&reference, amount), wall_ms()).await.unwrap();
+                }
+                tx.commit().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    // A random process dies every 2 s (SIGKILL) and is started again, for
+    // as long as the application enqueues.
+    let mut kills: Vec<i64> = Vec::new();
+    let mut seed: u64 = 0x5eed_f00d;
+    while !enqueue.is_finished() {
+        tokio::time::sleep(KILL_EVERY).await;
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let victim = (seed >> 33) as usize % PROCESSES;
+        kills.push(wall_ms());
+        gateways[victim].kill().await;
+        gateways[victim].spawn().await;
+    }
+    enqueue.await.unwrap();
+
+    // Every message ends delivered (or declined, or dead-lettered): none
+    // stays open.
+    let pool = app.pool();
+    let started = Instant::now();
+    loop {
+        let open =
+            count(pool, "SELECT count(*) FROM operations WHERE status IN ('pending', 'unknown')").await;
+        if open == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{open} operations still open\n{}",
+            gateways.iter().map(Gateway::log).collect::<Vec<_>>().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(count(pool, "SELECT count(*) FROM operations").await, MESSAGES as i64, "none lost");
+    assert_eq!(count(pool, "SELECT count(*) FROM operations WHERE status = 'needs_human'").await, 0);
+
+    // Exactly one effect per intent at the provider: a succeeded charge
+    // once, a declined one never, and every call under one key.
+    let effects = sim.effects();
+    assert_eq!(effects.double_effects(), 0);
+    let statuses: Vec<(String, String)> =
+        sqlx::query_as("SELECT reference, status FROM operations").fetch_all(pool).await.unwrap();
+    for (reference, status) in &statuses {
+        let at_provider = &effects.by_reference[reference];
+        match status.as_str() {
+            "succeeded" => assert_eq!(at_provider.effects, 1, "{reference}: {at_provider:?}"),
+            "failed" => assert_eq!(at_provider.effects, 0, "{reference}: {at_provider:?}"),
+            other => panic!("{reference} is {other}"),
+        }
+    }
+    let keys_per_operation = count(
+        pool,
+        "SELECT count(*) FROM (SELECT operation_id FROM attempts WHERE kind = 'call' \
+         GROUP BY operation_id HAVING count(DISTINCT provider_key) > 1) k",
+    )
+    .await;
+    assert_eq!(keys_per_operation, 0, "a redelivery carried another idempotency key");
+
+    // Kills landed between the provider's answer and the mark-done: the
+    // provider had taken the charge, failwell had not recorded it, and
+    // the redelivery under the same key was answered without a second
+    // effect.
+    let interrupted: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT o.reference, a.started_at_ms, a.started_at_ms + a.duration_ms FROM attempts a \
+         JOIN operations o ON o.id = a.operation_id WHERE a.error_kind = 'interrupted'",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let after_answer =
+        interrupted.iter().filter(|(reference, _, _)| effects.by_reference[reference].requests >= 2).count();
+    assert!(
+        after_answer > 0,
+        "no kill fell between a 2xx and its mark-done ({} interrupted)",
+        interrupted.len()
+    );
+    // Redelivery: from the kill to the claim that took the message over.
+    let mut redelivery: Vec<i64> = interrupted
+        .iter()
+        .filter_map(|(_, claimed, rescued)| {
+            let kill = kills.iter().filter(|&&k| k >= *claimed && k <= *rescued).max()?;
+            Some(rescued - kill)
+        })
+        .collect();
+    redelivery.sort_unstable();
+    assert!(!redelivery.is_empty(), "no interrupted attempt was taken over");
+    let p50 = redelivery[redelivery.len() / 2];
+    let max = *redelivery.last().unwrap();
+    eprintln!(
+        "{MESSAGES} messages, {PROCESSES} processes, {} kills: {} attempts interrupted, {after_answer} of them \
+         after the provider's answer; redelivery after a kill p50 {p50} ms, max {max} ms; {} provider requests",
+        kills.len(),
+        interrupted.len(),
+        effects.requests
+    );
+    // The lease (3 s in these tests) bounds the takeover, plus a poll and
+    // the time a restart takes.
+    assert!(max <= 3_000 + 2_000, "a message waited {max} ms after a kill");
+}
+
+/// libpq's environment variables for `url` (`postgres://USER@HOST:PORT/DB?options=…`).
+fn libpq_env(url: &str) -> Vec<(&'static str, String)> {
+    let url = reqwest::Url::parse(url).unwrap();
+    let mut env = vec![
+        ("PGHOST", url.host_str().unwrap().to_owned()),
+        ("PGPORT", url.port().unwrap_or(5432).to_string()),
+        ("PGUSER", url.username().to_owned()),
+        ("PGDATABASE", url.path().trim_start_matches('/').to_owned()),
+    ];
+    if let Some((_, options)) = url.query_pairs().find(|(k, _)| k == "options") {
+        env.push(("PGOPTIONS", options.into_owned()));
+    }
+    env
+}
+
+/// The examples' directory, and the interpreter and script of `language`,
+/// with its libraries installed on first use (psycopg in a virtual
+/// environment under the test's temporary directory, pg with `npm ci`).
+fn example(language: &str) -> (String, std::path::PathBuf) {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let run = |program: &str, args: &[&str], dir: &std::path::Path| {
+        let status = std::process::Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .unwrap_or_else(|e| panic!("{program} is needed for the {language} example: {e}"));
+        assert!(status.success(), "{program} {args:?} failed");
+    };
+    match language {
+        "python" => {
+            let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("examples-venv");
+            let python = venv.join("bin/python");
+            if !python.exists() {
+                run("python3", &["-m", "venv", venv.to_str().unwrap()], &examples);
+                let pip = venv.join("bin/pip");
+                run(pip.to_str().unwrap(), &["install", "-q", "-r", "python/requirements.txt"], &examples);
+            }
+            (python.to_str().unwrap().to_owned(), examples.join("python/enqueue_order.py"))
+        }
+        "node" => {
+            if !examples.join("node/node_modules/pg").exists() {
+                run("npm", &["ci", "--silent", "--no-audit", "--no-fund"], &examples.join("node"));
+            }
+            ("node".to_owned(), examples.join("node/enqueue_order.js"))
+        }
+        _ => {
+            let modules = std::process::Command::new("php").arg("-m").output().unwrap_or_else(|e| {
+                panic!("php is needed for the PHP example (apt-get install php-cli php-pgsql): {e}")
+            });
+            assert!(
+                String::from_utf8_lossy(&modules.stdout).contains("pdo_pgsql"),
+                "PHP's pdo_pgsql is needed for the PHP example (apt-get install php-pgsql)"
+            );
+            ("php".to_owned(), examples.join("php/enqueue_order.php"))
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_node_and_php_applications_enqueue_in_their_own_transactions_and_are_delivered() {
+    let sim = simulator(|_| {}).await;
+    let url = postgres_schema().await;
+    let gateway = gateway_on(&url, &sim).await;
+    let pool = PgPool::connect(&url).await.unwrap();
+    sqlx::query(
+        "CREATE TABLE orders (reference text PRIMARY KEY, amount bigint NOT NULL, currency text NOT NULL)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let env = libpq_env(&url);
+    let languages = ["python", "node", "php"];
+    for (i, language) in languages.into_iter().enumerate() {
+        let (program, script) = example(language);
+        let run = |reference: String, flag: Option<&str>| {
+            let mut command = std::process::Command::new(&program);
+            command.arg(&script).arg(&reference).arg((1010 + 10 * i).to_string()).envs(env.clone());
+            command.args(flag);
+            let output = command.output().unwrap();
+            let text = format!(
+                "{language} {reference}: {}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            (output.status.code(), text)
+        };
+        // Rolled back after both inserts: neither the order nor the message stays.
+        let (code, text) = run(format!("rolled-back-{language}"), Some("--fail-after-enqueue"));
+        assert_eq!(code, Some(3), "{text}");
+        let (code, text) = run(format!("order-{language}"), None);
+        assert_eq!(code, Some(0), "{text}");
+        assert!(text.contains("outbox message"), "{text}");
+    }
+    for language in languages {
+        let reference = format!("order-{language}");
+        let op = gateway.settled(&reference, Duration::from_secs(20)).await;
+        assert_eq!(op["status"], "succeeded", "{op:#}");
+        assert_eq!(op["reference"], reference.as_str());
+        assert_eq!(sim.effects().by_reference[&reference].effects, 1, "{reference} charged once");
+        let rolled_back = format!("rolled-back-{language}");
+        let status = gateway.http.get(format!("{}/v1/operations/{rolled_back}", gateway.base)).send().await;
+        assert_eq!(status.unwrap().status(), 404, "{rolled_back} left a message");
+    }
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&pool).await.unwrap();
+    assert_eq!(orders, 3, "only the committed orders");
+}
