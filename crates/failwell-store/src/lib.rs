@@ -20,6 +20,7 @@ mod outbox;
 mod postgres;
 mod rows;
 mod sqlite;
+mod store;
 mod writes;
 
 #[cfg(test)]
@@ -40,7 +41,7 @@ pub use operator::{
     NewReport, Report, Stats,
 };
 pub use outbox::{Message, Outbox, OutboxConnection};
-pub use postgres::PostgresStore;
+pub use postgres::{NewMessages, PostgresStore};
 pub use sqlite::{SqliteStore, Synchronous};
 
 /// The durable store the relay, the reconciler and the HTTP API work on.

@@ -8,16 +8,16 @@ use crate::error::{Context, StoreError};
 use crate::model::{Operation, OperationStatus};
 
 /// `SELECT` of every operation column (and its dead-letter flag), followed
-/// by `$tail` (a `WHERE …` clause).
+/// by `$tail` (a `WHERE …` clause, in pieces).
 macro_rules! select_operation {
-    ($tail:literal) => {
+    ($($tail:expr),+) => {
         concat!(
             "SELECT o.id, o.idempotency_key, o.provider, o.operation, o.reference, o.payload, o.status, ",
             "o.key_group, o.provider_key, o.key_first_sent_at_ms, o.attempts, o.provider_ref, o.response, ",
             "o.last_error, x.state = 'dead' AS dead_letter, o.reconcile_attempts, o.effect_possible, o.lookup_misses, o.created_at_ms, ",
             "COALESCE(o.replayed_at_ms, o.not_before_ms, o.created_at_ms) AS delivery_started_at_ms, o.updated_at_ms ",
             "FROM operations o LEFT JOIN outbox x ON x.operation_id = o.id ",
-            $tail
+            $($tail),+
         )
     };
 }

@@ -20,6 +20,7 @@ pub mod webhook;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use failwell_cluster::Cluster;
 use failwell_engine::{Engine, ForwardTarget, ForwardTargets, ProviderClient, Providers};
@@ -168,6 +169,13 @@ impl Server {
             sink,
             stop_watchers.clone(),
         ))];
+        if let AnyStore::Postgres(store) = &store {
+            watchers.push(tokio::spawn(wake_on_new_messages(
+                store.clone(),
+                engine.waker(),
+                stop_watchers.clone(),
+            )));
+        }
         if let Some(alerts) = &config.alerts
             && let Some(age) = alerts.age
         {
@@ -222,5 +230,38 @@ impl Server {
         self.engine.shutdown().await;
         drop(self.cluster);
         self.store.close().await;
+    }
+}
+
+/// Wakes the relay whenever a commit enqueued messages in the PostgreSQL
+/// store, from this process or any other (an application's own
+/// transaction included), until `stop`. Without the notices (PostgreSQL
+/// unreachable), the relay still polls; the listener is opened again every
+/// second.
+async fn wake_on_new_messages(
+    store: failwell_store::PostgresStore,
+    wake: Arc<tokio::sync::Notify>,
+    stop: CancellationToken,
+) {
+    loop {
+        match store.new_messages().await {
+            Ok(mut notices) => loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    notice = notices.next() => match notice {
+                        Ok(()) => wake.notify_one(),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "notices of new messages stopped; polling meanwhile");
+                            break;
+                        }
+                    },
+                }
+            },
+            Err(e) => tracing::warn!(error = %e, "cannot listen for new messages; polling meanwhile"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Postgres, Transaction};
 
 use crate::error::{Context, StoreError};
@@ -67,8 +67,52 @@ impl PostgresStore {
         &self.pool
     }
 
+    /// Notices of commits that enqueued messages in this store's schema,
+    /// on a connection of their own (`LISTEN failwell_outbox`), so a relay
+    /// wakes at once instead of at its next poll. Errors: PostgreSQL cannot
+    /// be reached.
+    pub async fn new_messages(&self) -> Result<NewMessages, StoreError> {
+        let schema: String = sqlx::query_scalar("SELECT current_schema()")
+            .fetch_one(&self.pool)
+            .await
+            .context("reading the store's schema")?;
+        let mut listener = PgListener::connect_with(&self.pool).await.context("connecting to listen")?;
+        listener.listen(NEW_MESSAGES).await.context("listening for new messages")?;
+        Ok(NewMessages { listener, schema })
+    }
+
+    /// The pool reads go through: the same one.
+    pub(crate) fn read_pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+/// The channel a commit that enqueued messages notifies (`0003_notify.sql`).
+const NEW_MESSAGES: &str = "failwell_outbox";
+
+/// Notices of new outbox messages (see [`PostgresStore::new_messages`]).
+#[derive(Debug)]
+pub struct NewMessages {
+    listener: PgListener,
+    schema: String,
+}
+
+impl NewMessages {
+    /// Waits for the next commit that enqueued messages in this store's
+    /// schema. A lost connection is opened again (notices sent meanwhile
+    /// are lost: the relay's polling finds those messages). Errors: the
+    /// connection cannot be opened again.
+    pub async fn next(&mut self) -> Result<(), StoreError> {
+        loop {
+            let notice = self.listener.recv().await.context("waiting for new messages")?;
+            if notice.payload() == self.schema {
+                return Ok(());
+            }
+        }
     }
 }

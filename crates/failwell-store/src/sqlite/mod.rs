@@ -93,6 +93,11 @@ impl SqliteStore {
         &self.writer
     }
 
+    /// The pool reads go through (beside the writer, in WAL mode).
+    pub(crate) fn read_pool(&self) -> &SqlitePool {
+        &self.reader
+    }
+
     /// Closes both pools, waiting for connections to be returned.
     pub async fn close(&self) {
         self.writer.close().await;

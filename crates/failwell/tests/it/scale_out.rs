@@ -15,6 +15,15 @@ use crate::helpers::{Gateway, postgres_schema, simulator};
 /// to `sim` (at most 20 attempts over 10 minutes, so nothing runs out of
 /// attempts while processes die).
 async fn gateway_on(database_url: &str, sim: &Simulator) -> Gateway {
+    gateway_edited(database_url, sim, |line| line.into()).await
+}
+
+/// [`gateway_on`], with each other line of the config passed through `edit`.
+async fn gateway_edited(
+    database_url: &str,
+    sim: &Simulator,
+    edit: impl Fn(&str) -> String + Send + 'static,
+) -> Gateway {
     let url = database_url.to_owned();
     Gateway::start_edited(&sim.base_url(), "max_attempts = 20\ndeadline_ms = 600000", "", move |text| {
         text.lines()
@@ -22,7 +31,7 @@ async fn gateway_on(database_url: &str, sim: &Simulator) -> Gateway {
                 if line.starts_with("database_url = ") {
                     format!("database_url = \"{url}\"")
                 } else {
-                    line.into()
+                    edit(line)
                 }
             })
             .collect::<Vec<_>>()
@@ -300,4 +309,53 @@ async fn python_node_and_php_applications_enqueue_in_their_own_transactions_and_
     }
     let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&pool).await.unwrap();
     assert_eq!(orders, 3, "only the committed orders");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_wakes_every_process_at_once_without_waiting_for_a_poll() {
+    let sim = simulator(|_| {}).await;
+    let url = postgres_schema().await;
+    // Relays that poll once a minute: only a notice can wake them sooner.
+    let slow_poll = |line: &str| {
+        if line == "poll_interval_ms = 20" { "poll_interval_ms = 60000".into() } else { line.into() }
+    };
+    let gateways = [gateway_edited(&url, &sim, slow_poll).await, gateway_edited(&url, &sim, slow_poll).await];
+    let pool = PgPool::connect(&url).await.unwrap();
+    // Wait until both listen.
+    let started = Instant::now();
+    loop {
+        let listeners: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%failwell_outbox%' \
+             AND datname = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if listeners >= 2 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the processes do not listen: {listeners}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // An application's plain-SQL transaction: ten charges.
+    let mut tx = pool.begin().await.unwrap();
+    for i in 0..10 {
+        sqlx::query(
+            "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference) \
+             VALUES ('payments', 'charge', $1::jsonb, $2, $2)",
+        )
+        .bind(json!({"amount": 1010 + i, "currency": "eur", "reference": format!("woken-{i}")}).to_string())
+        .bind(format!("woken-{i}"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    }
+    let committed = Instant::now();
+    tx.commit().await.unwrap();
+    for i in 0..10 {
+        let op = gateways[i % 2].settled(&format!("woken-{i}"), Duration::from_secs(10)).await;
+        assert_eq!(op["status"], "succeeded", "{op:#}");
+    }
+    let took = committed.elapsed();
+    assert!(took < Duration::from_secs(5), "delivered {took:?} after the commit: not woken by the notice");
 }

@@ -1,0 +1,541 @@
+//! The [`Store`](crate::Store) implementation both databases share: the
+//! same statements (`$N` parameters, which sqlx binds by number on SQLite
+//! too), with what differs passed in — the lock clause, how a list of ids
+//! is bound — and each backend's `due_messages` for the claim's first step.
+
+/// Implements [`Store`](crate::Store) for `store`, whose module provides
+/// `due_messages(conn, now_ms, limit, scope)`. `lock` is appended to the
+/// reads that decide a write (`" FOR UPDATE"` on PostgreSQL, `""` on
+/// SQLite, whose single writer already excludes every other);
+/// `ids_in` is a subquery of the id list bound as `$1`, and `ids` turns a
+/// list into that bind.
+macro_rules! store_impl {
+    (store = $store:ty, lock = $lock:literal, ids_in = $ids_in:literal, ids = $ids:path $(,)?) => {
+        use std::sync::atomic::Ordering;
+
+        use sqlx::Row;
+
+        use super::rows::operation_by_key;
+        use super::writes::{apply, insert_attempt, set_operation};
+        use crate::Store;
+        use crate::error::{Context, StoreError};
+        use crate::model::{
+            AttemptKind, AttemptRow, ClaimScope, Claimed, ClaimedForward, Completion, Counts, EventRecord,
+            ForwardCompletion, NewEvent, NewOperation, Operation, OperationEvent, OperationStatus, Received,
+            Reconciled, Recorded, Resolution, StoredEvent, Submitted,
+        };
+        use crate::operator::{
+            Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, ManualResolution, NewReport,
+            Report, Reports, Stats,
+        };
+        use crate::outbox::OutboxConnection;
+        use crate::rows::{operation_from_row, select_operation};
+
+        impl Store for $store {
+            async fn submit(&self, op: NewOperation, now_ms: i64) -> Result<Submitted, StoreError> {
+                let mut tx = self.begin().await?;
+                let submitted = tx.record(&op, now_ms, "api").await?;
+                if matches!(submitted, Submitted::Created(_)) {
+                    tx.commit().await.context("committing an operation")?;
+                }
+                Ok(submitted)
+            }
+
+            async fn claim(
+                &self,
+                now_ms: i64,
+                limit: u32,
+                lease_ms: u64,
+                scope: &ClaimScope,
+            ) -> Result<Vec<Claimed>, StoreError> {
+                let mut tx = self.begin().await?;
+                let due = due_messages(&mut tx, now_ms, limit, scope).await?;
+                if due.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let token = self.tokens.fetch_add(1, Ordering::Relaxed);
+                let ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("id")).collect();
+                let op_ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("operation_id")).collect();
+                // An attempt whose lease expired in flight may have reached the
+                // provider: it goes into the history before the message is leased again.
+                sqlx::query(concat!(
+                    "INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, duration_ms, \
+                     status_code, error_kind, classification, outcome, decision) \
+                     SELECT o.id, 'call', o.attempts + 1, o.provider_key, x.updated_at_ms, $2 - x.updated_at_ms, NULL, \
+                     'interrupted', 'ambiguous', 'unknown', 'interrupted: the lease expired before a result was recorded' \
+                     FROM outbox x JOIN operations o ON o.id = x.operation_id \
+                     WHERE x.id IN ",
+                    $ids_in,
+                    " AND x.in_flight = 1"
+                ))
+                .bind($ids(&ids))
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .context("recording interrupted attempts")?;
+                sqlx::query(concat!(
+                    "UPDATE operations SET attempts = attempts + 1, effect_possible = 1 WHERE id IN \
+                     (SELECT operation_id FROM outbox WHERE id IN ",
+                    $ids_in,
+                    " AND in_flight = 1)"
+                ))
+                .bind($ids(&ids))
+                .execute(&mut *tx)
+                .await
+                .context("counting interrupted attempts")?;
+                sqlx::query(concat!(
+                    "UPDATE outbox SET locked_until_ms = $2, lease_token = $3, attempts = attempts + 1, in_flight = 1, \
+                     updated_at_ms = $4 WHERE id IN ",
+                    $ids_in
+                ))
+                .bind($ids(&ids))
+                .bind(crate::inbox::lease_until(now_ms, lease_ms))
+                .bind(token)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .context("leasing outbox messages")?;
+                sqlx::query(concat!(
+                    "UPDATE operations SET key_first_sent_at_ms = COALESCE(key_first_sent_at_ms, $2) WHERE id IN ",
+                    $ids_in
+                ))
+                .bind($ids(&op_ids))
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .context("stamping first key use")?;
+                let rows = sqlx::query(select_operation!("WHERE o.id IN ", $ids_in))
+                    .bind($ids(&op_ids))
+                    .fetch_all(&mut *tx)
+                    .await
+                    .context("reading claimed operations")?;
+                tx.commit().await.context("committing a claim")?;
+                let mut operations = std::collections::HashMap::with_capacity(rows.len());
+                for row in &rows {
+                    let op = operation_from_row(row)?;
+                    operations.insert(op.id, op);
+                }
+                due.iter()
+                    .map(|r| {
+                        let operation_id: i64 = r.get("operation_id");
+                        let operation = operations.remove(&operation_id).ok_or(StoreError::Corrupt {
+                            what: "outbox message",
+                            detail: format!("operation {operation_id} is missing"),
+                        })?;
+                        Ok(Claimed {
+                            outbox_id: r.get("id"),
+                            lease_token: token,
+                            attempts: r.get::<i64, _>("attempts") as u32 + 1,
+                            previous_delay_ms: r.get::<i64, _>("previous_delay_ms") as u64,
+                            interrupted: r.get::<i64, _>("in_flight") != 0,
+                            operation,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn complete(&self, completions: Vec<Completion>, now_ms: i64) -> Result<Vec<Recorded>, StoreError> {
+                let mut tx = self.begin().await?;
+                // The messages first, in id order, as every writer locks them (then
+                // their operations): two writers never wait on each other in a ring.
+                let ids: Vec<i64> = completions.iter().map(|c| c.outbox_id).collect();
+                sqlx::query(concat!("SELECT id FROM outbox WHERE id IN ", $ids_in, " ORDER BY id", $lock))
+                    .bind($ids(&ids))
+                    .execute(&mut *tx)
+                    .await
+                    .context("locking outbox messages")?;
+                let mut applied = Vec::with_capacity(completions.len());
+                for c in &completions {
+                    if let Some(attempt) = &c.attempt {
+                        insert_attempt(&mut tx, c.operation_id, attempt).await?;
+                    }
+                    applied.push(apply(&mut tx, c, now_ms).await?);
+                }
+                tx.commit().await.context("committing attempt results")?;
+                Ok(applied)
+            }
+
+            async fn due_unknown(&self, now_ms: i64, limit: u32) -> Result<Vec<Operation>, StoreError> {
+                let rows = sqlx::query(select_operation!(
+                    "WHERE o.status = 'unknown' AND o.next_reconcile_at_ms <= $1 ORDER BY o.next_reconcile_at_ms LIMIT $2"
+                ))
+                .bind(now_ms)
+                .bind(i64::from(limit))
+                .fetch_all(self.read_pool())
+                .await
+                .context("finding unknown operations")?;
+                rows.iter().map(operation_from_row).collect()
+            }
+
+            async fn reconcile(&self, r: Reconciled, now_ms: i64) -> Result<(), StoreError> {
+                let mut tx = self.begin().await?;
+                // Locks in the order every writer takes them (the message, then the
+                // operation), so two processes reconciling it apply one result.
+                sqlx::query(concat!("SELECT id FROM outbox WHERE operation_id = $1", $lock))
+                    .bind(r.operation_id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .context("locking an outbox message")?;
+                let status: Option<String> =
+                    sqlx::query_scalar(concat!("SELECT status FROM operations WHERE id = $1", $lock))
+                        .bind(r.operation_id)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .context("reading an operation")?;
+                if status.as_deref() != Some("unknown") {
+                    return Ok(());
+                }
+                if let Some(attempt) = &r.attempt {
+                    insert_attempt(&mut tx, r.operation_id, attempt).await?;
+                }
+                match &r.resolution {
+                    Resolution::Found { outcome, provider_ref, response } => {
+                        let status = OperationStatus::from(*outcome);
+                        set_operation(
+                            &mut tx,
+                            r.operation_id,
+                            status,
+                            provider_ref.as_deref(),
+                            response.as_ref(),
+                            None,
+                            None,
+                            now_ms,
+                            "reconciler",
+                        )
+                        .await?;
+                    }
+                    Resolution::Requeue { key_group, provider_key } => {
+                        sqlx::query(
+                            "UPDATE operations SET status = 'pending', provider_key = $3, \
+                             key_first_sent_at_ms = CASE WHEN key_group = $2 THEN key_first_sent_at_ms END, \
+                             key_group = $2, next_reconcile_at_ms = NULL, lookup_misses = 0, \
+                             effect_possible = CASE WHEN key_group = $2 THEN effect_possible ELSE 0 END, \
+                             updated_at_ms = $4, changed_by = 'reconciler' WHERE id = $1",
+                        )
+                        .bind(r.operation_id)
+                        .bind(i64::from(*key_group))
+                        .bind(provider_key)
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await
+                        .context("requeueing an operation")?;
+                        sqlx::query(
+                            "UPDATE outbox SET state = 'pending', available_at_ms = $2, in_flight = 0, \
+                             locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $2, changed_by = 'reconciler' \
+                             WHERE operation_id = $1",
+                        )
+                        .bind(r.operation_id)
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await
+                        .context("requeueing an outbox message")?;
+                    }
+                    Resolution::DeadLetter { error } => {
+                        set_operation(
+                            &mut tx,
+                            r.operation_id,
+                            OperationStatus::Failed,
+                            None,
+                            None,
+                            Some(error),
+                            None,
+                            now_ms,
+                            "reconciler",
+                        )
+                        .await?;
+                        sqlx::query(
+                            "UPDATE outbox SET state = 'dead', dead_at_ms = $2, last_error = $3, updated_at_ms = $2, \
+                             changed_by = 'reconciler' WHERE operation_id = $1",
+                        )
+                        .bind(r.operation_id)
+                        .bind(now_ms)
+                        .bind(error)
+                        .execute(&mut *tx)
+                        .await
+                        .context("dead-lettering an outbox message")?;
+                    }
+                    Resolution::Confirm { retry_at_ms } => {
+                        sqlx::query(
+                            "UPDATE operations SET next_reconcile_at_ms = $2, lookup_misses = lookup_misses + 1, \
+                             updated_at_ms = $3 WHERE id = $1",
+                        )
+                        .bind(r.operation_id)
+                        .bind(retry_at_ms)
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await
+                        .context("scheduling a confirming lookup")?;
+                    }
+                    Resolution::Postpone { retry_at_ms } => {
+                        sqlx::query("UPDATE operations SET next_reconcile_at_ms = $2 WHERE id = $1")
+                            .bind(r.operation_id)
+                            .bind(retry_at_ms)
+                            .execute(&mut *tx)
+                            .await
+                            .context("postponing a reconciliation")?;
+                    }
+                    Resolution::NeedsHuman { reason } => {
+                        sqlx::query(
+                            "UPDATE operations SET status = 'needs_human', next_reconcile_at_ms = NULL, last_error = $2, \
+                             changed_by = 'reconciler', updated_at_ms = $3 WHERE id = $1",
+                        )
+                        .bind(r.operation_id)
+                        .bind(reason)
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await
+                        .context("handing an operation to a human")?;
+                    }
+                    Resolution::Later { retry_at_ms, error } => {
+                        sqlx::query(
+                            "UPDATE operations SET next_reconcile_at_ms = $2, reconcile_attempts = reconcile_attempts + 1, \
+                             last_error = $3, updated_at_ms = $4 WHERE id = $1",
+                        )
+                        .bind(r.operation_id)
+                        .bind(retry_at_ms)
+                        .bind(error)
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await
+                        .context("postponing a reconciliation")?;
+                    }
+                }
+                tx.commit().await.context("committing a reconciliation")?;
+                Ok(())
+            }
+
+            async fn operation(&self, idempotency_key: &str) -> Result<Option<Operation>, StoreError> {
+                let mut conn = self.read_pool().acquire().await.context("acquiring a connection")?;
+                operation_by_key(&mut conn, idempotency_key).await
+            }
+
+            async fn attempts(&self, operation_id: i64) -> Result<Vec<AttemptRow>, StoreError> {
+                let rows = sqlx::query(
+                    "SELECT kind, attempt_no, provider_key, started_at_ms, duration_ms, status_code, error_kind, \
+                     classification, outcome, decision FROM attempts WHERE operation_id = $1 ORDER BY id",
+                )
+                .bind(operation_id)
+                .fetch_all(self.read_pool())
+                .await
+                .context("reading the attempt history")?;
+                rows.iter()
+                    .map(|r| {
+                        let kind: String = r.get("kind");
+                        Ok(AttemptRow {
+                            kind: match kind.as_str() {
+                                "call" => AttemptKind::Call,
+                                "lookup" => AttemptKind::Lookup,
+                                _ => AttemptKind::Skipped,
+                            },
+                            attempt_no: r.get::<i64, _>("attempt_no") as u32,
+                            provider_key: r.get("provider_key"),
+                            started_at_ms: r.get("started_at_ms"),
+                            duration_ms: r.get::<i64, _>("duration_ms") as u64,
+                            status_code: r.get::<Option<i64>, _>("status_code").map(|s| s as u16),
+                            error_kind: r.get("error_kind"),
+                            classification: r.get("classification"),
+                            outcome: r.get("outcome"),
+                            decision: r.get("decision"),
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn counts(&self) -> Result<Counts, StoreError> {
+                let row = sqlx::query(
+                    "SELECT \
+                       (SELECT COUNT(*) FROM operations WHERE status = 'pending') AS pending, \
+                       (SELECT COUNT(*) FROM operations WHERE status = 'succeeded') AS succeeded, \
+                       (SELECT COUNT(*) FROM operations WHERE status = 'failed') AS failed, \
+                       (SELECT COUNT(*) FROM operations WHERE status = 'unknown') AS unknown, \
+                       (SELECT COUNT(*) FROM operations WHERE status = 'needs_human') AS needs_human, \
+                       (SELECT COUNT(*) FROM outbox WHERE state = 'dead') AS dead_letters, \
+                       (SELECT COUNT(*) FROM attempts WHERE kind = 'call') AS attempts, \
+                       (SELECT COUNT(*) FROM inbox_events) AS inbox_events, \
+                       (SELECT COUNT(*) FROM inbox_steps WHERE effect = 'resolved') AS resolved_by_events, \
+                       (SELECT COUNT(*) FROM forwards WHERE state = 'pending') AS forwards_pending, \
+                       (SELECT COUNT(*) FROM forwards WHERE state = 'dead') AS forward_dead_letters",
+                )
+                .fetch_one(self.read_pool())
+                .await
+                .context("counting operations")?;
+                let n = |c: &str| row.get::<i64, _>(c) as u64;
+                Ok(Counts {
+                    pending: n("pending"),
+                    succeeded: n("succeeded"),
+                    failed: n("failed"),
+                    unknown: n("unknown"),
+                    needs_human: n("needs_human"),
+                    dead_letters: n("dead_letters"),
+                    attempts: n("attempts"),
+                    inbox_events: n("inbox_events"),
+                    resolved_by_events: n("resolved_by_events"),
+                    forwards_pending: n("forwards_pending"),
+                    forward_dead_letters: n("forward_dead_letters"),
+                })
+            }
+
+            async fn receive(&self, events: Vec<NewEvent>, now_ms: i64) -> Result<Vec<Received>, StoreError> {
+                self.receive_events(events, now_ms).await
+            }
+
+            async fn events_after(
+                &self,
+                after: i64,
+                limit: u32,
+                max_bytes: usize,
+            ) -> Result<Vec<StoredEvent>, StoreError> {
+                self.stored_events_after(after, limit, max_bytes).await
+            }
+
+            async fn operation_events(&self, operation_id: i64) -> Result<Vec<OperationEvent>, StoreError> {
+                self.events_of_operation(operation_id).await
+            }
+
+            async fn event(&self, integration: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
+                self.event_record(integration, event_id).await
+            }
+
+            async fn claim_forwards(
+                &self,
+                now_ms: i64,
+                limit: u32,
+                lease_ms: u64,
+            ) -> Result<Vec<ClaimedForward>, StoreError> {
+                self.claim_due_forwards(now_ms, limit, lease_ms).await
+            }
+
+            async fn complete_forwards(
+                &self,
+                completions: Vec<ForwardCompletion>,
+                now_ms: i64,
+            ) -> Result<Vec<Recorded>, StoreError> {
+                self.complete_claimed_forwards(completions, now_ms).await
+            }
+
+            async fn dead_letters(
+                &self,
+                filter: DeadLetterFilter,
+                limit: u32,
+            ) -> Result<Vec<DeadLetter>, StoreError> {
+                self.list_dead_letters(filter, limit).await
+            }
+
+            async fn dead_letter(&self, kind: DeadLetterKind, id: i64) -> Result<Option<DeadLetter>, StoreError> {
+                self.one_dead_letter(kind, id).await
+            }
+
+            async fn replay(
+                &self,
+                kind: DeadLetterKind,
+                id: i64,
+                channel: Channel,
+                now_ms: i64,
+            ) -> Result<bool, StoreError> {
+                self.replay_dead_letter(kind, id, channel, now_ms).await
+            }
+
+            async fn purge(
+                &self,
+                kind: DeadLetterKind,
+                id: i64,
+                channel: Channel,
+                now_ms: i64,
+            ) -> Result<bool, StoreError> {
+                self.purge_dead_letter(kind, id, channel, now_ms).await
+            }
+
+            async fn resolve(
+                &self,
+                idempotency_key: &str,
+                outcome: failwell_policy::Outcome,
+                provider_ref: Option<String>,
+                note: String,
+                channel: Channel,
+                now_ms: i64,
+            ) -> Result<ManualResolution, StoreError> {
+                self.resolve_by_operator(idempotency_key, outcome, provider_ref, note, channel, now_ms).await
+            }
+
+            async fn ack_dead_letters(&self, channel: Channel, now_ms: i64) -> Result<(), StoreError> {
+                self.acknowledge(channel, now_ms).await
+            }
+
+            async fn stats(&self, now_ms: i64, window_ms: u64, known: &[String]) -> Result<Stats, StoreError> {
+                self.integration_stats(now_ms, window_ms, known).await
+            }
+
+            async fn history(&self, operation_id: i64) -> Result<Vec<HistoryEntry>, StoreError> {
+                self.operation_history(operation_id).await
+            }
+
+            async fn operations_between(
+                &self,
+                provider: &str,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> Result<Vec<Operation>, StoreError> {
+                self.operations_created_between(provider, from_ms, to_ms).await
+            }
+
+            async fn operations_by_reference(
+                &self,
+                provider: &str,
+                references: &[String],
+            ) -> Result<Vec<Operation>, StoreError> {
+                self.operations_with_references(provider, references).await
+            }
+
+            async fn save_report(&self, report: NewReport) -> Result<i64, StoreError> {
+                self.insert_report(report).await
+            }
+
+            async fn reports(&self, limit: u32) -> Result<Vec<Report>, StoreError> {
+                self.list_reports(Reports::Newest(limit)).await
+            }
+
+            async fn latest_reports(&self) -> Result<Vec<Report>, StoreError> {
+                self.list_reports(Reports::LatestPerProvider).await
+            }
+
+            async fn report(&self, id: i64) -> Result<Option<Report>, StoreError> {
+                Ok(self.list_reports(Reports::One(id)).await?.pop())
+            }
+
+            async fn firing_alerts(&self, kind: &str) -> Result<Vec<String>, StoreError> {
+                sqlx::query_scalar("SELECT subject FROM alerts_firing WHERE kind = $1 ORDER BY subject")
+                    .bind(kind)
+                    .fetch_all(self.read_pool())
+                    .await
+                    .context("reading firing alerts")
+            }
+
+            async fn set_alert(
+                &self,
+                kind: &str,
+                subject: &str,
+                firing: bool,
+                now_ms: i64,
+            ) -> Result<(), StoreError> {
+                let query = if firing {
+                    sqlx::query(
+                        "INSERT INTO alerts_firing (kind, subject, since_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                    )
+                    .bind(kind)
+                    .bind(subject)
+                    .bind(now_ms)
+                } else {
+                    sqlx::query("DELETE FROM alerts_firing WHERE kind = $1 AND subject = $2").bind(kind).bind(subject)
+                };
+                query.execute(self.pool()).await.context("recording an alert")?;
+                Ok(())
+            }
+
+            async fn report_alerted(&self, id: i64, result: Result<i64, String>) -> Result<(), StoreError> {
+                self.set_report_alerted(id, result).await
+            }
+        }
+    };
+}
+
+pub(crate) use store_impl;
