@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use failwell_policy::{Admission, Attempted, Decision, Due, IdempotencyPolicy, admit, decide};
 use failwell_store::{
-    ClaimedForward, EventStep, ForwardCompletion, ForwardTransition, Recorded, Store, StoreError,
+    ClaimedForward, EventStep, ForwardCompletion, ForwardTransition, Leased, Recorded, Store, StoreError,
 };
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
 use tokio::sync::Notify;
@@ -77,6 +77,22 @@ impl<S: Store> Queue for ForwardQueue<S> {
     type Item = ClaimedForward;
     type Done = ForwardCompletion;
     const WHAT: &'static str = "forwards";
+
+    fn lease_of(forward: &ClaimedForward) -> (i64, i64) {
+        (forward.id, forward.lease_token)
+    }
+
+    fn done_id(done: &ForwardCompletion) -> i64 {
+        done.id
+    }
+
+    fn renew(
+        &self,
+        leases: Vec<(i64, i64)>,
+        until_ms: i64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        self.store.renew(Leased::Forwards, leases, until_ms)
+    }
 
     fn claim(
         &self,

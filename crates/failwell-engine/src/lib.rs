@@ -21,6 +21,7 @@ pub mod provider;
 mod pump;
 pub mod reconciler;
 pub mod relay;
+pub mod retention;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -33,6 +34,7 @@ pub use provider::{ClusterRule, Encoding, LookupSpec, OperationSpec, PauseRule, 
 pub use pump::RelayConfig;
 pub use reconciler::{Reconciler, ReconcilerConfig};
 pub use relay::Relay;
+pub use retention::RetentionConfig;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -52,8 +54,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Starts the relay and the reconciler on `store` for `providers`, and
-    /// the forwarder for `forwards` (with its own `forwarder` settings).
+    /// Starts the relay and the reconciler on `store` for `providers`, the
+    /// forwarder for `forwards` (with its own `forwarder` settings), and
+    /// retention of delivered messages when `retention` is given.
     pub fn start<S: failwell_store::Store>(
         store: S,
         providers: Arc<Providers>,
@@ -61,17 +64,22 @@ impl Engine {
         relay: RelayConfig,
         forwarder: RelayConfig,
         reconciler: ReconcilerConfig,
+        retention: Option<RetentionConfig>,
     ) -> Self {
         let (wake, forward) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
         let shutdown = CancellationToken::new();
         let forwarder = Forwarder::new(store.clone(), forwards, forwarder, forward.clone());
         let relay = Relay::new(store.clone(), providers.clone(), relay, wake.clone());
+        let mut tasks = Vec::with_capacity(4);
+        if let Some(retention) = retention {
+            tasks.push(tokio::spawn(retention::run(store.clone(), retention, shutdown.clone())));
+        }
         let reconciler = Reconciler::new(store, providers, reconciler);
-        let tasks = vec![
+        tasks.extend([
             tokio::spawn(relay.run(shutdown.clone())),
             tokio::spawn(reconciler.run(shutdown.clone())),
             tokio::spawn(forwarder.run(shutdown.clone())),
-        ];
+        ]);
         Self { wake, forward, shutdown, tasks }
     }
 

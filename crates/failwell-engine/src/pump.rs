@@ -1,9 +1,10 @@
 //! The loop shared by the relay and the forwarder: claim due items of a
-//! leased queue, work each once with bounded concurrency, record the
-//! results in batches through one writer.
+//! leased queue, work each once with bounded concurrency, renew the leases
+//! of the items in hand, record the results in batches through one writer.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use failwell_store::{Recorded, StoreError};
@@ -22,7 +23,10 @@ pub struct RelayConfig {
     /// How often to look for due items when not woken.
     pub poll_interval: Duration,
     /// How long a claim is exclusive; a crashed worker's items are taken
-    /// over after it. Must exceed the longest call's timeout.
+    /// over after it. Renewed every third of it while an item is in hand
+    /// (a call in flight, a result not yet recorded), so a slow call keeps
+    /// its item; a process that cannot renew is treated like one that
+    /// crashed.
     pub lease: Duration,
 }
 
@@ -34,6 +38,20 @@ pub(crate) trait Queue: Send + Sync + 'static {
     type Done: Send + 'static;
     /// What the queue holds, for logs: `outbox messages`, `forwards`.
     const WHAT: &'static str;
+
+    /// An item's `(id, lease_token)`.
+    fn lease_of(item: &Self::Item) -> (i64, i64);
+
+    /// The id of the item a result is for.
+    fn done_id(done: &Self::Done) -> i64;
+
+    /// Extends the leases `(id, lease_token)` still held to `until_ms`;
+    /// returns how many were.
+    fn renew(
+        &self,
+        leases: Vec<(i64, i64)>,
+        until_ms: i64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Claims up to `limit` due items under a lease of `lease_ms`.
     fn claim(
@@ -64,7 +82,10 @@ pub(crate) async fn pump<Q: Queue>(
 ) {
     let permits = Arc::new(Semaphore::new(config.concurrency));
     let (done_tx, done_rx) = mpsc::channel(config.concurrency * 2);
-    let writer = tokio::spawn(write_results(queue.clone(), done_rx));
+    // The items in hand, from their claim until their result is recorded.
+    let held: Held = Arc::default();
+    let writer = tokio::spawn(write_results(queue.clone(), done_rx, held.clone()));
+    let renewer = tokio::spawn(renew_leases(queue.clone(), held.clone(), config.lease));
     // Under load, claim in batches of at least a quarter of the limit rather
     // than one item per freed slot: every claim is a write transaction.
     let min_claim = (config.batch_size as usize).min(config.concurrency).div_ceil(4).max(1);
@@ -82,6 +103,8 @@ pub(crate) async fn pump<Q: Queue>(
         // All that was asked for came: more may be due right away.
         let more_due = want > 0 && claimed.len() as u32 == want;
         for item in claimed {
+            let (id, token) = Q::lease_of(&item);
+            held.lock().unwrap_or_else(|e| e.into_inner()).insert(id, token);
             let Ok(permit) = permits.clone().acquire_owned().await else {
                 break;
             };
@@ -109,15 +132,54 @@ pub(crate) async fn pump<Q: Queue>(
     if let Err(e) = writer.await {
         tracing::error!(error = %e, "the result writer of {} ended abnormally", Q::WHAT);
     }
+    renewer.abort();
 }
 
-/// Records results in batches of whatever has arrived.
-async fn write_results<Q: Queue>(queue: Arc<Q>, mut done: mpsc::Receiver<Q::Done>) {
+/// Leases in hand: item id → lease token.
+type Held = Arc<Mutex<HashMap<i64, i64>>>;
+
+/// Every third of `lease`, extends the leases of the items in hand by a
+/// whole lease, in one statement.
+async fn renew_leases<Q: Queue>(queue: Arc<Q>, held: Held, lease: Duration) {
+    let mut every = tokio::time::interval(lease / 3);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        let leases: Vec<(i64, i64)> =
+            held.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(id, token)| (*id, *token)).collect();
+        if leases.is_empty() {
+            continue;
+        }
+        let count = leases.len();
+        match queue.renew(leases, now_ms() + lease.as_millis() as i64).await {
+            Ok(renewed) if renewed < count as u64 => tracing::debug!(
+                count,
+                renewed,
+                "some leases of {} were not renewed (settled meanwhile, or taken over)",
+                Q::WHAT
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, count, "renewing the leases of {} failed", Q::WHAT),
+        }
+    }
+}
+
+/// Records results in batches of whatever has arrived; a recorded (or
+/// unrecordable) item's lease is no longer renewed.
+async fn write_results<Q: Queue>(queue: Arc<Q>, mut done: mpsc::Receiver<Q::Done>, held: Held) {
     let mut batch = Vec::new();
     while done.recv_many(&mut batch, 256).await > 0 {
         let results = std::mem::take(&mut batch);
         let count = results.len();
-        match queue.record(results, now_ms()).await {
+        let ids: Vec<i64> = results.iter().map(Q::done_id).collect();
+        let recorded = queue.record(results, now_ms()).await;
+        let mut in_hand = held.lock().unwrap_or_else(|e| e.into_inner());
+        for id in ids {
+            in_hand.remove(&id);
+        }
+        drop(in_hand);
+        match recorded {
             Ok(recorded) => {
                 let count = |what: Recorded| recorded.iter().filter(|r| **r == what).count();
                 let (lost, settled) = (count(Recorded::LeaseLost), count(Recorded::SettledElsewhere));

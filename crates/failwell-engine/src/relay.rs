@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use failwell_policy::{Admission, Attempted, Classification, Decision, Due, Outcome, admit, decide};
 use failwell_store::{
-    AttemptKind, AttemptRecord, ClaimScope, Claimed, Completion, Recorded, Store, StoreError, Transition,
+    AttemptKind, AttemptRecord, ClaimScope, Claimed, Completion, Leased, Recorded, Store, StoreError,
+    Transition,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -67,6 +68,22 @@ impl<S: Store> Queue for OutboxQueue<S> {
     type Item = Claimed;
     type Done = Completion;
     const WHAT: &'static str = "outbox messages";
+
+    fn lease_of(message: &Claimed) -> (i64, i64) {
+        (message.outbox_id, message.lease_token)
+    }
+
+    fn done_id(done: &Completion) -> i64 {
+        done.outbox_id
+    }
+
+    fn renew(
+        &self,
+        leases: Vec<(i64, i64)>,
+        until_ms: i64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        self.store.renew(Leased::Outbox, leases, until_ms)
+    }
 
     /// Claims the due messages of every provider that can take a call now,
     /// in turns, so one provider's backlog never starves another. A provider

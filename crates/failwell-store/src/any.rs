@@ -4,7 +4,7 @@
 use crate::error::StoreError;
 use crate::model::{
     AttemptRow, ClaimScope, Claimed, ClaimedForward, Completion, Counts, EventRecord, ForwardCompletion,
-    NewEvent, NewOperation, Operation, OperationEvent, Received, Reconciled, Recorded, StoredEvent,
+    Leased, NewEvent, NewOperation, Operation, OperationEvent, Received, Reconciled, Recorded, StoredEvent,
     Submitted,
 };
 use crate::operator::{
@@ -117,6 +117,14 @@ impl Store for AnyStore {
 
     async fn attempts(&self, operation_id: i64) -> Result<Vec<AttemptRow>, StoreError> {
         each!(self, s => s.attempts(operation_id).await)
+    }
+
+    async fn renew(&self, queue: Leased, leases: Vec<(i64, i64)>, until_ms: i64) -> Result<u64, StoreError> {
+        each!(self, s => s.renew(queue, leases, until_ms).await)
+    }
+
+    async fn delete_delivered(&self, before_ms: i64, limit: u32) -> Result<u64, StoreError> {
+        each!(self, s => s.delete_delivered(before_ms, limit).await)
     }
 
     async fn counts(&self) -> Result<Counts, StoreError> {

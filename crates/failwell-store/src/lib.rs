@@ -32,9 +32,9 @@ pub use any::{AnyStore, Backend, StoreOptions};
 pub use error::StoreError;
 pub use model::{
     AttemptKind, AttemptRecord, AttemptRow, ClaimScope, Claimed, ClaimedForward, Completion, Counts,
-    EventRecord, EventReport, EventStep, ForwardCompletion, ForwardTransition, LedgerEffect, NewEvent,
-    NewOperation, Operation, OperationEvent, OperationStatus, Received, Reconciled, Recorded, Resolution,
-    StoredEvent, Submitted, Transition,
+    EventRecord, EventReport, EventStep, ForwardCompletion, ForwardTransition, Leased, LedgerEffect,
+    NewEvent, NewOperation, Operation, OperationEvent, OperationStatus, Received, Reconciled, Recorded,
+    Resolution, StoredEvent, Submitted, Transition,
 };
 pub use operator::{
     Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, IntegrationStats, ManualResolution,
@@ -87,6 +87,28 @@ pub trait Store: Clone + Send + Sync + 'static {
         completions: Vec<Completion>,
         now_ms: i64,
     ) -> impl Future<Output = Result<Vec<Recorded>, StoreError>> + Send;
+
+    /// Extends the leases of claimed items still being worked, given as
+    /// `(id, lease_token)` pairs of `queue`, to `until_ms`, so a slow call
+    /// keeps its item and no other process starts it. An item whose lease
+    /// was taken over, or that is no longer pending, is left alone. Returns
+    /// how many were extended.
+    fn renew(
+        &self,
+        queue: Leased,
+        leases: Vec<(i64, i64)>,
+        until_ms: i64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Deletes up to `limit` outbox messages delivered (`done`, their
+    /// operation `succeeded` or `failed`) before `before_ms`, oldest first,
+    /// and returns how many: the outbox keeps open and recent work, while
+    /// operations (the idempotency records), attempts and the history stay.
+    fn delete_delivered(
+        &self,
+        before_ms: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Operations whose outcome is unknown and whose next reconciliation is
     /// due, oldest first, at most `limit`.

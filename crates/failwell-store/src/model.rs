@@ -139,6 +139,25 @@ pub enum Submitted {
     Replayed(Operation),
 }
 
+/// A queue whose items are claimed under leases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leased {
+    /// Outbox messages (the relay).
+    Outbox,
+    /// Webhook forwards (the forwarder).
+    Forwards,
+}
+
+impl Leased {
+    /// The queue's table.
+    pub(crate) fn table(self) -> &'static str {
+        match self {
+            Self::Outbox => "outbox",
+            Self::Forwards => "forwards",
+        }
+    }
+}
+
 /// Which due outbox messages a claim may take.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClaimScope {

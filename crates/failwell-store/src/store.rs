@@ -4,7 +4,8 @@
 //! is bound — and each backend's `due_messages` for the claim's first step.
 
 /// Implements [`Store`](crate::Store) for `store`, whose module provides
-/// `due_messages(conn, now_ms, limit, scope)`. `lock` is appended to the
+/// `due_messages(conn, now_ms, limit, scope)` and
+/// `renew_leases(pool, queue, leases, until_ms)`. `lock` is appended to the
 /// reads that decide a write (`" FOR UPDATE"` on PostgreSQL, `""` on
 /// SQLite, whose single writer already excludes every other);
 /// `ids_in` is a subquery of the id list bound as `$1`, and `ids` turns a
@@ -21,7 +22,7 @@ macro_rules! store_impl {
         use crate::error::{Context, StoreError};
         use crate::model::{
             AttemptKind, AttemptRow, ClaimScope, Claimed, ClaimedForward, Completion, Counts, EventRecord,
-            ForwardCompletion, NewEvent, NewOperation, Operation, OperationEvent, OperationStatus, Received,
+            ForwardCompletion, Leased, NewEvent, NewOperation, Operation, OperationEvent, OperationStatus, Received,
             Reconciled, Recorded, Resolution, StoredEvent, Submitted,
         };
         use crate::operator::{
@@ -219,10 +220,15 @@ macro_rules! store_impl {
                         .execute(&mut *tx)
                         .await
                         .context("requeueing an operation")?;
+                        // Retention may have deleted a delivered message whose
+                        // operation an event reopened since: created again.
                         sqlx::query(
-                            "UPDATE outbox SET state = 'pending', available_at_ms = $2, in_flight = 0, \
-                             locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $2, changed_by = 'reconciler' \
-                             WHERE operation_id = $1",
+                            "INSERT INTO outbox (operation_id, provider, available_at_ms, created_at_ms, \
+                             updated_at_ms, changed_by) SELECT id, provider, $2, $2, $2, 'reconciler' \
+                             FROM operations WHERE id = $1 \
+                             ON CONFLICT (operation_id) DO UPDATE SET state = 'pending', available_at_ms = $2, \
+                             in_flight = 0, locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $2, \
+                             changed_by = 'reconciler'",
                         )
                         .bind(r.operation_id)
                         .bind(now_ms)
@@ -339,6 +345,32 @@ macro_rules! store_impl {
                         })
                     })
                     .collect()
+            }
+
+            async fn renew(
+                &self,
+                queue: Leased,
+                leases: Vec<(i64, i64)>,
+                until_ms: i64,
+            ) -> Result<u64, StoreError> {
+                if leases.is_empty() {
+                    return Ok(0);
+                }
+                renew_leases(self.pool(), queue, &leases, until_ms).await
+            }
+
+            async fn delete_delivered(&self, before_ms: i64, limit: u32) -> Result<u64, StoreError> {
+                let deleted = sqlx::query(
+                    "DELETE FROM outbox WHERE id IN (SELECT x.id FROM outbox x \
+                     JOIN operations o ON o.id = x.operation_id WHERE x.state = 'done' \
+                     AND x.updated_at_ms < $1 AND o.status IN ('succeeded', 'failed') ORDER BY x.id LIMIT $2)",
+                )
+                .bind(before_ms)
+                .bind(i64::from(limit))
+                .execute(self.pool())
+                .await
+                .context("deleting delivered messages")?;
+                Ok(deleted.rows_affected())
             }
 
             async fn counts(&self) -> Result<Counts, StoreError> {

@@ -145,6 +145,7 @@ impl Server {
             config.relay,
             config.forwarder,
             config.reconciler,
+            config.retention,
         );
         let state = Arc::new(api::AppState {
             store: store.clone(),

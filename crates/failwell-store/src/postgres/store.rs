@@ -55,3 +55,28 @@ async fn due_messages(
     };
     query.fetch_all(conn).await.context("finding due outbox messages")
 }
+
+/// Extends the leases `(id, token)` of `queue` still held to `until_ms`,
+/// locking the rows in id order as every writer does.
+async fn renew_leases(
+    pool: &sqlx::PgPool,
+    queue: crate::Leased,
+    leases: &[(i64, i64)],
+    until_ms: i64,
+) -> Result<u64, crate::StoreError> {
+    use crate::error::Context;
+    let table = queue.table();
+    let (ids, tokens): (Vec<i64>, Vec<i64>) = leases.iter().copied().unzip();
+    let done = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH held AS (SELECT x.id FROM {table} x JOIN unnest($1::bigint[], $2::bigint[]) AS l (id, token) \
+           ON l.id = x.id AND l.token = x.lease_token WHERE x.state = 'pending' ORDER BY x.id FOR UPDATE OF x) \
+         UPDATE {table} SET locked_until_ms = $3 WHERE id IN (SELECT id FROM held)"
+    )))
+    .bind(&ids)
+    .bind(&tokens)
+    .bind(until_ms)
+    .execute(pool)
+    .await
+    .context("renewing leases")?;
+    Ok(done.rows_affected())
+}

@@ -77,3 +77,24 @@ async fn due_messages(
     }
     Ok(rows)
 }
+
+/// Extends the leases `(id, token)` of `queue` still held to `until_ms`.
+async fn renew_leases(
+    pool: &sqlx::SqlitePool,
+    queue: crate::Leased,
+    leases: &[(i64, i64)],
+    until_ms: i64,
+) -> Result<u64, crate::StoreError> {
+    use crate::error::Context;
+    let table = queue.table();
+    let done = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE {table} SET locked_until_ms = $2 WHERE state = 'pending' AND EXISTS \
+         (SELECT 1 FROM json_each($1) l WHERE l.value ->> 0 = {table}.id AND l.value ->> 1 = {table}.lease_token)"
+    )))
+    .bind(serde_json::to_string(leases).unwrap_or_default())
+    .bind(until_ms)
+    .execute(pool)
+    .await
+    .context("renewing leases")?;
+    Ok(done.rows_affected())
+}

@@ -164,6 +164,47 @@ macro_rules! store_tests {
         }
 
         #[tokio::test]
+        async fn retention_deletes_delivered_messages_in_batches_and_keeps_open_work() {
+            let (_d, s) = store().await;
+            for key in ["d1", "d2", "d3", "open", "unknown"] {
+                s.submit(new_op(key, 100), 0).await.unwrap();
+            }
+            let claimed = s.claim(0, 10, 100_000, &ClaimScope::All).await.unwrap();
+            let completions = claimed
+                .iter()
+                .filter(|c| c.operation.idempotency_key != "open")
+                .map(|c| {
+                    let transition = if c.operation.idempotency_key == "unknown" {
+                        Transition::Unknown { error: "timeout".into(), reconcile_at_ms: 50 }
+                    } else {
+                        Transition::Succeeded { provider_ref: None, response: None }
+                    };
+                    ended(c, transition)
+                })
+                .collect();
+            s.complete(completions, 10).await.unwrap();
+            assert_eq!(s.delete_delivered(10, 100).await.unwrap(), 0, "nothing delivered before 10");
+            assert_eq!(s.delete_delivered(11, 2).await.unwrap(), 2, "a batch at most");
+            assert_eq!(s.delete_delivered(11, 2).await.unwrap(), 1);
+            assert_eq!(s.delete_delivered(11, 2).await.unwrap(), 0, "the open and the unknown one stay");
+            let op = s.operation("d1").await.unwrap().unwrap();
+            assert_eq!(op.status, OperationStatus::Succeeded, "the operation stays");
+            let history = s.history(op.id).await.unwrap();
+            assert!(history.iter().all(|h| h.change != "purged"), "retention is not a purge: {history:?}");
+            // An unknown operation reopened after its message was deleted
+            // still gets one to deliver.
+            sqlx::query("DELETE FROM outbox WHERE operation_id = (SELECT id FROM operations WHERE idempotency_key = 'unknown')")
+                .execute(s.pool())
+                .await
+                .unwrap();
+            let unknown = s.operation("unknown").await.unwrap().unwrap();
+            let requeue = Resolution::Requeue { key_group: 1, provider_key: "fw_new".into() };
+            s.reconcile(Reconciled { operation_id: unknown.id, attempt: None, resolution: requeue }, 60).await.unwrap();
+            let again = s.claim(60, 10, 100_000, &ClaimScope::All).await.unwrap();
+            assert_eq!(keys(&again), ["unknown"]);
+        }
+
+        #[tokio::test]
         async fn a_message_without_a_key_gets_one_from_its_request_and_is_enqueued_once() {
             let (_d, s) = store().await;
             let first = Message::new("payments", "charge", json!({"amount": 5, "currency": "eur"}));

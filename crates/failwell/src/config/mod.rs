@@ -87,6 +87,9 @@ pub struct Config {
     pub cluster: Option<failwell_cluster::ClusterConfig>,
     /// The window of the success rate and p95 latency (`[stats]`).
     pub stats_window: Duration,
+    /// When delivered outbox messages are deleted (`[retention]`; `None`:
+    /// kept).
+    pub retention: Option<failwell_engine::RetentionConfig>,
     /// The admin API's and dashboard's bearer token (`[admin]`; `None`:
     /// both are off).
     pub admin_token: Option<crate::admin::Token>,
@@ -115,7 +118,7 @@ pub struct Alerts {
 
 /// The top-level keys: only `FAILWELL_*` variables naming one of these are
 /// configuration (so `FAILWELL_LOG` and the like are left alone).
-const TOP_LEVEL_KEYS: [&str; 15] = [
+const TOP_LEVEL_KEYS: [&str; 16] = [
     "database_url",
     "database_max_connections",
     "sqlite_synchronous",
@@ -129,6 +132,7 @@ const TOP_LEVEL_KEYS: [&str; 15] = [
     "webhooks",
     "cluster",
     "stats",
+    "retention",
     "admin",
     "alerts",
 ];

@@ -26,8 +26,18 @@ pub(super) struct RawConfig {
     pub(super) webhooks: BTreeMap<String, RawWebhook>,
     pub(super) cluster: Option<RawCluster>,
     pub(super) stats: RawStats,
+    pub(super) retention: RawRetention,
     pub(super) admin: Option<RawAdmin>,
     pub(super) alerts: Option<RawAlerts>,
+}
+
+/// `[retention]`: when delivered outbox messages are deleted.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRetention {
+    pub(super) delivered_ms: u64,
+    pub(super) batch_size: u32,
+    pub(super) interval_ms: u64,
 }
 
 /// `[stats]`: the window of the success rate and p95 latency.

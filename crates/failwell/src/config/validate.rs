@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use failwell_engine::{
     ClusterRule, CompareSpec, Encoding, ForwardTarget, ForwardTargets, LookupSpec, OperationSpec, PauseRule,
-    ProviderClient, ProviderSpec, Providers, ReconcilerConfig, RelayConfig, Schedule, TimeUnit,
+    ProviderClient, ProviderSpec, Providers, ReconcilerConfig, RelayConfig, RetentionConfig, Schedule,
+    TimeUnit,
 };
 use failwell_policy::{
     Answer, Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, Manifest, Offers,
@@ -16,7 +17,7 @@ use failwell_store::{Backend, Synchronous};
 
 use super::raw::{
     RawAlerts, RawBreaker, RawBulkhead, RawCluster, RawCompare, RawConfig, RawForward, RawLedger,
-    RawOperation, RawPause, RawProvider, RawRelay, RawRetryBudget, RawWebhook,
+    RawOperation, RawPause, RawProvider, RawRelay, RawRetention, RawRetryBudget, RawWebhook,
 };
 use super::{ApiLimits, Checker, Config, ConfigError, MAX_CONCURRENCY};
 
@@ -69,16 +70,6 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
     let mut providers = Providers::new();
     for (name, p) in raw.providers {
         let spec = provider(c, &name, p)?;
-        if spec.timeouts.total * 2 > relay.lease {
-            return Err(c.invalid(
-                format!("providers.{name}.timeout_ms"),
-                format!(
-                    "{} ms is more than half of relay.lease_ms ({} ms): a slow attempt would outlive its lease",
-                    spec.timeouts.total.as_millis(),
-                    relay.lease.as_millis()
-                ),
-            ));
-        }
         let client =
             ProviderClient::new(spec).map_err(|e| c.invalid(format!("providers.{name}"), e.to_string()))?;
         providers.insert(name, client);
@@ -86,7 +77,7 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
     let mut webhooks = crate::inbox::Webhooks::new();
     let mut forwards = ForwardTargets::new();
     for (name, w) in raw.webhooks {
-        let (source, forward) = webhook(c, &name, w, &providers, forwarder.lease)?;
+        let (source, forward) = webhook(c, &name, w, &providers)?;
         webhooks.insert(name.clone(), source);
         if let Some(forward) = forward {
             forwards.insert(name, forward);
@@ -107,6 +98,7 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
         forwards: Arc::new(forwards),
         cluster: cluster(c, raw.cluster)?,
         stats_window: c.positive("stats.window_ms", raw.stats.window_ms)?,
+        retention: retention(c, &raw.retention)?,
         admin_token: raw
             .admin
             .map(|a| crate::admin::Token::new(a.token).map_err(|e| c.invalid("admin.token", e)))
@@ -170,9 +162,42 @@ fn pump(c: &Checker<'_>, section: &str, raw: &RawRelay) -> Result<RelayConfig, C
         concurrency: raw.concurrency,
         batch_size: raw.batch_size,
         poll_interval: c.positive(&key("poll_interval_ms"), raw.poll_interval_ms)?,
-        lease: c.positive(&key("lease_ms"), raw.lease_ms)?,
+        lease: {
+            let lease = c.positive(&key("lease_ms"), raw.lease_ms)?;
+            if lease < MIN_LEASE {
+                return Err(c.invalid(
+                    key("lease_ms"),
+                    format!(
+                        "{} ms is too short: leases are renewed every third of it, so at least {} ms",
+                        lease.as_millis(),
+                        MIN_LEASE.as_millis()
+                    ),
+                ));
+            }
+            lease
+        },
     })
 }
+
+/// `[retention]`: `None` when `delivered_ms` is 0 (messages are kept).
+fn retention(c: &Checker<'_>, raw: &RawRetention) -> Result<Option<RetentionConfig>, ConfigError> {
+    if raw.batch_size == 0 || raw.batch_size > 100_000 {
+        return Err(c.invalid("retention.batch_size", "must be between 1 and 100000"));
+    }
+    let interval = c.positive("retention.interval_ms", raw.interval_ms)?;
+    if raw.delivered_ms == 0 {
+        return Ok(None);
+    }
+    Ok(Some(RetentionConfig {
+        delivered: c.positive("retention.delivered_ms", raw.delivered_ms)?,
+        batch_size: raw.batch_size,
+        interval,
+    }))
+}
+
+/// The shortest claim lease: renewed every third of it while an item is in
+/// hand, a shorter one would renew too often to be worth it.
+const MIN_LEASE: std::time::Duration = std::time::Duration::from_millis(1_000);
 
 fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec, ConfigError> {
     let key = |k: &str| format!("providers.{name}.{k}");
@@ -586,7 +611,6 @@ fn webhook(
     name: &str,
     w: RawWebhook,
     providers: &Providers,
-    lease: std::time::Duration,
 ) -> Result<(crate::inbox::WebhookSource, Option<ForwardTarget>), ConfigError> {
     use failwell_webhook::{Encoding, Scheme, Verifier};
     let key = |k: &str| format!("webhooks.{name}.{k}");
@@ -644,7 +668,7 @@ fn webhook(
     if w.max_body_bytes == 0 || w.max_body_bytes > 64 << 20 {
         return Err(c.invalid(key("max_body_bytes"), "must be between 1 and 67108864"));
     }
-    let forward = w.forward.map(|f| forward(c, name, f, providers, lease)).transpose()?;
+    let forward = w.forward.map(|f| forward(c, name, f, providers)).transpose()?;
     let source = crate::inbox::WebhookSource {
         verifier,
         event_id_pointer: c.pointer(&key("event_id_pointer"), &w.event_id_pointer)?,
@@ -661,25 +685,11 @@ fn forward(
     name: &str,
     f: RawForward,
     providers: &Providers,
-    lease: std::time::Duration,
 ) -> Result<ForwardTarget, ConfigError> {
     let key = |k: &str| format!("webhooks.{name}.forward.{k}");
     let client = providers.get(&f.provider).cloned().ok_or_else(|| {
         c.invalid(key("provider"), format!("{:?} is not a configured provider", f.provider))
     })?;
-    let timeout = client.spec().timeouts.total;
-    if timeout * 2 > lease {
-        return Err(c.invalid(
-            key("provider"),
-            format!(
-                "providers.{}.timeout_ms ({} ms) is more than half of forwarder.lease_ms ({} ms): a slow \
-                 delivery would outlive its lease",
-                f.provider,
-                timeout.as_millis(),
-                lease.as_millis()
-            ),
-        ));
-    }
     if !f.path.starts_with('/') || client.spec().base_url.join(&f.path).is_err() {
         return Err(c.invalid(key("path"), format!("{:?} is not a path starting with '/'", f.path)));
     }

@@ -101,7 +101,8 @@ impl Gateway {
             base: format!("http://127.0.0.1:{port}"),
             config,
             dir,
-            http: reqwest::Client::new(),
+            // A request never waits for ever: a hung process fails the test.
+            http: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap(),
         };
         gateway.spawn().await;
         gateway
