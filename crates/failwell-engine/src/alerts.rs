@@ -138,6 +138,18 @@ pub async fn run_schedule<S: Store>(
         }
         for (name, schedule) in scheduled.iter().filter(|(_, s)| s.next_run(after) == next) {
             let window = schedule.window(next);
+            // Every process runs the schedule: the first to claim the
+            // window compares it, the others skip it.
+            match store.claim_comparison(name, window, crate::now_ms()).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::debug!(provider = %name, "the scheduled comparison ran elsewhere");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(provider = %name, error = %e, "cannot claim the scheduled comparison; running it")
+                }
+            }
             if let Err(e) =
                 compare_and_alert(&store, &providers, sink.as_ref(), name, window, "schedule").await
             {
@@ -166,7 +178,8 @@ pub async fn run_schedule<S: Store>(
 /// open entry (outbox message or forward) grows older than `threshold`,
 /// and resolved once when it is younger again (or has gone). Which alerts
 /// fire is kept in the store, so a restarted process resolves an alert an
-/// earlier one raised.
+/// earlier one raised, and of several processes sharing a store only the
+/// one that records a transition first sends it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AgeAlert {
     /// The age that raises the alert.
@@ -185,22 +198,20 @@ pub async fn watch_age<S: Store>(
     shutdown: CancellationToken,
 ) {
     const KIND: &str = "oldest_open_age";
-    // Raised by an earlier process and not resolved: still firing.
-    let mut firing: BTreeSet<String> = loop {
-        match store.firing_alerts(KIND).await {
-            Ok(subjects) => break subjects.into_iter().collect(),
-            Err(e) => tracing::error!(error = %e, "cannot read the firing alerts"),
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(rule.interval) => {}
-        }
-    };
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(rule.interval) => {}
         }
+        // Raised here, by an earlier process or by another one sharing the
+        // store, and not resolved: firing.
+        let firing: BTreeSet<String> = match store.firing_alerts(KIND).await {
+            Ok(subjects) => subjects.into_iter().collect(),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the firing alerts");
+                continue;
+            }
+        };
         // Only the ages are read: an empty call window skips the call scan.
         let stats = match store.stats(crate::now_ms(), 0, &known).await {
             Ok(stats) => stats,
@@ -244,20 +255,26 @@ pub async fn watch_age<S: Store>(
                 "threshold_seconds": rule.threshold.as_secs_f64(),
                 "depth": i.depth,
             });
+            // Recorded first: a process that finds it already recorded
+            // leaves the sending to the one that did.
+            match store.set_alert(KIND, &i.integration, old, crate::now_ms()).await {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot record the alert");
+                    continue;
+                }
+            }
             match sink.send(&text, details).await {
                 Ok(()) => {
-                    tracing::warn!(integration = %i.integration, status, "oldest open entry alert sent");
-                    if let Err(e) = store.set_alert(KIND, &i.integration, old, crate::now_ms()).await {
-                        tracing::error!(error = %e, "cannot record the alert");
-                    }
-                    if old {
-                        firing.insert(i.integration.clone());
-                    } else {
-                        firing.remove(&i.integration);
-                    }
+                    tracing::warn!(integration = %i.integration, status, "oldest open entry alert sent")
                 }
                 Err(e) => {
-                    tracing::error!(integration = %i.integration, error = %e, "oldest open entry alert not sent")
+                    tracing::error!(integration = %i.integration, error = %e, "oldest open entry alert not sent");
+                    // Not sent: undone, so the next look tries again.
+                    if let Err(e) = store.set_alert(KIND, &i.integration, !old, crate::now_ms()).await {
+                        tracing::error!(error = %e, "cannot undo the alert's record");
+                    }
                 }
             }
         }

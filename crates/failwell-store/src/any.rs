@@ -268,8 +268,17 @@ impl Store for AnyStore {
         subject: &str,
         firing: bool,
         now_ms: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         each!(self, s => s.set_alert(kind, subject, firing, now_ms).await)
+    }
+
+    async fn claim_comparison(
+        &self,
+        provider: &str,
+        window: (i64, i64),
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        each!(self, s => s.claim_comparison(provider, window, now_ms).await)
     }
 
     async fn report_alerted(&self, id: i64, result: Result<i64, String>) -> Result<(), StoreError> {

@@ -319,15 +319,26 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// yet resolved.
     fn firing_alerts(&self, kind: &str) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
-    /// Records that the alert `(kind, subject)` was raised (`firing`) or
-    /// resolved.
+    /// Records that the alert `(kind, subject)` is raised (`firing`) or
+    /// resolved; returns whether this changed it (`false`: it already was,
+    /// e.g. another process took the same transition first).
     fn set_alert(
         &self,
         kind: &str,
         subject: &str,
         firing: bool,
         now_ms: i64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Claims the comparison of `provider` over `[from_ms, to_ms)` for this
+    /// process; returns `false` when another process (or an earlier run)
+    /// claimed it, so a schedule shared by several processes runs once.
+    fn claim_comparison(
+        &self,
+        provider: &str,
+        window: (i64, i64),
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Records the alert sink's answer for a report: `Ok(when it took it)`
     /// or `Err(why not)`.

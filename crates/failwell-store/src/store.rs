@@ -548,7 +548,7 @@ macro_rules! store_impl {
                 subject: &str,
                 firing: bool,
                 now_ms: i64,
-            ) -> Result<(), StoreError> {
+            ) -> Result<bool, StoreError> {
                 let query = if firing {
                     sqlx::query(
                         "INSERT INTO alerts_firing (kind, subject, since_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
@@ -559,8 +559,28 @@ macro_rules! store_impl {
                 } else {
                     sqlx::query("DELETE FROM alerts_firing WHERE kind = $1 AND subject = $2").bind(kind).bind(subject)
                 };
-                query.execute(self.pool()).await.context("recording an alert")?;
-                Ok(())
+                let done = query.execute(self.pool()).await.context("recording an alert")?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn claim_comparison(
+                &self,
+                provider: &str,
+                window: (i64, i64),
+                now_ms: i64,
+            ) -> Result<bool, StoreError> {
+                let claimed = sqlx::query(
+                    "INSERT INTO comparison_runs (provider, window_from_ms, window_to_ms, claimed_at_ms) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                )
+                .bind(provider)
+                .bind(window.0)
+                .bind(window.1)
+                .bind(now_ms)
+                .execute(self.pool())
+                .await
+                .context("claiming a comparison")?;
+                Ok(claimed.rows_affected() > 0)
             }
 
             async fn report_alerted(&self, id: i64, result: Result<i64, String>) -> Result<(), StoreError> {

@@ -205,6 +205,20 @@ macro_rules! store_tests {
         }
 
         #[tokio::test]
+        async fn a_comparison_window_and_an_alert_transition_are_taken_once() {
+            let (_d, s) = store().await;
+            assert!(s.claim_comparison("payments", (0, 86_400_000), 5).await.unwrap());
+            assert!(!s.claim_comparison("payments", (0, 86_400_000), 6).await.unwrap(), "claimed already");
+            assert!(s.claim_comparison("payments", (86_400_000, 172_800_000), 7).await.unwrap());
+            assert!(s.claim_comparison("shipping", (0, 86_400_000), 8).await.unwrap());
+            assert!(s.set_alert("oldest_open_age", "payments", true, 1).await.unwrap());
+            assert!(!s.set_alert("oldest_open_age", "payments", true, 2).await.unwrap(), "firing already");
+            assert_eq!(s.firing_alerts("oldest_open_age").await.unwrap(), ["payments"]);
+            assert!(s.set_alert("oldest_open_age", "payments", false, 3).await.unwrap());
+            assert!(!s.set_alert("oldest_open_age", "payments", false, 4).await.unwrap(), "resolved already");
+        }
+
+        #[tokio::test]
         async fn a_message_without_a_key_gets_one_from_its_request_and_is_enqueued_once() {
             let (_d, s) = store().await;
             let first = Message::new("payments", "charge", json!({"amount": 5, "currency": "eur"}));
