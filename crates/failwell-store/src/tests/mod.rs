@@ -76,6 +76,70 @@ mod postgres {
 
     super::store_tests!();
 
+    /// PostgreSQL only: the outbox as applications use it, across
+    /// transactions and in plain SQL.
+    mod outbox {
+        use serde_json::json;
+
+        use super::store;
+        use crate::{ClaimScope, Message, Outbox, Store, Submitted};
+
+        fn charge(key: &str) -> Message {
+            Message {
+                idempotency_key: Some(key.into()),
+                ..Message::new("payments", "charge", json!({"amount": 100, "reference": key}))
+            }
+        }
+
+        /// Ids are taken at insert and transactions commit in any order: a
+        /// message with a lower id that commits after one with a higher id
+        /// was claimed is still claimed (no id watermark skips it).
+        #[tokio::test]
+        async fn a_lower_id_committed_later_is_never_skipped() {
+            let (_schema, s) = store().await;
+            let mut first = s.begin().await.unwrap();
+            let Submitted::Created(early) =
+                Outbox::enqueue(&mut first, &charge("early-id"), 1).await.unwrap()
+            else {
+                panic!("not created")
+            };
+            let mut second = s.begin().await.unwrap();
+            let Submitted::Created(late) = Outbox::enqueue(&mut second, &charge("late-id"), 1).await.unwrap()
+            else {
+                panic!("not created")
+            };
+            assert!(early.id < late.id);
+            second.commit().await.unwrap();
+            let claimed = s.claim(2, 10, 60_000, &ClaimScope::All).await.unwrap();
+            assert_eq!(claimed.len(), 1);
+            assert_eq!(claimed[0].operation.idempotency_key, "late-id");
+            first.commit().await.unwrap();
+            let claimed = s.claim(3, 10, 60_000, &ClaimScope::All).await.unwrap();
+            assert_eq!(claimed.len(), 1, "the lower id is claimed after it commits");
+            assert_eq!(claimed[0].operation.idempotency_key, "early-id");
+        }
+
+        /// The SQL key derivation (for applications inserting with plain
+        /// SQL) is the Rust one.
+        #[tokio::test]
+        async fn the_provider_key_in_sql_is_the_rust_one() {
+            let (_schema, s) = store().await;
+            for (provider, operation, intent, group) in
+                [("payments", "charge", "order-1", 0), ("p", "o", "ключ ✓", 3), ("", "", "", 7)]
+            {
+                let sql: String = sqlx::query_scalar("SELECT failwell_provider_key($1, $2, $3, $4)")
+                    .bind(provider)
+                    .bind(operation)
+                    .bind(intent)
+                    .bind(group as i32)
+                    .fetch_one(s.pool())
+                    .await
+                    .unwrap();
+                assert_eq!(sql, failwell_policy::derive_key(provider, operation, intent, group));
+            }
+        }
+    }
+
     /// PostgreSQL only: the webhook inbox with several failwell processes
     /// (two stores, each with its own pool, on one schema) receiving,
     /// relaying and forwarding at once. With a missing or misordered lock a
