@@ -31,6 +31,13 @@ pub enum StoreError {
     /// `database_url` names neither `sqlite:` nor `postgres:`/`postgresql:`.
     #[error("unsupported database URL: expected sqlite://PATH or postgres://USER@HOST:PORT/DB")]
     UnsupportedUrl,
+    /// No schema of the PostgreSQL connection's `search_path` exists, so
+    /// there is nowhere to create the tables. Nothing was written.
+    #[error(
+        "no schema of the connection's search_path exists: create it first (e.g. CREATE SCHEMA failwell) or \
+         name an existing one in database_url (?options=-csearch_path%3DSCHEMA)"
+    )]
+    NoSchema,
     /// Applying the schema migrations failed.
     #[error("database migration failed")]
     Migrate(#[source] sqlx::migrate::MigrateError),

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Postgres, Transaction};
 
 use crate::error::{Context, StoreError};
@@ -40,14 +41,29 @@ impl PostgresStore {
     /// `?options=-csearch_path%3Dschema` to use a schema other than
     /// `public`) with up to `max_connections` connections, and applies the
     /// migrations (serialised across processes by sqlx's advisory lock).
-    /// Errors: the URL cannot be parsed, the server cannot be reached within
-    /// 10 s, or a migration fails.
+    /// Errors: the URL cannot be parsed, the server refuses or cannot be
+    /// reached, the database or role does not exist
+    /// ([`StoreError::Database`]), no schema of the `search_path` exists
+    /// ([`StoreError::NoSchema`]), or a migration fails.
     pub async fn open(url: &str, max_connections: u32) -> Result<Self, StoreError> {
         let options: PgConnectOptions = url.parse().context("parsing the PostgreSQL URL")?;
+        let options = options.disable_statement_logging();
+        // One connection first: its error says why (refused, no such
+        // database or role), where a pool would only time out; and the
+        // schema the tables go into must exist.
+        let mut first = PgConnection::connect_with(&options).await.context("connecting to PostgreSQL")?;
+        let schema: Option<String> = sqlx::query_scalar("SELECT current_schema()")
+            .fetch_one(&mut first)
+            .await
+            .context("reading the connection's schema")?;
+        let _ = first.close().await;
+        if schema.is_none() {
+            return Err(StoreError::NoSchema);
+        }
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(2))
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options.disable_statement_logging())
+            .connect_with(options)
             .await
             .context("connecting to PostgreSQL")?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await.map_err(StoreError::Migrate)?;

@@ -119,6 +119,42 @@ mod postgres {
             assert_eq!(claimed[0].operation.idempotency_key, "early-id");
         }
 
+        /// What the HTTP API would refuse, the contract refuses too, with
+        /// `check_violation` and a message naming what is wrong; nothing is
+        /// written.
+        #[tokio::test]
+        async fn the_sql_contract_refuses_what_the_api_would() {
+            let (_schema, s) = store().await;
+            for (payload, available_at, says) in [
+                ("[1, 2]", "NULL", "payload must be a JSON object, not array"),
+                ("\"text\"", "NULL", "payload must be a JSON object, not string"),
+                ("{\"a\": 1}", "'infinity'", "is not a time within a year from now"),
+                ("{\"a\": 1}", "now() + interval '2 years'", "is not a time within a year from now"),
+            ] {
+                let error = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "INSERT INTO failwell_outbox (provider, operation, payload, available_at) \
+                     VALUES ('payments', 'charge', '{payload}', {available_at})"
+                )))
+                .execute(s.pool())
+                .await
+                .unwrap_err();
+                let error = error.as_database_error().unwrap();
+                assert_eq!(error.code().as_deref(), Some("23514"), "{error}");
+                assert!(error.message().contains(says), "{error}");
+            }
+            let big = sqlx::query(
+                "INSERT INTO failwell_outbox (provider, operation, payload) \
+                 VALUES ('payments', 'charge', jsonb_build_object('x', repeat('x', 1100000)))",
+            )
+            .execute(s.pool())
+            .await
+            .unwrap_err();
+            assert!(big.to_string().contains("at most 1048576"), "{big}");
+            let count: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM operations").fetch_one(s.pool()).await.unwrap();
+            assert_eq!(count, 0);
+        }
+
         /// The SQL key derivation (for applications inserting with plain
         /// SQL) is the Rust one.
         #[tokio::test]

@@ -638,3 +638,24 @@ fn the_database_url_names_sqlite_or_postgres_and_the_pool_size_is_checked() {
         &["key `database_max_connections`", "must be between 2 and 1000"],
     );
 }
+
+#[test]
+fn an_unreachable_postgres_or_a_missing_schema_is_named() {
+    let with_url = |url: &'static str| {
+        move |t: String| {
+            let start = t.find("database_url").unwrap();
+            let end = start + t[start..].find('\n').unwrap();
+            format!("{}database_url = \"{url}\"{}", &t[..start], &t[end..])
+        }
+    };
+    refused(
+        with_url("postgres://postgres@127.0.0.1:1/test"),
+        &[],
+        &["connecting to PostgreSQL", "Connection refused"],
+    );
+    refused(
+        with_url("postgres://postgres@127.0.0.1:5432/test?options=-csearch_path%3Dno_such_schema_here"),
+        &[],
+        &["no schema of the connection's search_path exists", "CREATE SCHEMA"],
+    );
+}
