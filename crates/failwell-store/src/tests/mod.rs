@@ -18,6 +18,75 @@ mod sqlite {
     }
 
     super::store_tests!();
+
+    /// A database written by the previous schema (migrations 0001–0004)
+    /// keeps every operation and message through the upgrade: pending
+    /// work is claimed under its provider, dead letters stay listed, and
+    /// outbox ids are not reused afterwards.
+    #[tokio::test]
+    async fn an_upgraded_database_keeps_its_work_and_never_reuses_an_id() {
+        use crate::{ClaimScope, DeadLetterFilter, NewOperation, Store, Submitted};
+
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("old.db").display());
+        let previous = dir.path().join("previous");
+        std::fs::create_dir(&previous).unwrap();
+        let migrations = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/sqlite");
+        for name in ["0001_core.sql", "0002_inbox.sql", "0003_inbox_processing.sql", "0004_operator.sql"] {
+            std::fs::copy(migrations.join(name), previous.join(name)).unwrap();
+        }
+        let options: sqlx::sqlite::SqliteConnectOptions = url.parse().unwrap();
+        let pool = sqlx::SqlitePool::connect_with(options.create_if_missing(true)).await.unwrap();
+        sqlx::migrate::Migrator::new(previous.as_path()).await.unwrap().run(&pool).await.unwrap();
+        for (key, provider) in [("pending", "payments"), ("done", "payments"), ("dead", "shipping")] {
+            sqlx::query(
+                "INSERT INTO operations (idempotency_key, provider, operation, payload, request_hash, provider_key, \
+                 created_at_ms, updated_at_ms) VALUES ($1, $2, 'charge', '{}', 'h', 'fw_' || $1, 1, 1)",
+            )
+            .bind(key)
+            .bind(provider)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        sqlx::query("UPDATE outbox SET state = 'done' WHERE operation_id = 2").execute(&pool).await.unwrap();
+        sqlx::query("UPDATE operations SET status = 'succeeded' WHERE id = 2").execute(&pool).await.unwrap();
+        sqlx::query(
+            "UPDATE outbox SET state = 'dead', dead_at_ms = 5, last_error = 'gave up' WHERE operation_id = 3",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query("UPDATE operations SET status = 'failed' WHERE id = 3").execute(&pool).await.unwrap();
+        pool.close().await;
+
+        let s = SqliteStore::open(&url, Synchronous::Normal).await.unwrap();
+        let claimed = s.claim(10, 10, 1_000, &ClaimScope::Providers(vec!["payments".into()])).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].operation.idempotency_key, "pending");
+        let dead = s.dead_letters(DeadLetterFilter::default(), 10).await.unwrap();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].last_error.as_deref(), Some("gave up"));
+        assert!(s.operation("done").await.unwrap().unwrap().status == crate::OperationStatus::Succeeded);
+        // The newest message deleted, a new one does not take its id.
+        let highest: i64 =
+            sqlx::query_scalar("SELECT max(id) FROM outbox").fetch_one(s.pool()).await.unwrap();
+        sqlx::query("DELETE FROM outbox WHERE id = $1").bind(highest).execute(s.pool()).await.unwrap();
+        let op = NewOperation {
+            idempotency_key: "new".into(),
+            provider: "payments".into(),
+            operation: "charge".into(),
+            reference: None,
+            payload: serde_json::json!({"amount": 1}),
+        };
+        let Submitted::Created(created) = s.submit(op, 20).await.unwrap() else { panic!("not created") };
+        let id: i64 = sqlx::query_scalar("SELECT id FROM outbox WHERE operation_id = $1")
+            .bind(created.id)
+            .fetch_one(s.pool())
+            .await
+            .unwrap();
+        assert!(id > highest, "outbox id {id} reused (the deleted one was {highest})");
+    }
 }
 
 mod postgres {
