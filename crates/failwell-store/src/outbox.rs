@@ -125,63 +125,42 @@ pub trait OutboxConnection: sealed::Sealed + Send {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-impl OutboxConnection for sqlx::Transaction<'_, sqlx::Sqlite> {
-    fn record(
-        &mut self,
-        op: &NewOperation,
-        now_ms: i64,
-        actor: &str,
-    ) -> impl Future<Output = Result<Submitted, StoreError>> + Send {
-        (**self).record(op, now_ms, actor)
-    }
+/// A transaction records on its connection.
+macro_rules! outbox_transaction {
+    ($db:ty) => {
+        impl OutboxConnection for sqlx::Transaction<'_, $db> {
+            fn record(
+                &mut self,
+                op: &NewOperation,
+                now_ms: i64,
+                actor: &str,
+            ) -> impl Future<Output = Result<Submitted, StoreError>> + Send {
+                (**self).record(op, now_ms, actor)
+            }
 
-    fn derived_key(
-        &mut self,
-        provider: &str,
-        operation: &str,
-        payload: &Value,
-    ) -> impl Future<Output = Result<String, StoreError>> + Send {
-        (**self).derived_key(provider, operation, payload)
-    }
+            fn derived_key(
+                &mut self,
+                provider: &str,
+                operation: &str,
+                payload: &Value,
+            ) -> impl Future<Output = Result<String, StoreError>> + Send {
+                (**self).derived_key(provider, operation, payload)
+            }
 
-    fn schedule(
-        &mut self,
-        operation_id: i64,
-        ordering_key: Option<&str>,
-        available_at_ms: Option<i64>,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).schedule(operation_id, ordering_key, available_at_ms)
-    }
+            fn schedule(
+                &mut self,
+                operation_id: i64,
+                ordering_key: Option<&str>,
+                available_at_ms: Option<i64>,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                (**self).schedule(operation_id, ordering_key, available_at_ms)
+            }
+        }
+    };
 }
 
-impl OutboxConnection for sqlx::Transaction<'_, sqlx::Postgres> {
-    fn record(
-        &mut self,
-        op: &NewOperation,
-        now_ms: i64,
-        actor: &str,
-    ) -> impl Future<Output = Result<Submitted, StoreError>> + Send {
-        (**self).record(op, now_ms, actor)
-    }
-
-    fn derived_key(
-        &mut self,
-        provider: &str,
-        operation: &str,
-        payload: &Value,
-    ) -> impl Future<Output = Result<String, StoreError>> + Send {
-        (**self).derived_key(provider, operation, payload)
-    }
-
-    fn schedule(
-        &mut self,
-        operation_id: i64,
-        ordering_key: Option<&str>,
-        available_at_ms: Option<i64>,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).schedule(operation_id, ordering_key, available_at_ms)
-    }
-}
+outbox_transaction!(sqlx::Sqlite);
+outbox_transaction!(sqlx::Postgres);
 
 mod sealed {
     pub trait Sealed {}

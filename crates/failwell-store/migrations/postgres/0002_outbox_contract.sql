@@ -2,7 +2,10 @@
 -- with plain SQL, in the transaction that changes its own state (see
 -- docs/OUTBOX.md). `failwell_outbox` is a view; inserting into it records
 -- the intent (an operations row) and its message (an outbox row) exactly
--- as failwell's own API does.
+-- as failwell's own API does, after the checks the API makes: the payload
+-- is a JSON object of at most 1 MiB, and available_at is a finite time less
+-- than a year ahead (a message scheduled further is almost surely a
+-- mistake, and would sit unseen).
 
 -- SHA-256 (hex) of the request: provider, operation and payload as one
 -- jsonb array, in jsonb's canonical text (object keys sorted, duplicates
@@ -82,6 +85,19 @@ BEGIN
     END IF;
     IF NEW.idempotency_key = '' OR NEW.provider = '' OR NEW.operation = '' THEN
         RAISE EXCEPTION 'failwell_outbox: provider, operation and idempotency_key must not be empty'
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF jsonb_typeof(NEW.payload) <> 'object' THEN
+        RAISE EXCEPTION 'failwell_outbox: payload must be a JSON object, not %', jsonb_typeof(NEW.payload)
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF octet_length(NEW.payload::text) > 1048576 THEN
+        RAISE EXCEPTION 'failwell_outbox: payload is % bytes; at most 1048576 (1 MiB)',
+            octet_length(NEW.payload::text) USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.available_at IS NOT NULL
+       AND (NOT isfinite(NEW.available_at) OR NEW.available_at > clock_timestamp() + interval '1 year') THEN
+        RAISE EXCEPTION 'failwell_outbox: available_at % is not a time within a year from now', NEW.available_at
             USING ERRCODE = 'check_violation';
     END IF;
     hash := failwell_request_hash(NEW.provider, NEW.operation, NEW.payload);
