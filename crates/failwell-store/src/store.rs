@@ -8,10 +8,10 @@
 /// `renew_leases(pool, queue, leases, until_ms)`. `lock` is appended to the
 /// reads that decide a write (`" FOR UPDATE"` on PostgreSQL, `""` on
 /// SQLite, whose single writer already excludes every other);
-/// `ids_in` is a subquery of the id list bound as `$1`, and `ids` turns a
-/// list into that bind.
+/// `ids_in` is a subquery of the id list bound as `$1` (by
+/// [`InboxBinds::bind_ids`](crate::inbox::InboxBinds::bind_ids)).
 macro_rules! store_impl {
-    (store = $store:ty, lock = $lock:literal, ids_in = $ids_in:literal, ids = $ids:path $(,)?) => {
+    (store = $store:ty, lock = $lock:literal, ids_in = $ids_in:literal $(,)?) => {
         use std::sync::atomic::Ordering;
 
         use sqlx::Row;
@@ -20,6 +20,7 @@ macro_rules! store_impl {
         use super::writes::{apply, insert_attempt, set_operation};
         use crate::Store;
         use crate::error::{Context, StoreError};
+        use crate::inbox::InboxBinds;
         use crate::model::{
             AttemptKind, AttemptRow, ClaimScope, Claimed, ClaimedForward, Completion, Counts, EventRecord,
             ForwardCompletion, Leased, NewEvent, NewOperation, Operation, OperationEvent, OperationStatus, Received,
@@ -69,7 +70,7 @@ macro_rules! store_impl {
                     $ids_in,
                     " AND x.in_flight = 1"
                 ))
-                .bind($ids(&ids))
+                .bind_ids(&ids)
                 .bind(now_ms)
                 .execute(&mut *tx)
                 .await
@@ -80,7 +81,7 @@ macro_rules! store_impl {
                     $ids_in,
                     " AND in_flight = 1)"
                 ))
-                .bind($ids(&ids))
+                .bind_ids(&ids)
                 .execute(&mut *tx)
                 .await
                 .context("counting interrupted attempts")?;
@@ -89,7 +90,7 @@ macro_rules! store_impl {
                      updated_at_ms = $4 WHERE id IN ",
                     $ids_in
                 ))
-                .bind($ids(&ids))
+                .bind_ids(&ids)
                 .bind(crate::inbox::lease_until(now_ms, lease_ms))
                 .bind(token)
                 .bind(now_ms)
@@ -100,13 +101,13 @@ macro_rules! store_impl {
                     "UPDATE operations SET key_first_sent_at_ms = COALESCE(key_first_sent_at_ms, $2) WHERE id IN ",
                     $ids_in
                 ))
-                .bind($ids(&op_ids))
+                .bind_ids(&op_ids)
                 .bind(now_ms)
                 .execute(&mut *tx)
                 .await
                 .context("stamping first key use")?;
                 let rows = sqlx::query(select_operation!("WHERE o.id IN ", $ids_in))
-                    .bind($ids(&op_ids))
+                    .bind_ids(&op_ids)
                     .fetch_all(&mut *tx)
                     .await
                     .context("reading claimed operations")?;
@@ -141,7 +142,7 @@ macro_rules! store_impl {
                 // their operations): two writers never wait on each other in a ring.
                 let ids: Vec<i64> = completions.iter().map(|c| c.outbox_id).collect();
                 sqlx::query(concat!("SELECT id FROM outbox WHERE id IN ", $ids_in, " ORDER BY id", $lock))
-                    .bind($ids(&ids))
+                    .bind_ids(&ids)
                     .execute(&mut *tx)
                     .await
                     .context("locking outbox messages")?;

@@ -6,16 +6,10 @@ use sqlx::postgres::{PgConnection, PgRow};
 use super::PostgresStore;
 use crate::outbox::{CLAIMED_COLUMNS, DUE};
 
-/// A list of ids as PostgreSQL binds it: an array.
-fn id_array(ids: &[i64]) -> Vec<i64> {
-    ids.to_vec()
-}
-
 crate::store::store_impl!(
     store = PostgresStore,
     lock = " FOR UPDATE",
     ids_in = "(SELECT unnest($1::bigint[]))",
-    ids = id_array,
 );
 
 /// The due messages a claim takes, in claim order (see [`ClaimScope`]),

@@ -6,17 +6,7 @@ use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use super::SqliteStore;
 use crate::outbox::{CLAIMED_COLUMNS, DUE};
 
-/// A list of ids as SQLite binds it: a JSON array, read by `json_each`.
-fn id_json(ids: &[i64]) -> String {
-    serde_json::to_string(ids).unwrap_or_default()
-}
-
-crate::store::store_impl!(
-    store = SqliteStore,
-    lock = "",
-    ids_in = "(SELECT value FROM json_each($1))",
-    ids = id_json,
-);
+crate::store::store_impl!(store = SqliteStore, lock = "", ids_in = "(SELECT value FROM json_each($1))",);
 
 /// The due messages a claim takes, in claim order (see [`ClaimScope`]).
 /// One indexed query per provider for [`ClaimScope::Providers`], merged in

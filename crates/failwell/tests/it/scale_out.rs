@@ -40,11 +40,6 @@ async fn gateway_edited(
     .await
 }
 
-/// Milliseconds since the Unix epoch (the clock failwell stamps history with).
-fn wall_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
 fn charge(reference: &str, amount: u64) -> Message {
     Message {
         idempotency_key: Some(reference.into()),
@@ -98,7 +93,9 @@ async fn three_processes_killed_every_two_seconds_deliver_every_message_exactly_
                         .execute(&mut *tx)
                         .await
                         .unwrap();
-                    Outbox::enqueue(&mut tx, &charge(&reference, amount), wall_ms()).await.unwrap();
+                    Outbox::enqueue(&mut tx, &charge(&reference, amount), failwell_engine::now_ms())
+                        .await
+                        .unwrap();
                 }
                 tx.commit().await.unwrap();
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -114,7 +111,7 @@ async fn three_processes_killed_every_two_seconds_deliver_every_message_exactly_
         tokio::time::sleep(KILL_EVERY).await;
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         let victim = (seed >> 33) as usize % PROCESSES;
-        kills.push(wall_ms());
+        kills.push(failwell_engine::now_ms());
         let restart = async {
             gateways[victim].kill().await;
             gateways[victim].spawn().await;
