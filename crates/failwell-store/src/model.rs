@@ -236,6 +236,15 @@ pub struct AttemptRecord {
     pub decision: String,
 }
 
+impl AttemptRecord {
+    /// Whether the call may have acted at the provider (an ambiguous or
+    /// unknown outcome): its key group is marked until a lookup clears it.
+    pub(crate) fn maybe_acted(&self) -> bool {
+        self.kind == AttemptKind::Call
+            && (self.classification == Some("ambiguous") || self.outcome == Outcome::Unknown)
+    }
+}
+
 /// One row of the attempt history, as read back.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AttemptRow {

@@ -1,26 +1,24 @@
 //! The [`Store`](crate::Store) implementation both databases share: the
 //! same statements (`$N` parameters, which sqlx binds by number on SQLite
-//! too), with what differs passed in — the lock clause, how a list of ids
-//! is bound — and each backend's `due_messages` for the claim's first step.
+//! too), with what differs passed in — the lock clause — and each
+//! backend's claim, batch completion and lease renewal.
 
 /// Implements [`Store`](crate::Store) for `store`, whose module provides
-/// `due_messages(conn, now_ms, limit, scope)` and
+/// `lease_due(conn, now_ms, limit, until_ms, token, scope)` (the claim),
+/// `complete_batch(conn, completions, now_ms)` and
 /// `renew_leases(pool, queue, leases, until_ms)`. `lock` is appended to the
 /// reads that decide a write (`" FOR UPDATE"` on PostgreSQL, `""` on
-/// SQLite, whose single writer already excludes every other);
-/// `ids_in` is a subquery of the id list bound as `$1` (by
-/// [`InboxBinds::bind_ids`](crate::inbox::InboxBinds::bind_ids)).
+/// SQLite, whose single writer already excludes every other).
 macro_rules! store_impl {
-    (store = $store:ty, lock = $lock:literal, ids_in = $ids_in:literal $(,)?) => {
+    (store = $store:ty, lock = $lock:literal $(,)?) => {
         use std::sync::atomic::Ordering;
 
         use sqlx::Row;
 
         use super::rows::operation_by_key;
-        use super::writes::{apply, insert_attempt, set_operation};
+        use super::writes::{insert_attempt, set_operation};
         use crate::Store;
         use crate::error::{Context, StoreError};
-        use crate::inbox::InboxBinds;
         use crate::model::{
             AttemptKind, AttemptRow, ClaimScope, Claimed, ClaimedForward, Completion, Counts, EventRecord,
             ForwardCompletion, Leased, NewEvent, NewOperation, Operation, OperationEvent, OperationStatus, Received,
@@ -51,110 +49,20 @@ macro_rules! store_impl {
                 scope: &ClaimScope,
             ) -> Result<Vec<Claimed>, StoreError> {
                 let mut tx = self.begin().await?;
-                let due = due_messages(&mut tx, now_ms, limit, scope).await?;
-                if due.is_empty() {
-                    return Ok(Vec::new());
-                }
                 let token = self.tokens.fetch_add(1, Ordering::Relaxed);
-                let ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("id")).collect();
-                let op_ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("operation_id")).collect();
-                // An attempt whose lease expired in flight may have reached the
-                // provider: it goes into the history before the message is leased again.
-                sqlx::query(concat!(
-                    "INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, duration_ms, \
-                     status_code, error_kind, classification, outcome, decision) \
-                     SELECT o.id, 'call', o.attempts + 1, o.provider_key, x.updated_at_ms, $2 - x.updated_at_ms, NULL, \
-                     'interrupted', 'ambiguous', 'unknown', 'interrupted: the lease expired before a result was recorded' \
-                     FROM outbox x JOIN operations o ON o.id = x.operation_id \
-                     WHERE x.id IN ",
-                    $ids_in,
-                    " AND x.in_flight = 1"
-                ))
-                .bind_ids(&ids)
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await
-                .context("recording interrupted attempts")?;
-                sqlx::query(concat!(
-                    "UPDATE operations SET attempts = attempts + 1, effect_possible = 1 WHERE id IN \
-                     (SELECT operation_id FROM outbox WHERE id IN ",
-                    $ids_in,
-                    " AND in_flight = 1)"
-                ))
-                .bind_ids(&ids)
-                .execute(&mut *tx)
-                .await
-                .context("counting interrupted attempts")?;
-                sqlx::query(concat!(
-                    "UPDATE outbox SET locked_until_ms = $2, lease_token = $3, attempts = attempts + 1, in_flight = 1, \
-                     updated_at_ms = $4 WHERE id IN ",
-                    $ids_in
-                ))
-                .bind_ids(&ids)
-                .bind(crate::inbox::lease_until(now_ms, lease_ms))
-                .bind(token)
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await
-                .context("leasing outbox messages")?;
-                sqlx::query(concat!(
-                    "UPDATE operations SET key_first_sent_at_ms = COALESCE(key_first_sent_at_ms, $2) WHERE id IN ",
-                    $ids_in
-                ))
-                .bind_ids(&op_ids)
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await
-                .context("stamping first key use")?;
-                let rows = sqlx::query(select_operation!("WHERE o.id IN ", $ids_in))
-                    .bind_ids(&op_ids)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .context("reading claimed operations")?;
-                tx.commit().await.context("committing a claim")?;
-                let mut operations = std::collections::HashMap::with_capacity(rows.len());
-                for row in &rows {
-                    let op = operation_from_row(row)?;
-                    operations.insert(op.id, op);
+                let until_ms = crate::inbox::lease_until(now_ms, lease_ms);
+                let claimed = lease_due(&mut tx, now_ms, limit, until_ms, token, scope).await?;
+                if !claimed.is_empty() {
+                    tx.commit().await.context("committing a claim")?;
                 }
-                due.iter()
-                    .map(|r| {
-                        let operation_id: i64 = r.get("operation_id");
-                        let operation = operations.remove(&operation_id).ok_or(StoreError::Corrupt {
-                            what: "outbox message",
-                            detail: format!("operation {operation_id} is missing"),
-                        })?;
-                        Ok(Claimed {
-                            outbox_id: r.get("id"),
-                            lease_token: token,
-                            attempts: r.get::<i64, _>("attempts") as u32 + 1,
-                            previous_delay_ms: r.get::<i64, _>("previous_delay_ms") as u64,
-                            interrupted: r.get::<i64, _>("in_flight") != 0,
-                            operation,
-                        })
-                    })
-                    .collect()
+                Ok(claimed)
             }
 
             async fn complete(&self, completions: Vec<Completion>, now_ms: i64) -> Result<Vec<Recorded>, StoreError> {
                 let mut tx = self.begin().await?;
-                // The messages first, in id order, as every writer locks them (then
-                // their operations): two writers never wait on each other in a ring.
-                let ids: Vec<i64> = completions.iter().map(|c| c.outbox_id).collect();
-                sqlx::query(concat!("SELECT id FROM outbox WHERE id IN ", $ids_in, " ORDER BY id", $lock))
-                    .bind_ids(&ids)
-                    .execute(&mut *tx)
-                    .await
-                    .context("locking outbox messages")?;
-                let mut applied = Vec::with_capacity(completions.len());
-                for c in &completions {
-                    if let Some(attempt) = &c.attempt {
-                        insert_attempt(&mut tx, c.operation_id, attempt).await?;
-                    }
-                    applied.push(apply(&mut tx, c, now_ms).await?);
-                }
+                let recorded = complete_batch(&mut tx, &completions, now_ms).await?;
                 tx.commit().await.context("committing attempt results")?;
-                Ok(applied)
+                Ok(recorded)
             }
 
             async fn due_unknown(&self, now_ms: i64, limit: u32) -> Result<Vec<Operation>, StoreError> {

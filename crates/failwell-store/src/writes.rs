@@ -1,17 +1,20 @@
-//! The statements every attempt result goes through, on either database:
-//! the history row, the compare-and-set on the message's lease, the
-//! operation's new state. The SQL is the same on both (`$N` parameters,
-//! which sqlx binds by number on SQLite too); [`attempt_writes!`] defines
-//! the functions for one connection type.
+//! The statements one attempt result goes through, on either database:
+//! the history row, the operation's new state, and what a result whose
+//! lease did not hold still records. The SQL is the same on both (`$N`
+//! parameters, which sqlx binds by number on SQLite too);
+//! [`attempt_writes!`] defines the functions for one connection type. (The
+//! relay's results are recorded a batch at a time by each backend's
+//! `complete_batch`: one statement on PostgreSQL, these per message on
+//! SQLite.)
 
-/// Defines `insert_attempt`, `apply` and `set_operation` (and the private
-/// `late_answer`) in the invoking module, for connections of type `$conn`.
+/// Defines `insert_attempt`, `set_operation` and `not_applied` (and the
+/// private `late_answer`) in the invoking module, for connections of type
+/// `$conn`.
 macro_rules! attempt_writes {
     ($conn:ty) => {
-        use failwell_policy::Outcome;
         use serde_json::Value;
 
-        use crate::changes::{MessageChange, OperationChange, conflict_note, settling_answer};
+        use crate::changes::{conflict_note, settling_answer};
         use crate::error::{Context, StoreError};
         use crate::model::{AttemptKind, AttemptRecord, Completion, OperationStatus, Recorded};
 
@@ -40,11 +43,13 @@ macro_rules! attempt_writes {
             .context("appending to the attempt history")?;
             if attempt.kind == AttemptKind::Call {
                 // A call that may have acted marks the key group until a lookup clears it.
-                let maybe_acted = attempt.classification == Some("ambiguous") || attempt.outcome == Outcome::Unknown;
+                // A call is the key's first use unless an earlier one was.
                 sqlx::query("UPDATE operations SET attempts = attempts + 1, \
-                     effect_possible = CASE WHEN $2 THEN 1 ELSE effect_possible END WHERE id = $1")
+                     effect_possible = CASE WHEN $2 THEN 1 ELSE effect_possible END, \
+                     key_first_sent_at_ms = COALESCE(key_first_sent_at_ms, $3) WHERE id = $1")
                     .bind(operation_id)
-                    .bind(maybe_acted)
+                    .bind(attempt.maybe_acted())
+                    .bind(attempt.started_at_ms)
                     .execute(&mut *conn)
                     .await
                     .context("counting an attempt")?;
@@ -52,60 +57,24 @@ macro_rules! attempt_writes {
             Ok(())
         }
 
-        /// Applies a transition to the message (compare-and-set on the lease) and,
-        /// if that succeeded, to its operation. When it did not, says why: an event
-        /// settled the operation, or a newer claim took the lease over.
-        pub(super) async fn apply(
+        /// A result whose compare-and-set on the lease found the message
+        /// changed: says why (an event settled the operation, or a newer claim
+        /// took the lease over) and keeps what a late answer still tells.
+        pub(super) async fn not_applied(
             conn: &mut $conn,
             c: &Completion,
             now_ms: i64,
         ) -> Result<Recorded, StoreError> {
-            let m = MessageChange::of(&c.transition, now_ms);
-            let moved = sqlx::query(
-                "UPDATE outbox SET state = $3, available_at_ms = COALESCE($4, available_at_ms), \
-                 previous_delay_ms = COALESCE($5, previous_delay_ms), last_error = $6, dead_at_ms = $7, \
-                 in_flight = 0, locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $8, \
-                 attempts = attempts - $9, changed_by = 'relay' \
-                 WHERE id = $1 AND lease_token = $2 AND state = 'pending'",
+            let settled_by_event: Option<String> = sqlx::query_scalar(
+                "SELECT status FROM operations WHERE id = $1 AND event_version IS NOT NULL \
+                 AND status IN ('succeeded', 'failed')",
             )
-            .bind(c.outbox_id)
-            .bind(c.lease_token)
-            .bind(m.state)
-            .bind(m.available_at_ms)
-            .bind(m.delay_ms)
-            .bind(m.error)
-            .bind(m.dead_at_ms)
-            .bind(now_ms)
-            .bind(m.given_back)
-            .execute(&mut *conn)
+            .bind(c.operation_id)
+            .fetch_optional(&mut *conn)
             .await
-            .context("completing an outbox message")?;
-            if moved.rows_affected() == 0 {
-                let settled_by_event: Option<String> = sqlx::query_scalar(
-                    "SELECT status FROM operations WHERE id = $1 AND event_version IS NOT NULL \
-                     AND status IN ('succeeded', 'failed')",
-                )
-                .bind(c.operation_id)
-                .fetch_optional(&mut *conn)
-                .await
-                .context("reading why a result came too late")?;
-                let Some(settled) = settled_by_event else { return Ok(Recorded::LeaseLost) };
-                return late_answer(conn, c, &settled, now_ms).await;
-            }
-            let o = OperationChange::of(&c.transition);
-            set_operation(
-                conn,
-                c.operation_id,
-                o.status,
-                o.provider_ref,
-                o.response,
-                o.error,
-                o.reconcile_at_ms,
-                now_ms,
-                "relay",
-            )
-            .await?;
-            Ok(Recorded::Applied)
+            .context("reading why a result came too late")?;
+            let Some(settled) = settled_by_event else { return Ok(Recorded::LeaseLost) };
+            late_answer(conn, c, &settled, now_ms).await
         }
 
         /// The provider's answer to our call arrived after an event settled the

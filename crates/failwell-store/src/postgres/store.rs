@@ -1,39 +1,33 @@
 //! [`Store`](crate::Store) on PostgreSQL: the shared implementation
 //! ([`crate::store`]) with row locks, and the claim's first step.
 
-use sqlx::postgres::{PgConnection, PgRow};
+use sqlx::postgres::PgConnection;
 
 use super::PostgresStore;
+use super::writes::not_applied;
+use crate::changes::{MessageChange, OperationChange};
+use crate::model::AttemptRecord;
 use crate::outbox::{CLAIMED_COLUMNS, DUE};
 
-crate::store::store_impl!(
-    store = PostgresStore,
-    lock = " FOR UPDATE",
-    ids_in = "(SELECT unnest($1::bigint[]))",
-);
+crate::store::store_impl!(store = PostgresStore, lock = " FOR UPDATE");
 
-/// The due messages a claim takes, in claim order (see [`ClaimScope`]),
-/// each locked until the claim commits; rows another process is claiming
-/// are skipped, not waited for (`SKIP LOCKED`). For
-/// [`ClaimScope::Providers`], one index range per provider (`LATERAL`),
-/// merged in turns.
-async fn due_messages(
-    conn: &mut PgConnection,
-    now_ms: i64,
-    limit: u32,
-    scope: &ClaimScope,
-) -> Result<Vec<PgRow>, StoreError> {
-    let sql = match scope {
+/// The due messages a claim takes (`$1` now, `$2` the limit, `$3` the
+/// providers of the scope), each locked until the claim commits; rows
+/// another process is claiming are skipped, not waited for (`SKIP
+/// LOCKED`). For [`ClaimScope::Providers`], one index range per provider
+/// (`LATERAL`), merged in turns: claim order is `turn, available_at_ms, id`.
+fn due_messages(scope: &ClaimScope) -> String {
+    match scope {
         ClaimScope::All => format!(
-            "SELECT {CLAIMED_COLUMNS} FROM outbox x WHERE {DUE} \
+            "SELECT {CLAIMED_COLUMNS}, 1 AS turn FROM outbox x WHERE {DUE} \
              ORDER BY x.available_at_ms, x.id LIMIT $2 FOR UPDATE SKIP LOCKED"
         ),
         ClaimScope::Strays(_) => format!(
-            "SELECT {CLAIMED_COLUMNS} FROM outbox x WHERE {DUE} AND NOT (x.provider = ANY($3)) \
+            "SELECT {CLAIMED_COLUMNS}, 1 AS turn FROM outbox x WHERE {DUE} AND NOT (x.provider = ANY($3)) \
              ORDER BY x.available_at_ms, x.id LIMIT $2 FOR UPDATE SKIP LOCKED"
         ),
         ClaimScope::Providers(_) => format!(
-            "SELECT id, operation_id, attempts, previous_delay_ms, in_flight FROM ( \
+            "SELECT * FROM ( \
                SELECT c.*, row_number() OVER (PARTITION BY c.provider ORDER BY c.available_at_ms, c.id) AS turn \
                FROM unnest($3::text[]) AS wanted (provider) \
                CROSS JOIN LATERAL (SELECT {CLAIMED_COLUMNS} FROM outbox x \
@@ -41,13 +35,72 @@ async fn due_messages(
                  ORDER BY x.available_at_ms, x.id LIMIT $2 FOR UPDATE SKIP LOCKED) c \
              ) due ORDER BY turn, available_at_ms, id LIMIT $2"
         ),
+    }
+}
+
+/// Claims up to `limit` due messages of `scope` under lease `token` until
+/// `until_ms`, in claim order, in one statement: the messages are locked
+/// and leased, their operations read; an attempt whose lease expired in
+/// flight (it may have reached the provider) is written to the history and
+/// counted on its operation, whose key counts as used from that claim.
+/// Only those operations are written: a first claim leaves its operation
+/// untouched until the result is recorded.
+async fn lease_due(
+    conn: &mut PgConnection,
+    now_ms: i64,
+    limit: u32,
+    until_ms: i64,
+    token: i64,
+    scope: &ClaimScope,
+) -> Result<Vec<Claimed>, StoreError> {
+    let providers: &[String] = match scope {
+        ClaimScope::All => &[],
+        ClaimScope::Strays(providers) | ClaimScope::Providers(providers) => providers,
     };
-    let query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms).bind(i64::from(limit));
-    let query = match scope {
-        ClaimScope::All => query,
-        ClaimScope::Strays(providers) | ClaimScope::Providers(providers) => query.bind(providers),
-    };
-    query.fetch_all(conn).await.context("finding due outbox messages")
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH due AS MATERIALIZED ({due}), \
+         interrupted AS (INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, \
+             duration_ms, status_code, error_kind, classification, outcome, decision) \
+           SELECT o.id, 'call', o.attempts + 1, o.provider_key, d.updated_at_ms, $1 - d.updated_at_ms, NULL, \
+             'interrupted', 'ambiguous', 'unknown', 'interrupted: the lease expired before a result was recorded' \
+           FROM due d JOIN operations o ON o.id = d.operation_id WHERE d.in_flight = 1), \
+         counted AS (UPDATE operations o SET attempts = o.attempts + 1, effect_possible = 1, \
+             key_first_sent_at_ms = COALESCE(o.key_first_sent_at_ms, d.updated_at_ms) \
+           FROM due d WHERE o.id = d.operation_id AND d.in_flight = 1), \
+         leased AS (UPDATE outbox x SET locked_until_ms = $4, lease_token = $5, attempts = x.attempts + 1, \
+             in_flight = 1, updated_at_ms = $1 FROM due d WHERE x.id = d.id) \
+         SELECT d.id AS outbox_id, d.attempts AS message_attempts, d.previous_delay_ms, d.in_flight, \
+           o.id, o.idempotency_key, o.provider, o.operation, o.reference, o.payload, o.status, o.key_group, \
+           o.provider_key, o.attempts + d.in_flight AS attempts, o.provider_ref, o.response, o.last_error, \
+           CASE WHEN d.in_flight = 1 THEN COALESCE(o.key_first_sent_at_ms, d.updated_at_ms) \
+             ELSE o.key_first_sent_at_ms END AS key_first_sent_at_ms, \
+           false AS dead_letter, o.reconcile_attempts, \
+           CASE WHEN d.in_flight = 1 THEN 1 ELSE o.effect_possible END AS effect_possible, o.lookup_misses, \
+           o.created_at_ms, COALESCE(o.replayed_at_ms, o.not_before_ms, o.created_at_ms) AS delivery_started_at_ms, \
+           o.updated_at_ms \
+         FROM due d JOIN operations o ON o.id = d.operation_id ORDER BY d.turn, d.available_at_ms, d.id",
+        due = due_messages(scope)
+    )))
+    .bind(now_ms)
+    .bind(i64::from(limit))
+    .bind(providers)
+    .bind(until_ms)
+    .bind(token)
+    .fetch_all(conn)
+    .await
+    .context("claiming outbox messages")?;
+    rows.iter()
+        .map(|r| {
+            Ok(Claimed {
+                outbox_id: r.get("outbox_id"),
+                lease_token: token,
+                attempts: r.get::<i64, _>("message_attempts") as u32 + 1,
+                previous_delay_ms: r.get::<i64, _>("previous_delay_ms") as u64,
+                interrupted: r.get::<i64, _>("in_flight") != 0,
+                operation: operation_from_row(r)?,
+            })
+        })
+        .collect()
 }
 
 /// Extends the leases `(id, token)` of `queue` still held to `until_ms`,
@@ -73,4 +126,180 @@ async fn renew_leases(
     .await
     .context("renewing leases")?;
     Ok(done.rows_affected())
+}
+
+/// Records a batch of results in one statement: the history rows, the
+/// compare-and-set of every message on `(id, lease_token)` (the messages
+/// locked first, in id order, as every writer locks them), and the new
+/// state of the operations whose message moved; an attempt counts on its
+/// operation either way. Results whose lease did not hold (a newer claim
+/// took it over, or an event settled the operation) are then looked at one
+/// by one ([`not_applied`]): they are rare.
+async fn complete_batch(
+    conn: &mut PgConnection,
+    completions: &[Completion],
+    now_ms: i64,
+) -> Result<Vec<Recorded>, StoreError> {
+    // A message claimed again after its lease ran out with the call still in
+    // flight can have two results in one batch: each round holds one result
+    // per operation, in arrival order, so the statement writes each row once
+    // and the later result sees what the earlier one wrote.
+    let mut recorded: Vec<Option<Recorded>> = completions.iter().map(|_| None).collect();
+    let mut left: Vec<usize> = (0..completions.len()).collect();
+    while !left.is_empty() {
+        let mut seen = std::collections::HashSet::new();
+        let (round, later): (Vec<usize>, Vec<usize>) =
+            left.into_iter().partition(|&i| seen.insert(completions[i].operation_id));
+        let moved = settle(conn, round.iter().map(|&i| &completions[i]), now_ms).await?;
+        for i in round {
+            let c = &completions[i];
+            recorded[i] = Some(if moved.contains(&c.outbox_id) {
+                Recorded::Applied
+            } else {
+                not_applied(conn, c, now_ms).await?
+            });
+        }
+        left = later;
+    }
+    Ok(recorded.into_iter().flatten().collect())
+}
+
+/// The batch statement of [`complete_batch`] for results of distinct
+/// operations; returns the ids of the messages whose lease held.
+async fn settle(
+    conn: &mut PgConnection,
+    completions: impl Iterator<Item = &Completion>,
+    now_ms: i64,
+) -> Result<std::collections::HashSet<i64>, StoreError> {
+    let mut b = CompletionBinds::default();
+    for c in completions {
+        b.push(c, now_ms);
+    }
+    let moved: Vec<i64> = sqlx::query_scalar(
+        "WITH i AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::bigint[], \
+           $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[], $12::bool[], $13::text[], \
+           $14::bigint[], $15::bigint[], $16::text[], $17::bigint[], $18::bigint[], $19::text[], $20::text[], \
+           $21::text[], $22::text[], $23::bigint[]) \
+           AS i (outbox_id, token, operation_id, kind, started_at_ms, duration_ms, status_code, error_kind, \
+                 classification, outcome, decision, maybe_acted, state, available_at_ms, delay_ms, error, \
+                 dead_at_ms, given_back, status, provider_ref, response, op_error, reconcile_at_ms)), \
+         locked AS (SELECT x.id FROM outbox x WHERE x.id IN (SELECT outbox_id FROM i) ORDER BY x.id FOR UPDATE), \
+         moved AS (UPDATE outbox x SET state = i.state, available_at_ms = COALESCE(i.available_at_ms, x.available_at_ms), \
+             previous_delay_ms = COALESCE(i.delay_ms, x.previous_delay_ms), last_error = i.error, \
+             dead_at_ms = i.dead_at_ms, in_flight = 0, locked_until_ms = NULL, lease_token = NULL, \
+             updated_at_ms = $24, attempts = x.attempts - i.given_back, changed_by = 'relay' \
+           FROM i WHERE x.id = i.outbox_id AND x.id IN (SELECT id FROM locked) AND x.lease_token = i.token \
+             AND x.state = 'pending' \
+           RETURNING x.id), \
+         history AS (INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, duration_ms, \
+             status_code, error_kind, classification, outcome, decision) \
+           SELECT o.id, i.kind, o.attempts + CASE WHEN i.kind = 'call' THEN 1 ELSE 0 END, \
+             CASE WHEN i.kind = 'call' THEN o.provider_key END, i.started_at_ms, i.duration_ms, i.status_code, \
+             i.error_kind, i.classification, i.outcome, i.decision \
+           FROM i JOIN operations o ON o.id = i.operation_id WHERE i.kind IS NOT NULL), \
+         settled AS (UPDATE operations o SET \
+             attempts = o.attempts + CASE WHEN i.kind = 'call' THEN 1 ELSE 0 END, \
+             effect_possible = CASE WHEN i.kind = 'call' AND i.maybe_acted THEN 1 ELSE o.effect_possible END, \
+             key_first_sent_at_ms = CASE WHEN i.kind = 'call' THEN COALESCE(o.key_first_sent_at_ms, i.started_at_ms) \
+               ELSE o.key_first_sent_at_ms END, \
+             status = CASE WHEN m.id IS NULL THEN o.status ELSE i.status END, \
+             provider_ref = CASE WHEN m.id IS NULL THEN o.provider_ref ELSE COALESCE(i.provider_ref, o.provider_ref) END, \
+             response = CASE WHEN m.id IS NULL THEN o.response ELSE COALESCE(i.response, o.response) END, \
+             last_error = CASE WHEN m.id IS NULL THEN o.last_error ELSE i.op_error END, \
+             next_reconcile_at_ms = CASE WHEN m.id IS NULL THEN o.next_reconcile_at_ms ELSE i.reconcile_at_ms END, \
+             reconcile_attempts = CASE WHEN m.id IS NULL OR i.reconcile_at_ms IS NULL THEN o.reconcile_attempts \
+               ELSE 0 END, \
+             updated_at_ms = CASE WHEN m.id IS NULL THEN o.updated_at_ms ELSE $24 END, \
+             changed_by = CASE WHEN m.id IS NULL THEN o.changed_by ELSE 'relay' END \
+           FROM i LEFT JOIN moved m ON m.id = i.outbox_id \
+           WHERE o.id = i.operation_id AND (i.kind = 'call' OR m.id IS NOT NULL)) \
+         SELECT id FROM moved",
+    )
+    .bind(&b.outbox_id)
+    .bind(&b.token)
+    .bind(&b.operation_id)
+    .bind(&b.kind)
+    .bind(&b.started_at_ms)
+    .bind(&b.duration_ms)
+    .bind(&b.status_code)
+    .bind(&b.error_kind)
+    .bind(&b.classification)
+    .bind(&b.outcome)
+    .bind(&b.decision)
+    .bind(&b.maybe_acted)
+    .bind(&b.state)
+    .bind(&b.available_at_ms)
+    .bind(&b.delay_ms)
+    .bind(&b.error)
+    .bind(&b.dead_at_ms)
+    .bind(&b.given_back)
+    .bind(&b.status)
+    .bind(&b.provider_ref)
+    .bind(&b.response)
+    .bind(&b.op_error)
+    .bind(&b.reconcile_at_ms)
+    .bind(now_ms)
+    .fetch_all(&mut *conn)
+    .await
+    .context("recording attempt results")?;
+    Ok(moved.into_iter().collect())
+}
+
+/// A batch of [`Completion`]s as one array per column, for `unnest`.
+#[derive(Default)]
+struct CompletionBinds {
+    outbox_id: Vec<i64>,
+    token: Vec<i64>,
+    operation_id: Vec<i64>,
+    kind: Vec<Option<&'static str>>,
+    started_at_ms: Vec<Option<i64>>,
+    duration_ms: Vec<Option<i64>>,
+    status_code: Vec<Option<i64>>,
+    error_kind: Vec<Option<String>>,
+    classification: Vec<Option<&'static str>>,
+    outcome: Vec<Option<&'static str>>,
+    decision: Vec<Option<String>>,
+    maybe_acted: Vec<bool>,
+    state: Vec<&'static str>,
+    available_at_ms: Vec<Option<i64>>,
+    delay_ms: Vec<Option<i64>>,
+    error: Vec<Option<String>>,
+    dead_at_ms: Vec<Option<i64>>,
+    given_back: Vec<i64>,
+    status: Vec<&'static str>,
+    provider_ref: Vec<Option<String>>,
+    response: Vec<Option<String>>,
+    op_error: Vec<Option<String>>,
+    reconcile_at_ms: Vec<Option<i64>>,
+}
+
+impl CompletionBinds {
+    fn push(&mut self, c: &Completion, now_ms: i64) {
+        self.outbox_id.push(c.outbox_id);
+        self.token.push(c.lease_token);
+        self.operation_id.push(c.operation_id);
+        let a = c.attempt.as_ref();
+        self.kind.push(a.map(|a| a.kind.as_str()));
+        self.started_at_ms.push(a.map(|a| a.started_at_ms));
+        self.duration_ms.push(a.map(|a| a.duration_ms as i64));
+        self.status_code.push(a.and_then(|a| a.status_code.map(i64::from)));
+        self.error_kind.push(a.and_then(|a| a.error_kind.clone()));
+        self.classification.push(a.and_then(|a| a.classification));
+        self.outcome.push(a.map(|a| a.outcome.as_str()));
+        self.decision.push(a.map(|a| a.decision.clone()));
+        self.maybe_acted.push(a.is_some_and(AttemptRecord::maybe_acted));
+        let m = MessageChange::of(&c.transition, now_ms);
+        self.state.push(m.state);
+        self.available_at_ms.push(m.available_at_ms);
+        self.delay_ms.push(m.delay_ms);
+        self.error.push(m.error.cloned());
+        self.dead_at_ms.push(m.dead_at_ms);
+        self.given_back.push(m.given_back);
+        let o = OperationChange::of(&c.transition);
+        self.status.push(o.status.as_str());
+        self.provider_ref.push(o.provider_ref.map(str::to_owned));
+        self.response.push(o.response.map(serde_json::Value::to_string));
+        self.op_error.push(o.error.map(str::to_owned));
+        self.reconcile_at_ms.push(o.reconcile_at_ms);
+    }
 }

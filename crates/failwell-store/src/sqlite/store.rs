@@ -4,9 +4,12 @@
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 
 use super::SqliteStore;
+use super::writes::not_applied;
+use crate::changes::{MessageChange, OperationChange};
+use crate::inbox::InboxBinds;
 use crate::outbox::{CLAIMED_COLUMNS, DUE};
 
-crate::store::store_impl!(store = SqliteStore, lock = "", ids_in = "(SELECT value FROM json_each($1))",);
+crate::store::store_impl!(store = SqliteStore, lock = "");
 
 /// The due messages a claim takes, in claim order (see [`ClaimScope`]).
 /// One indexed query per provider for [`ClaimScope::Providers`], merged in
@@ -68,6 +71,91 @@ async fn due_messages(
     Ok(rows)
 }
 
+/// Claims up to `limit` due messages of `scope` under lease `token` until
+/// `until_ms`, in claim order. An attempt whose lease expired in flight is
+/// written to the history (it may have reached the provider) before its
+/// message is leased again.
+async fn lease_due(
+    tx: &mut SqliteConnection,
+    now_ms: i64,
+    limit: u32,
+    until_ms: i64,
+    token: i64,
+    scope: &ClaimScope,
+) -> Result<Vec<Claimed>, StoreError> {
+    let due = due_messages(&mut *tx, now_ms, limit, scope).await?;
+    if due.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("id")).collect();
+    let op_ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("operation_id")).collect();
+    // An attempt whose lease expired in flight may have reached the
+    // provider: it goes into the history before the message is leased again.
+    sqlx::query(
+        "INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, duration_ms, \
+         status_code, error_kind, classification, outcome, decision) \
+         SELECT o.id, 'call', o.attempts + 1, o.provider_key, x.updated_at_ms, $2 - x.updated_at_ms, NULL, \
+         'interrupted', 'ambiguous', 'unknown', 'interrupted: the lease expired before a result was recorded' \
+         FROM outbox x JOIN operations o ON o.id = x.operation_id \
+         WHERE x.id IN (SELECT value FROM json_each($1)) AND x.in_flight = 1",
+    )
+    .bind_ids(&ids)
+    .bind(now_ms)
+    .execute(&mut *tx)
+    .await
+    .context("recording interrupted attempts")?;
+    // Its key counts as used from the claim it was interrupted in (the
+    // message's updated_at_ms until it is leased again below).
+    sqlx::query(
+        "UPDATE operations SET attempts = attempts + 1, effect_possible = 1, \
+         key_first_sent_at_ms = COALESCE(key_first_sent_at_ms, \
+           (SELECT updated_at_ms FROM outbox WHERE operation_id = operations.id)) \
+         WHERE id IN (SELECT operation_id FROM outbox WHERE id IN (SELECT value FROM json_each($1)) AND in_flight = 1)",
+    )
+    .bind_ids(&ids)
+    .execute(&mut *tx)
+    .await
+    .context("counting interrupted attempts")?;
+    sqlx::query(
+        "UPDATE outbox SET locked_until_ms = $2, lease_token = $3, attempts = attempts + 1, in_flight = 1, \
+         updated_at_ms = $4 WHERE id IN (SELECT value FROM json_each($1))",
+    )
+    .bind_ids(&ids)
+    .bind(until_ms)
+    .bind(token)
+    .bind(now_ms)
+    .execute(&mut *tx)
+    .await
+    .context("leasing outbox messages")?;
+    let rows = sqlx::query(select_operation!("WHERE o.id IN (SELECT value FROM json_each($1))"))
+        .bind_ids(&op_ids)
+        .fetch_all(&mut *tx)
+        .await
+        .context("reading claimed operations")?;
+    let mut operations = std::collections::HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let op = operation_from_row(row)?;
+        operations.insert(op.id, op);
+    }
+    due.iter()
+        .map(|r| {
+            let operation_id: i64 = r.get("operation_id");
+            let operation = operations.remove(&operation_id).ok_or(StoreError::Corrupt {
+                what: "outbox message",
+                detail: format!("operation {operation_id} is missing"),
+            })?;
+            Ok(Claimed {
+                outbox_id: r.get("id"),
+                lease_token: token,
+                attempts: r.get::<i64, _>("attempts") as u32 + 1,
+                previous_delay_ms: r.get::<i64, _>("previous_delay_ms") as u64,
+                interrupted: r.get::<i64, _>("in_flight") != 0,
+                operation,
+            })
+        })
+        .collect()
+}
+
 /// Extends the leases `(id, token)` of `queue` still held to `until_ms`.
 async fn renew_leases(
     pool: &sqlx::SqlitePool,
@@ -87,4 +175,64 @@ async fn renew_leases(
     .await
     .context("renewing leases")?;
     Ok(done.rows_affected())
+}
+
+/// Records a batch of results under the single writer, one message after
+/// the other (each statement runs in-process: no round trips to save).
+async fn complete_batch(
+    conn: &mut SqliteConnection,
+    completions: &[Completion],
+    now_ms: i64,
+) -> Result<Vec<Recorded>, StoreError> {
+    let mut recorded = Vec::with_capacity(completions.len());
+    for c in completions {
+        if let Some(attempt) = &c.attempt {
+            insert_attempt(conn, c.operation_id, attempt).await?;
+        }
+        recorded.push(apply(conn, c, now_ms).await?);
+    }
+    Ok(recorded)
+}
+
+/// Applies a transition to the message (compare-and-set on the lease) and,
+/// if that succeeded, to its operation. When it did not, says why: an event
+/// settled the operation, or a newer claim took the lease over.
+async fn apply(conn: &mut SqliteConnection, c: &Completion, now_ms: i64) -> Result<Recorded, StoreError> {
+    let m = MessageChange::of(&c.transition, now_ms);
+    let moved = sqlx::query(
+        "UPDATE outbox SET state = $3, available_at_ms = COALESCE($4, available_at_ms), \
+         previous_delay_ms = COALESCE($5, previous_delay_ms), last_error = $6, dead_at_ms = $7, \
+         in_flight = 0, locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $8, \
+         attempts = attempts - $9, changed_by = 'relay' \
+         WHERE id = $1 AND lease_token = $2 AND state = 'pending'",
+    )
+    .bind(c.outbox_id)
+    .bind(c.lease_token)
+    .bind(m.state)
+    .bind(m.available_at_ms)
+    .bind(m.delay_ms)
+    .bind(m.error)
+    .bind(m.dead_at_ms)
+    .bind(now_ms)
+    .bind(m.given_back)
+    .execute(&mut *conn)
+    .await
+    .context("completing an outbox message")?;
+    if moved.rows_affected() == 0 {
+        return not_applied(conn, c, now_ms).await;
+    }
+    let o = OperationChange::of(&c.transition);
+    set_operation(
+        conn,
+        c.operation_id,
+        o.status,
+        o.provider_ref,
+        o.response,
+        o.error,
+        o.reconcile_at_ms,
+        now_ms,
+        "relay",
+    )
+    .await?;
+    Ok(Recorded::Applied)
 }

@@ -1,0 +1,375 @@
+//! The relay on PostgreSQL, end to end: messages an application committed
+//! to the outbox, delivered by `failwell serve` processes as one HTTP POST
+//! each to a local no-op sink, with every outcome recorded (the attempt in
+//! the history, the message and its operation settled). Beside it, in the
+//! same run and against the same sink and PostgreSQL server, the peer
+//! queues of a peers harness (`run.sh http`), when one is given.
+//!
+//! ```sh
+//! cargo build --release -p failwell
+//! cargo bench --manifest-path bench/Cargo.toml --bench pg_relay
+//! ```
+//!
+//! Settings (environment):
+//! - `DATABASE_URL`: an admin URL of the server (default
+//!   `postgres://postgres@127.0.0.1:5432/postgres`); each run creates and
+//!   drops the database `bench_failwell` there.
+//! - `N` messages per drain (default 50000), `REPS` runs of each
+//!   configuration, interleaved (default 3), `WORKERS` the relay processes
+//!   of each configuration (default `1,2,4`).
+//! - `RELAY_CONCURRENCY` calls in flight and `RELAY_BATCH` messages per
+//!   claim of each process (`[relay] concurrency` and `batch_size`, default
+//!   64 and 64, as in failwell's own defaults).
+//! - `LATENCY_RATE` messages/s and `LATENCY_SECONDS` of the latency phase
+//!   (default 1000 for 5 s), `FAILWELL_BIN` (default
+//!   `target/release/failwell`).
+//! - `PEERS_DIR`: a peers harness directory (its `run.sh http` is run with
+//!   `PEER_SINK_URL` set to this sink, `PEER_PG_URL` to `DATABASE_URL`, the
+//!   same `N` and `REPS`); without it only failwell is measured.
+//!
+//! A drain: the processes start and become healthy on an empty outbox; N
+//! messages (about 150 bytes of JSON each) are committed in one
+//! transaction; the clock runs from that commit until the sink has had N
+//! requests **and** no message is pending. Then every operation must have
+//! succeeded and the sink must have seen every message exactly once, or the
+//! run fails. The latency phase that follows commits one message per
+//! transaction at `LATENCY_RATE` and measures from each commit's return to
+//! the message's arrival at the sink (p50/p99).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use hdrhistogram::Histogram;
+use sqlx::{Connection, PgConnection, PgPool};
+use tokio::net::TcpListener;
+use tokio::process::{Child, Command};
+
+const DATABASE: &str = "bench_failwell";
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// The no-op sink: answers 200 to every POST, counts them, and during the
+/// latency phase notes when each `seq` arrived.
+#[derive(Default)]
+struct Sink {
+    requests: AtomicU64,
+    /// `seq` → arrivals: a message seen twice is a double delivery.
+    seen: Mutex<HashMap<u64, u32>>,
+    /// `seq` → first arrival, while `timing` is set.
+    arrivals: Mutex<HashMap<u64, Instant>>,
+    timing: AtomicBool,
+}
+
+impl Sink {
+    fn reset(&self) {
+        self.requests.store(0, Ordering::SeqCst);
+        self.seen.lock().unwrap().clear();
+        self.arrivals.lock().unwrap().clear();
+    }
+
+    /// `"seq":N` in a JSON body.
+    fn seq(body: &[u8]) -> Option<u64> {
+        let text = std::str::from_utf8(body).ok()?;
+        let at = text.find("\"seq\":")? + 6;
+        let digits: String =
+            text[at..].chars().skip_while(|c| *c == ' ').take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    }
+}
+
+async fn hook(State(sink): State<Arc<Sink>>, body: Bytes) -> &'static str {
+    let arrived = Instant::now();
+    if let Some(seq) = Sink::seq(&body) {
+        *sink.seen.lock().unwrap().entry(seq).or_default() += 1;
+        if sink.timing.load(Ordering::Relaxed) {
+            sink.arrivals.lock().unwrap().entry(seq).or_insert(arrived);
+        }
+    }
+    sink.requests.fetch_add(1, Ordering::Relaxed);
+    "{}"
+}
+
+/// Starts the sink; returns its `http://127.0.0.1:PORT/hook` URL.
+async fn start_sink(sink: Arc<Sink>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let app = axum::Router::new().route("/hook", axum::routing::post(hook)).with_state(sink);
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+fn database_url(admin: &str, database: &str) -> String {
+    let (base, query) = admin.split_once('?').map_or((admin, None), |(b, q)| (b, Some(q)));
+    let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
+    match query {
+        Some(q) => format!("{root}/{database}?{q}"),
+        None => format!("{root}/{database}"),
+    }
+}
+
+async fn admin(url: &str, sql: &str) {
+    let mut conn = PgConnection::connect(url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())).execute(&mut conn).await.unwrap();
+    conn.close().await.unwrap();
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// One `failwell serve` process and the directory of its config and log.
+struct Process {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+async fn start_process(binary: &PathBuf, database_url: &str, sink_url: &str) -> Process {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = sink_url.trim_end_matches("/hook");
+    let concurrency: u32 = env_or("RELAY_CONCURRENCY", 64);
+    let batch: u32 = env_or("RELAY_BATCH", 64);
+    let config = format!(
+        "database_url = \"{database_url}\"\nlisten = \"127.0.0.1:{port}\"\n\n\
+         [relay]\nconcurrency = {concurrency}\nbatch_size = {batch}\n\n\
+         [providers.sink]\nbase_url = \"{base}\"\ntimeout_ms = 10000\n\n\
+         [providers.sink.operations.post]\nmethod = \"POST\"\npath = \"/hook\"\nencoding = \"json\"\nreference_field = \"order_id\"\nduplicate_severity = \"harmless\"\ndisagreement = {{ reconcile = \"none\" }}\n"
+    );
+    std::fs::write(dir.path().join("failwell.toml"), config).unwrap();
+    let log = std::fs::File::create(dir.path().join("log")).unwrap();
+    let child = Command::new(binary)
+        .args(["serve", "--config"])
+        .arg(dir.path().join("failwell.toml"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot start {}: {e} (build it: cargo build --release -p failwell)", binary.display())
+        });
+    let health = format!("http://127.0.0.1:{port}/healthz");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if reqwest::get(&health).await.is_ok_and(|r| r.status().is_success()) {
+            return Process { child, dir };
+        }
+        let log = std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
+        assert!(Instant::now() < deadline, "failwell did not become healthy:\n{log}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl Process {
+    async fn stop(mut self) {
+        let pid = self.child.id().unwrap().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status().await;
+        if tokio::time::timeout(Duration::from_secs(20), self.child.wait()).await.is_err() {
+            let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
+            panic!("failwell did not stop within 20 s:\n{log}");
+        }
+    }
+}
+
+/// The enqueue of `from..to` as the outbox contract's plain SQL.
+const ENQUEUE: &str = "INSERT INTO failwell_outbox (provider, operation, payload) \
+    SELECT 'sink', 'post', jsonb_build_object('order_id', 'ORD-0000000001', 'customer', 'C-12345', \
+      'amount_cents', 129900, 'currency', 'EUR', 'note', repeat('y', 40), 'seq', g) \
+    FROM generate_series($1::bigint, $2::bigint - 1) g";
+
+async fn pending(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE state = 'pending'").fetch_one(pool).await.unwrap()
+}
+
+/// What one configuration measured.
+struct Run {
+    drain_msgs_s: f64,
+    latency: Histogram<u64>,
+}
+
+/// One drain of `n` messages by `workers` processes, then the latency phase.
+async fn run(
+    binary: &PathBuf,
+    admin_url: &str,
+    sink: &Arc<Sink>,
+    sink_url: &str,
+    workers: usize,
+    n: u64,
+) -> Run {
+    admin(admin_url, &format!("DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")).await;
+    admin(admin_url, &format!("CREATE DATABASE {DATABASE}")).await;
+    let url = database_url(admin_url, DATABASE);
+    let mut processes = Vec::new();
+    for _ in 0..workers {
+        processes.push(start_process(binary, &url, sink_url).await);
+    }
+    let pool = PgPool::connect(&url).await.unwrap();
+    sink.reset();
+
+    let mut tx = pool.begin().await.unwrap();
+    for from in (0..n).step_by(5_000) {
+        sqlx::query(ENQUEUE)
+            .bind(from as i64)
+            .bind((from + 5_000).min(n) as i64)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let started = Instant::now();
+    while sink.requests.load(Ordering::Relaxed) < n {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(started.elapsed() < Duration::from_secs(600), "the drain took over 10 minutes");
+    }
+    while pending(&pool).await > 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let drain = started.elapsed();
+    check(&pool, sink, n, "the drain").await;
+
+    // Latency: one message per transaction at a steady rate.
+    let rate: u64 = env_or("LATENCY_RATE", 1_000);
+    let count = rate * env_or::<u64>("LATENCY_SECONDS", 5);
+    sink.timing.store(true, Ordering::SeqCst);
+    let commits = Arc::new(Mutex::new(HashMap::with_capacity(count as usize)));
+    let paced_start = Instant::now();
+    let enqueuers: Vec<_> = (0..4u64)
+        .map(|lane| {
+            let (pool, commits) = (pool.clone(), commits.clone());
+            tokio::spawn(async move {
+                for seq in (n + lane..n + count).step_by(4) {
+                    let due = paced_start + Duration::from_secs_f64((seq - n) as f64 / rate as f64);
+                    tokio::time::sleep_until(due.into()).await;
+                    sqlx::query(ENQUEUE).bind(seq as i64).bind(seq as i64 + 1).execute(&pool).await.unwrap();
+                    commits.lock().unwrap().insert(seq, Instant::now());
+                }
+            })
+        })
+        .collect();
+    for enqueuer in enqueuers {
+        enqueuer.await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sink.arrivals.lock().unwrap().len() < count as usize {
+        assert!(Instant::now() < deadline, "the latency phase's messages did not all arrive within 60 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    sink.timing.store(false, Ordering::SeqCst);
+    while pending(&pool).await > 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    check(&pool, sink, n + count, "the latency phase").await;
+    let mut latency = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).unwrap();
+    {
+        let arrivals = sink.arrivals.lock().unwrap();
+        for (seq, committed) in commits.lock().unwrap().iter() {
+            let us = arrivals[seq].saturating_duration_since(*committed).as_micros() as u64;
+            latency.record(us.max(1)).unwrap();
+        }
+    }
+
+    pool.close().await;
+    for process in processes {
+        process.stop().await;
+    }
+    admin(admin_url, &format!("DROP DATABASE {DATABASE}")).await;
+    Run { drain_msgs_s: n as f64 / drain.as_secs_f64(), latency }
+}
+
+/// Every one of the `total` messages succeeded and reached the sink once.
+async fn check(pool: &PgPool, sink: &Sink, total: u64, what: &str) {
+    let succeeded: i64 = sqlx::query_scalar("SELECT count(*) FROM operations WHERE status = 'succeeded'")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(succeeded as u64, total, "{what}: operations that succeeded");
+    let seen = sink.seen.lock().unwrap();
+    let twice = seen.values().filter(|n| **n > 1).count();
+    assert_eq!((seen.len() as u64, twice), (total, 0), "{what}: messages the sink saw, and saw twice");
+}
+
+fn median_range(values: &mut [f64]) -> String {
+    values.sort_by(f64::total_cmp);
+    let median = values[values.len() / 2];
+    format!("{median:>7.0} ({:.0}–{:.0})", values[0], values[values.len() - 1])
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo bench` asks every bench binary for its list
+    }
+    let admin_url: String = env_or("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let n: u64 = env_or("N", 50_000);
+    let reps: usize = env_or("REPS", 3);
+    let workers: Vec<usize> = env_or("WORKERS", "1,2,4".to_owned())
+        .split(',')
+        .map(|w| w.trim().parse().expect("WORKERS: a comma-separated list of process counts"))
+        .collect();
+    let binary = std::env::var_os("FAILWELL_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/release/failwell")));
+    let sink = Arc::new(Sink::default());
+    let sink_url = start_sink(sink.clone()).await;
+    println!("sink {sink_url}, N = {n}, {reps} runs of each configuration, interleaved");
+
+    let mut results: Vec<(Vec<f64>, Histogram<u64>)> = workers
+        .iter()
+        .map(|_| (Vec::new(), Histogram::new_with_bounds(1, 600_000_000, 3).unwrap()))
+        .collect();
+    for rep in 1..=reps {
+        for (i, w) in workers.iter().enumerate() {
+            let r = run(&binary, &admin_url, &sink, &sink_url, *w, n).await;
+            println!(
+                "rep={rep} failwell processes={w} drain_msgs_s={:.0} latency_p50_ms={:.2} latency_p99_ms={:.2}",
+                r.drain_msgs_s,
+                r.latency.value_at_quantile(0.5) as f64 / 1000.0,
+                r.latency.value_at_quantile(0.99) as f64 / 1000.0,
+            );
+            results[i].0.push(r.drain_msgs_s);
+            results[i].1.add(&r.latency).unwrap();
+        }
+    }
+
+    let mut peers = Vec::new();
+    if let Some(dir) = std::env::var_os("PEERS_DIR") {
+        let dir = PathBuf::from(dir);
+        let output = Command::new("bash")
+            .arg(dir.join("run.sh"))
+            .arg("http")
+            .env("PEER_SINK_URL", &sink_url)
+            .env("PEER_PG_URL", &admin_url)
+            .env("N", n.to_string())
+            .env("REPS", reps.to_string())
+            .stderr(Stdio::inherit())
+            .output()
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stdout);
+        print!("{text}");
+        assert!(output.status.success(), "the peers harness failed");
+        peers = text.lines().filter(|l| l.starts_with("summary")).map(str::to_owned).collect();
+    }
+
+    println!(
+        "\nsummary, messages/s delivered end to end (median of {reps}, range), commit-to-delivery latency:"
+    );
+    for (w, (rates, latency)) in workers.iter().zip(results.iter_mut()) {
+        println!(
+            "failwell, {w} relay process(es): {} msgs/s   p50 {:.2} ms  p99 {:.2} ms",
+            median_range(rates),
+            latency.value_at_quantile(0.5) as f64 / 1000.0,
+            latency.value_at_quantile(0.99) as f64 / 1000.0,
+        );
+    }
+    for line in peers {
+        println!("{line}");
+    }
+}
