@@ -190,6 +190,8 @@ async fn pending(pool: &PgPool) -> i64 {
 
 /// What one configuration measured.
 struct Run {
+    /// Messages/s committed through the outbox contract (one transaction).
+    enqueue_msgs_s: f64,
     drain_msgs_s: f64,
     latency: Histogram<u64>,
 }
@@ -213,6 +215,7 @@ async fn run(
     let pool = PgPool::connect(&url).await.unwrap();
     sink.reset();
 
+    let enqueue_started = Instant::now();
     let mut tx = pool.begin().await.unwrap();
     for from in (0..n).step_by(5_000) {
         sqlx::query(ENQUEUE)
@@ -223,6 +226,7 @@ async fn run(
             .unwrap();
     }
     tx.commit().await.unwrap();
+    let enqueue = enqueue_started.elapsed();
     let started = Instant::now();
     while sink.requests.load(Ordering::Relaxed) < n {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -280,7 +284,11 @@ async fn run(
         process.stop().await;
     }
     admin(admin_url, &format!("DROP DATABASE {DATABASE}")).await;
-    Run { drain_msgs_s: n as f64 / drain.as_secs_f64(), latency }
+    Run {
+        enqueue_msgs_s: n as f64 / enqueue.as_secs_f64(),
+        drain_msgs_s: n as f64 / drain.as_secs_f64(),
+        latency,
+    }
 }
 
 /// Every one of the `total` messages succeeded and reached the sink once.
@@ -328,7 +336,9 @@ async fn main() {
         for (i, w) in workers.iter().enumerate() {
             let r = run(&binary, &admin_url, &sink, &sink_url, *w, n).await;
             println!(
-                "rep={rep} failwell processes={w} drain_msgs_s={:.0} latency_p50_ms={:.2} latency_p99_ms={:.2}",
+                "rep={rep} failwell processes={w} enqueue_msgs_s={:.0} drain_msgs_s={:.0} latency_p50_ms={:.2} \
+                 latency_p99_ms={:.2}",
+                r.enqueue_msgs_s,
                 r.drain_msgs_s,
                 r.latency.value_at_quantile(0.5) as f64 / 1000.0,
                 r.latency.value_at_quantile(0.99) as f64 / 1000.0,

@@ -101,7 +101,9 @@ pub struct Operation {
     pub key_group: u32,
     /// The idempotency key sent to the provider (derived from the intent).
     pub provider_key: String,
-    /// When the provider key was first sent (ms since epoch), if it was.
+    /// When the provider key was first sent (ms since the Unix epoch): the
+    /// start of its first recorded call, or the claim of a call found
+    /// interrupted; `None` while no call of the key is known to have left.
     pub key_first_sent_at_ms: Option<i64>,
     /// Provider calls made so far.
     pub attempts: u32,
