@@ -208,5 +208,5 @@ pub(crate) const DUE: &str = "x.state = 'pending' AND x.available_at_ms <= $1 \
      WHERE earlier.ordering_key = x.ordering_key AND earlier.state = 'pending' AND earlier.id < x.id))";
 
 /// The columns a claim reads of each message it takes.
-pub(crate) const CLAIMED_COLUMNS: &str = "x.id, x.operation_id, x.attempts, x.previous_delay_ms, x.in_flight, x.available_at_ms, x.provider, \
-     x.updated_at_ms";
+pub(crate) const CLAIMED_COLUMNS: &str = "x.id, x.operation_id, x.attempts, x.previous_delay_ms, x.in_flight, \
+     x.available_at_ms, x.provider, x.updated_at_ms";

@@ -199,7 +199,7 @@ async fn settle(
            FROM i JOIN operations o ON o.id = i.operation_id WHERE i.kind IS NOT NULL), \
          settled AS (UPDATE operations o SET \
              attempts = o.attempts + CASE WHEN i.kind = 'call' THEN 1 ELSE 0 END, \
-             effect_possible = CASE WHEN i.kind = 'call' AND i.maybe_acted THEN 1 ELSE o.effect_possible END, \
+             effect_possible = CASE WHEN i.maybe_acted THEN 1 ELSE o.effect_possible END, \
              key_first_sent_at_ms = CASE WHEN i.kind = 'call' THEN COALESCE(o.key_first_sent_at_ms, i.started_at_ms) \
                ELSE o.key_first_sent_at_ms END, \
              status = CASE WHEN m.id IS NULL THEN o.status ELSE i.status END, \
