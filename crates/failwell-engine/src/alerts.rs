@@ -4,12 +4,20 @@
 //!
 //! The sink is a generic JSON webhook that Slack's incoming webhooks also
 //! take: `POST {"text": "<readable>", "failwell": {<details>}}`.
+//!
+//! Alerts go through an outbox in the store: each is queued in the
+//! transaction that records what it reports (the comparison report, the
+//! alert raised or resolved), then sent ([`deliver`]) and marked sent. An
+//! alert whose send failed is sent again later (30 s, doubling, at most
+//! every 10 min), and one whose sender died is sent by the next process
+//! that looks once its lease has run out ([`send_queued`]): at least once,
+//! in order per kind and subject.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use failwell_store::Store;
+use failwell_store::{AlertBody, AlertClaim, AlertSent, NewAlert, Report, Store, StoreError};
 use reqwest::Url;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -22,6 +30,7 @@ use crate::provider::Providers;
 pub struct AlertSink {
     url: Url,
     http: reqwest::Client,
+    timeout: Duration,
 }
 
 /// Attempts per alert, and the wait before the second (doubling after).
@@ -33,7 +42,15 @@ impl AlertSink {
     /// the HTTP client cannot be built.
     pub fn new(url: Url, timeout: Duration) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder().timeout(timeout).build()?;
-        Ok(Self { url, http })
+        Ok(Self { url, http, timeout })
+    }
+
+    /// How long a claimed alert stays with its sender (ms): longer than
+    /// [`Self::send`] can take (3 attempts of `timeout` and the waits
+    /// between them), plus 2 s to record the outcome.
+    fn lease_ms(&self) -> i64 {
+        let longest = self.timeout * SEND_ATTEMPTS + FIRST_WAIT * 3 + Duration::from_secs(2);
+        i64::try_from(longest.as_millis()).unwrap_or(i64::MAX)
     }
 
     /// Posts `{"text": text, "failwell": details}`; an answer other than 2xx
@@ -73,9 +90,10 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// Compares `provider` over `[from_ms, to_ms)` ([`compare`]) and, when
-/// discrepancies were found, sends the report to `sink` and records the
-/// sink's answer with the report. Errors: as [`compare`]; a sink that
-/// cannot be reached is recorded with the report and logged, not returned.
+/// discrepancies were found and there is a `sink`, queues the report for it
+/// with the report and sends it ([`deliver`]). Errors: as [`compare`]; a
+/// sink that cannot be reached is recorded with the report and logged, not
+/// returned (the report is sent again later).
 pub async fn compare_and_alert<S: Store>(
     store: &S,
     providers: &Providers,
@@ -85,7 +103,7 @@ pub async fn compare_and_alert<S: Store>(
     actor: &str,
 ) -> Result<Compared, CompareError> {
     let client = providers.get(provider).ok_or_else(|| CompareError::NotConfigured(provider.to_owned()))?;
-    let compared = compare(store, client, window.0, window.1, actor).await?;
+    let compared = compare(store, client, window, actor, sink.is_some()).await?;
     let found = compared.report.discrepancies.len();
     metrics::counter!("failwell_comparisons_total", "provider" => provider.to_owned()).increment(1);
     if found > 0 {
@@ -96,26 +114,89 @@ pub async fn compare_and_alert<S: Store>(
             "the comparison found discrepancies"
         );
         if let Some(sink) = sink {
-            let mut details = compared.report.report.clone();
-            details["report_id"] = json!(compared.report_id);
-            details["kind"] = json!("comparison");
-            let text = format!("failwell report {}: {}", compared.report_id, compared.report.text);
-            let result = sink.send(&text, details).await.map(|()| crate::now_ms());
-            if let Err(e) = &result {
-                tracing::error!(provider, report = compared.report_id, error = %e, "the report was not sent to the alert sink");
-            }
-            store.report_alerted(compared.report_id, result).await?;
+            deliver(store, sink, AlertClaim::Report(compared.report_id)).await?;
         }
     }
     Ok(compared)
 }
 
+/// Queued alerts a sender takes at once.
+const ALERTS_AT_ONCE: u32 = 16;
+
+/// Sends the queued alerts `claim` takes to `sink`, one after another, and
+/// records each outcome; one the sink did not take is due again after
+/// [`retry_delay_ms`]. Returns how many the sink took. Errors: the store
+/// failed.
+pub async fn deliver<S: Store>(store: &S, sink: &AlertSink, claim: AlertClaim) -> Result<usize, StoreError> {
+    let alerts = store.claim_alerts(claim, crate::now_ms(), sink.lease_ms()).await?;
+    let mut taken = 0;
+    for alert in alerts {
+        let (text, details) = match alert.body {
+            AlertBody::Message { text, details } => (text, details),
+            AlertBody::Report(id) => match store.report(id).await? {
+                Some(report) => report_alert(&report),
+                None => (
+                    format!("failwell report {id} (not found)"),
+                    json!({ "kind": "comparison", "report_id": id }),
+                ),
+            },
+        };
+        let sent = match sink.send(&text, details).await {
+            Ok(()) => {
+                taken += 1;
+                AlertSent::At(crate::now_ms())
+            }
+            Err(error) => {
+                let retry_at_ms = crate::now_ms() + retry_delay_ms(alert.attempts);
+                tracing::error!(alert = alert.id, attempts = alert.attempts, error = %error, "an alert was not sent; it is sent again later");
+                AlertSent::Failed { error, retry_at_ms }
+            }
+        };
+        store.alert_sent(alert.id, sent).await?;
+    }
+    Ok(taken)
+}
+
+/// The wait before sending an alert again after `attempts` failed sends
+/// (ms): 30 s, doubling, at most 10 min.
+fn retry_delay_ms(attempts: u32) -> i64 {
+    (30_000_i64 << attempts.saturating_sub(1).min(5)).min(600_000)
+}
+
+/// A comparison report as an alert: `failwell report ID: <its text>`, and
+/// its JSON with `report_id` and `kind = "comparison"`.
+fn report_alert(report: &Report) -> (String, Value) {
+    let mut details = report.report.clone();
+    details["report_id"] = json!(report.id);
+    details["kind"] = json!("comparison");
+    (format!("failwell report {}: {}", report.id, report.text), details)
+}
+
+/// Sends queued alerts until `shutdown`: each second, whatever is due
+/// (alerts whose send failed, and those of processes sharing the store
+/// that died while sending or before).
+pub async fn send_queued<S: Store>(store: S, sink: AlertSink, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        if let Err(e) = deliver(&store, &sink, AlertClaim::Due(ALERTS_AT_ONCE)).await {
+            tracing::error!(error = %e, "cannot send the queued alerts");
+        }
+    }
+}
+
+/// How long a scheduled comparison's window stays claimed by the process
+/// that runs it (ms); a run not finished by then (its process died) is
+/// taken over by the next process that looks.
+pub const COMPARISON_LEASE_MS: i64 = 30 * 60_000;
+
 /// Runs every provider's scheduled comparison (`compare.schedule`) until
 /// `shutdown`: sleeps until the next run of any of them, runs the ones due
-/// and alerts on discrepancies. A comparison that fails (after its page
-/// reads were retried) is logged, counted in
-/// `failwell_comparison_failures_total{provider}` and sent to the alert
-/// sink; it runs again at its next time.
+/// and alerts on discrepancies ([`run_window`]). A window whose run was
+/// claimed and never finished (its process died) is run once its claim is
+/// [`COMPARISON_LEASE_MS`] old, looked for at start and at least as often.
 pub async fn run_schedule<S: Store>(
     store: S,
     providers: Arc<Providers>,
@@ -131,46 +212,80 @@ pub async fn run_schedule<S: Store>(
     }
     let mut after = crate::now_ms();
     loop {
+        match store.abandoned_comparisons(crate::now_ms() - COMPARISON_LEASE_MS).await {
+            Ok(abandoned) => {
+                for (name, window) in abandoned.iter().filter(|(n, _)| scheduled.iter().any(|(s, _)| s == n))
+                {
+                    tracing::warn!(provider = %name, from_ms = window.0, "a scheduled comparison was never finished; running it");
+                    run_window(&store, &providers, sink.as_ref(), name, *window).await;
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot read the unfinished comparisons"),
+        }
         let next = scheduled.iter().map(|(_, s)| s.next_run(after)).min().unwrap_or(i64::MAX);
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(until(next)) => {}
+            _ = tokio::time::sleep(until(next.min(crate::now_ms() + COMPARISON_LEASE_MS))) => {}
+        }
+        if crate::now_ms() < next {
+            continue;
         }
         for (name, schedule) in scheduled.iter().filter(|(_, s)| s.next_run(after) == next) {
-            let window = schedule.window(next);
-            // Every process runs the schedule: the first to claim the
-            // window compares it, the others skip it.
-            match store.claim_comparison(name, window, crate::now_ms()).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    tracing::debug!(provider = %name, "the scheduled comparison ran elsewhere");
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!(provider = %name, error = %e, "cannot claim the scheduled comparison; running it")
-                }
-            }
-            if let Err(e) =
-                compare_and_alert(&store, &providers, sink.as_ref(), name, window, "schedule").await
-            {
-                tracing::error!(provider = %name, error = %e, "the scheduled comparison failed");
-                metrics::counter!("failwell_comparison_failures_total", "provider" => name.clone())
-                    .increment(1);
-                if let Some(sink) = &sink {
-                    let text = format!("failwell: the scheduled comparison of {name} failed: {e}");
-                    let details = json!({
-                        "kind": "comparison_failed",
-                        "provider": name,
-                        "window": { "from_ms": window.0, "to_ms": window.1 },
-                        "error": e.to_string(),
-                    });
-                    if let Err(e) = sink.send(&text, details).await {
-                        tracing::error!(provider = %name, error = %e, "the comparison failure was not sent to the alert sink");
-                    }
-                }
-            }
+            run_window(&store, &providers, sink.as_ref(), name, schedule.window(next)).await;
         }
         after = next;
+    }
+}
+
+/// Runs the scheduled comparison of `name` over `window` if this process
+/// claims it (every process runs the schedule: the first to claim a window
+/// compares it, the others skip it), then records it finished. A
+/// comparison that fails (after its page reads were retried) is logged,
+/// counted in `failwell_comparison_failures_total{provider}` and sent to
+/// the alert sink; it runs again at its next time.
+async fn run_window<S: Store>(
+    store: &S,
+    providers: &Providers,
+    sink: Option<&AlertSink>,
+    name: &str,
+    window: (i64, i64),
+) {
+    match store.claim_comparison(name, window, crate::now_ms(), COMPARISON_LEASE_MS).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::debug!(provider = %name, "the scheduled comparison ran elsewhere");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(provider = %name, error = %e, "cannot claim the scheduled comparison; running it")
+        }
+    }
+    if let Err(e) = compare_and_alert(store, providers, sink, name, window, "schedule").await {
+        tracing::error!(provider = %name, error = %e, "the scheduled comparison failed");
+        metrics::counter!("failwell_comparison_failures_total", "provider" => name.to_owned()).increment(1);
+        if let Some(sink) = sink {
+            let alert = NewAlert {
+                kind: "comparison_failed".into(),
+                subject: name.to_owned(),
+                text: format!("failwell: the scheduled comparison of {name} failed: {e}"),
+                details: json!({
+                    "kind": "comparison_failed",
+                    "provider": name,
+                    "window": { "from_ms": window.0, "to_ms": window.1 },
+                    "error": e.to_string(),
+                }),
+                at_ms: crate::now_ms(),
+            };
+            let queued = store.queue_alert(alert).await;
+            if let Err(e) =
+                queued.and(deliver(store, sink, AlertClaim::Due(ALERTS_AT_ONCE)).await.map(|_| ()))
+            {
+                tracing::error!(provider = %name, error = %e, "the comparison failure was not sent to the alert sink");
+            }
+        }
+    }
+    if let Err(e) = store.finish_comparison(name, window, crate::now_ms()).await {
+        tracing::error!(provider = %name, error = %e, "cannot record the comparison as finished");
     }
 }
 
@@ -255,27 +370,26 @@ pub async fn watch_age<S: Store>(
                 "threshold_seconds": rule.threshold.as_secs_f64(),
                 "depth": i.depth,
             });
-            // Recorded first: a process that finds it already recorded
-            // leaves the sending to the one that did.
-            match store.set_alert(KIND, &i.integration, old, crate::now_ms()).await {
-                Ok(true) => {}
+            // Recorded with its alert in one transaction: a process that
+            // finds it already recorded leaves the sending to the one that
+            // did, and an alert not sent now is sent later.
+            let alert = NewAlert {
+                kind: KIND.into(),
+                subject: i.integration.clone(),
+                text,
+                details,
+                at_ms: crate::now_ms(),
+            };
+            match store.set_alert(KIND, &i.integration, old, crate::now_ms(), Some(alert)).await {
+                Ok(true) => tracing::warn!(integration = %i.integration, status, "oldest open entry alert"),
                 Ok(false) => continue,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot record the alert");
                     continue;
                 }
             }
-            match sink.send(&text, details).await {
-                Ok(()) => {
-                    tracing::warn!(integration = %i.integration, status, "oldest open entry alert sent")
-                }
-                Err(e) => {
-                    tracing::error!(integration = %i.integration, error = %e, "oldest open entry alert not sent");
-                    // Not sent: undone, so the next look tries again.
-                    if let Err(e) = store.set_alert(KIND, &i.integration, !old, crate::now_ms()).await {
-                        tracing::error!(error = %e, "cannot undo the alert's record");
-                    }
-                }
+            if let Err(e) = deliver(&store, &sink, AlertClaim::Due(ALERTS_AT_ONCE)).await {
+                tracing::error!(error = %e, "cannot send the queued alerts");
             }
         }
     }

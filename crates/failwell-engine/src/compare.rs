@@ -179,14 +179,16 @@ pub struct Compared {
 
 /// Compares `client`'s provider over `[from_ms, to_ms)` and stores the
 /// report (see the module docs); `actor` is `schedule` or
-/// `operator:<channel>`. Errors: the provider is not configured for it, its
-/// list cannot be read (nothing is stored), the store fails.
+/// `operator:<channel>`. With `alert`, a report with discrepancies is
+/// queued for the alert sink in the transaction that stores it. Errors: the
+/// provider is not configured for it, its list cannot be read (nothing is
+/// stored), the store fails.
 pub async fn compare<S: Store>(
     store: &S,
     client: &ProviderClient,
-    from_ms: i64,
-    to_ms: i64,
+    (from_ms, to_ms): (i64, i64),
     actor: &str,
+    alert: bool,
 ) -> Result<Compared, CompareError> {
     let spec = client.spec();
     let provider = spec.name.clone();
@@ -250,7 +252,9 @@ pub async fn compare<S: Store>(
         discrepancies,
         report: Value::Null,
         text: String::new(),
+        alert: false,
     };
+    report.alert = alert && !report.discrepancies.is_empty();
     report.report = report_json(&report, open);
     report.text = report_text(&report, open);
     let report_id = store.save_report(report.clone()).await?;

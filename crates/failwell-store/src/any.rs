@@ -1,15 +1,15 @@
 //! The store a configuration names: SQLite or PostgreSQL, chosen by the
 //! scheme of `database_url`.
 
-use crate::error::StoreError;
+use crate::error::{Context, StoreError};
 use crate::model::{
     AttemptRow, ClaimScope, Claimed, ClaimedForward, Completion, Counts, EventRecord, ForwardCompletion,
     Leased, NewEvent, NewOperation, Operation, OperationEvent, Received, Reconciled, Recorded, StoredEvent,
     Submitted,
 };
 use crate::operator::{
-    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, ManualResolution, NewReport, Report,
-    Stats,
+    Alert, AlertClaim, AlertSent, Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry,
+    ManualResolution, NewAlert, NewReport, Report, Stats,
 };
 use crate::{PostgresStore, SqliteStore, Store, Synchronous};
 
@@ -52,6 +52,43 @@ impl AnyStore {
             Some(Backend::Sqlite) => SqliteStore::open(url, options.synchronous).await.map(Self::Sqlite),
             Some(Backend::Postgres) => {
                 PostgresStore::open(url, options.max_connections).await.map(Self::Postgres)
+            }
+            None => Err(StoreError::UnsupportedUrl),
+        }
+    }
+
+    /// Whether the database at `url` already holds a failwell store (its
+    /// `operations` table, in the connection's schema on PostgreSQL),
+    /// looked at without creating or changing anything: operator commands
+    /// refuse a database `failwell serve` has never used, instead of
+    /// turning it into one. Errors: [`StoreError::UnsupportedUrl`]; the
+    /// database cannot be opened (an SQLite file that does not exist
+    /// included).
+    pub async fn holds_store(url: &str) -> Result<bool, StoreError> {
+        use sqlx::{ConnectOptions, Connection};
+        match Backend::of(url) {
+            Some(Backend::Sqlite) => {
+                let options: sqlx::sqlite::SqliteConnectOptions =
+                    url.parse().context("parsing the SQLite URL")?;
+                let mut conn =
+                    options.read_only(true).connect().await.context("opening the SQLite database")?;
+                let found: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'operations')",
+                )
+                .fetch_one(&mut conn)
+                .await
+                .context("looking for failwell's tables")?;
+                let _ = conn.close().await;
+                Ok(found)
+            }
+            Some(Backend::Postgres) => {
+                let mut conn = sqlx::PgConnection::connect(url).await.context("connecting to PostgreSQL")?;
+                let found: bool = sqlx::query_scalar("SELECT to_regclass('operations') IS NOT NULL")
+                    .fetch_one(&mut conn)
+                    .await
+                    .context("looking for failwell's tables")?;
+                let _ = conn.close().await;
+                Ok(found)
             }
             None => Err(StoreError::UnsupportedUrl),
         }
@@ -268,8 +305,26 @@ impl Store for AnyStore {
         subject: &str,
         firing: bool,
         now_ms: i64,
+        alert: Option<NewAlert>,
     ) -> Result<bool, StoreError> {
-        each!(self, s => s.set_alert(kind, subject, firing, now_ms).await)
+        each!(self, s => s.set_alert(kind, subject, firing, now_ms, alert).await)
+    }
+
+    async fn queue_alert(&self, alert: NewAlert) -> Result<(), StoreError> {
+        each!(self, s => s.queue_alert(alert).await)
+    }
+
+    async fn claim_alerts(
+        &self,
+        claim: AlertClaim,
+        now_ms: i64,
+        lease_ms: i64,
+    ) -> Result<Vec<Alert>, StoreError> {
+        each!(self, s => s.claim_alerts(claim, now_ms, lease_ms).await)
+    }
+
+    async fn alert_sent(&self, id: i64, sent: AlertSent) -> Result<(), StoreError> {
+        each!(self, s => s.alert_sent(id, sent).await)
     }
 
     async fn claim_comparison(
@@ -277,11 +332,24 @@ impl Store for AnyStore {
         provider: &str,
         window: (i64, i64),
         now_ms: i64,
+        lease_ms: i64,
     ) -> Result<bool, StoreError> {
-        each!(self, s => s.claim_comparison(provider, window, now_ms).await)
+        each!(self, s => s.claim_comparison(provider, window, now_ms, lease_ms).await)
     }
 
-    async fn report_alerted(&self, id: i64, result: Result<i64, String>) -> Result<(), StoreError> {
-        each!(self, s => s.report_alerted(id, result).await)
+    async fn finish_comparison(
+        &self,
+        provider: &str,
+        window: (i64, i64),
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        each!(self, s => s.finish_comparison(provider, window, now_ms).await)
+    }
+
+    async fn abandoned_comparisons(
+        &self,
+        claimed_before_ms: i64,
+    ) -> Result<Vec<(String, crate::Window)>, StoreError> {
+        each!(self, s => s.abandoned_comparisons(claimed_before_ms).await)
     }
 }

@@ -37,8 +37,8 @@ pub use model::{
     Resolution, StoredEvent, Submitted, Transition,
 };
 pub use operator::{
-    Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, IntegrationStats, ManualResolution,
-    NewReport, Report, Stats,
+    Alert, AlertBody, AlertClaim, AlertSent, Channel, DeadLetter, DeadLetterFilter, DeadLetterKind,
+    HistoryEntry, IntegrationStats, ManualResolution, NewAlert, NewReport, Report, Stats, Window,
 };
 pub use outbox::{Message, Outbox, OutboxConnection};
 pub use postgres::{NewMessages, PostgresStore};
@@ -320,31 +320,64 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn firing_alerts(&self, kind: &str) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
     /// Records that the alert `(kind, subject)` is raised (`firing`) or
-    /// resolved; returns whether this changed it (`false`: it already was,
-    /// e.g. another process took the same transition first).
+    /// resolved and, if that changed it, queues `alert` in the same
+    /// transaction; returns whether it changed (`false`: it already was,
+    /// e.g. another process took the same transition first, and nothing
+    /// is queued).
     fn set_alert(
         &self,
         kind: &str,
         subject: &str,
         firing: bool,
         now_ms: i64,
+        alert: Option<NewAlert>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Queues `alert` for the alert sink.
+    fn queue_alert(&self, alert: NewAlert) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Claims queued alerts to send, each for `lease_ms` (after which
+    /// another process may send it again): due, not claimed, and with no
+    /// earlier unsent alert of the same kind and subject, oldest first.
+    /// Each claim counts as a send tried ([`Alert::attempts`]).
+    fn claim_alerts(
+        &self,
+        claim: AlertClaim,
+        now_ms: i64,
+        lease_ms: i64,
+    ) -> impl Future<Output = Result<Vec<Alert>, StoreError>> + Send;
+
+    /// Records what became of a claimed alert's send (and, for a report's
+    /// alert, on the report: `alerted_at_ms`, `alert_error`); a failed one
+    /// is due again at its `retry_at_ms`.
+    fn alert_sent(&self, id: i64, sent: AlertSent) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Claims the comparison of `provider` over `[from_ms, to_ms)` for this
     /// process; returns `false` when another process (or an earlier run)
-    /// claimed it, so a schedule shared by several processes runs once.
+    /// claimed it and finished it, or claimed it less than `lease_ms` ago,
+    /// so a schedule shared by several processes runs once and a run whose
+    /// process died is taken over.
     fn claim_comparison(
         &self,
         provider: &str,
         window: (i64, i64),
         now_ms: i64,
+        lease_ms: i64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Records the alert sink's answer for a report: `Ok(when it took it)`
-    /// or `Err(why not)`.
-    fn report_alerted(
+    /// Records that the claimed comparison of `provider` over `window` has
+    /// run (whether it found anything or failed).
+    fn finish_comparison(
         &self,
-        id: i64,
-        result: Result<i64, String>,
+        provider: &str,
+        window: (i64, i64),
+        now_ms: i64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The comparisons claimed at or before `claimed_before_ms` and never
+    /// finished, as `(provider, (from_ms, to_ms))`, oldest window first.
+    fn abandoned_comparisons(
+        &self,
+        claimed_before_ms: i64,
+    ) -> impl Future<Output = Result<Vec<(String, Window)>, StoreError>> + Send;
 }

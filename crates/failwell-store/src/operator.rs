@@ -201,6 +201,9 @@ pub struct NewReport {
     pub report: Value,
     /// The same, as readable text.
     pub text: String,
+    /// Queue the report for the alert sink, in the transaction that
+    /// stores it.
+    pub alert: bool,
 }
 
 /// A stored comparison report.
@@ -232,6 +235,75 @@ pub struct Report {
     pub alerted_at_ms: Option<i64>,
     /// The last error sending it to the alert sink.
     pub alert_error: Option<String>,
+}
+
+/// An alert for the alert sink, queued in the store ([`crate::Store::queue_alert`])
+/// and sent from there at least once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewAlert {
+    /// What it is about: `oldest_open_age`, `comparison_failed`.
+    pub kind: String,
+    /// The integration or provider it concerns; alerts of one kind and
+    /// subject are sent in the order they were queued.
+    pub subject: String,
+    /// The readable text (Slack's `text`).
+    pub text: String,
+    /// The details (the body's `failwell` member).
+    pub details: Value,
+    /// When it was raised, ms since epoch; it is due from then.
+    pub at_ms: i64,
+}
+
+/// What a queued alert says.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AlertBody {
+    /// Its own text and details.
+    Message {
+        /// The readable text.
+        text: String,
+        /// The details.
+        details: Value,
+    },
+    /// The comparison report with this id: its text and JSON.
+    Report(i64),
+}
+
+/// A queued alert claimed for sending (see [`crate::Store::claim_alerts`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Alert {
+    /// Alert id.
+    pub id: i64,
+    /// What it says.
+    pub body: AlertBody,
+    /// Sends tried so far, this one included.
+    pub attempts: u32,
+}
+
+/// A comparison window `(from_ms, to_ms)`: from inclusive to exclusive, ms
+/// since epoch.
+pub type Window = (i64, i64);
+
+/// Which queued alerts [`crate::Store::claim_alerts`] takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AlertClaim {
+    /// Every due one, oldest first, at most this many.
+    Due(u32),
+    /// The one carrying this comparison report, if it is due.
+    Report(i64),
+}
+
+/// What became of one send of an alert.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AlertSent {
+    /// The sink took it at this time (ms since epoch).
+    At(i64),
+    /// It did not, for this reason; try again at `retry_at_ms`.
+    Failed {
+        /// Why (a sentence without the sink's URL).
+        error: String,
+        /// When to send it again, ms since epoch.
+        retry_at_ms: i64,
+    },
 }
 
 /// Which comparison reports a store's report listing reads.
@@ -414,14 +486,26 @@ impl DiscrepancyColumns {
     }
 }
 
-/// The columns recording the alert sink's answer for a report
-/// (`alerted_at_ms`, `alert_error`): a success keeps no error, a failure
-/// keeps the time of an earlier success (the statement's `COALESCE`).
-pub(crate) fn alert_columns(result: Result<i64, String>) -> (Option<i64>, Option<String>) {
-    match result {
-        Ok(at) => (Some(at), None),
-        Err(error) => (None, Some(error)),
-    }
+/// An alert's columns `(text, details, report_id)` as a claim reads them.
+pub(crate) fn alert_from_row<R: OperatorRow>(row: &R) -> Result<Alert, StoreError> {
+    const CONTEXT: &str = "reading a queued alert";
+    let report_id: Option<i64> = row.value("report_id").context(CONTEXT)?;
+    let body = match report_id {
+        Some(id) => AlertBody::Report(id),
+        None => {
+            let details: String = row.value("details").context(CONTEXT)?;
+            AlertBody::Message {
+                text: row.value("text").context(CONTEXT)?,
+                details: serde_json::from_str(&details)
+                    .map_err(|e| StoreError::Corrupt { what: "alert details", detail: e.to_string() })?,
+            }
+        }
+    };
+    Ok(Alert {
+        id: row.value("id").context(CONTEXT)?,
+        body,
+        attempts: u32::try_from(row.value::<i64>("attempts").context(CONTEXT)?).unwrap_or(u32::MAX),
+    })
 }
 
 /// The status an operator's resolution gives an operation: `succeeded` or
@@ -492,8 +576,8 @@ impl StatsBuilder {
         Ok(())
     }
 
-    /// Adds open and dead entries: rows of `name, depth, oldest` (creation
-    /// of the oldest open entry), `dead, unacked` (dead letters, and those
+    /// Adds open and dead entries: rows of `name, depth, oldest` (when the
+    /// oldest open entry was due: created, scheduled or replayed), `dead, unacked` (dead letters, and those
     /// given up after the last acknowledgement), several per name (outbox
     /// messages and forwards, open and dead).
     pub(crate) fn add_entries<R: OperatorRow>(&mut self, rows: &[R], now_ms: i64) -> Result<(), StoreError> {
@@ -877,7 +961,11 @@ macro_rules! operator_statements {
                 .context("reading recent calls")?;
                 stats.add_calls(&calls)?;
                 let entries = sqlx::query(
-                    "SELECT o.provider AS name, COUNT(*) AS depth, MIN(x.created_at_ms) AS oldest, \
+                    // A message's age counts from when it was due to be
+                    // delivered: its creation, its `available_at` when the
+                    // application scheduled it later, or its replay.
+                    "SELECT o.provider AS name, COUNT(*) AS depth, \
+                       MIN(COALESCE(o.replayed_at_ms, o.not_before_ms, x.created_at_ms)) AS oldest, \
                        CAST(0 AS bigint) AS dead, CAST(0 AS bigint) AS unacked \
                      FROM outbox x JOIN operations o ON o.id = x.operation_id WHERE x.state = 'pending' \
                      GROUP BY o.provider \
@@ -1020,6 +1108,18 @@ macro_rules! operator_statements {
                 .execute(&mut *tx)
                 .await
                 .context("storing discrepancies")?;
+                if report.alert {
+                    sqlx::query(
+                        "INSERT INTO alerts (kind, subject, report_id, created_at_ms, next_at_ms) \
+                         VALUES ('comparison', $1, $2, $3, $3)",
+                    )
+                    .bind(&report.provider)
+                    .bind(id)
+                    .bind(report.finished_at_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .context("queueing a report's alert")?;
+                }
                 tx.commit().await.context("committing a comparison report")?;
                 Ok(id)
             }
@@ -1038,22 +1138,76 @@ macro_rules! operator_statements {
                 rows.iter().map(crate::operator::report_from_row).collect()
             }
 
-            pub(super) async fn set_report_alerted(
+            pub(super) async fn claim_alert_rows(
+                &self,
+                claim: crate::operator::AlertClaim,
+                now_ms: i64,
+                lease_ms: i64,
+            ) -> Result<Vec<crate::operator::Alert>, crate::error::StoreError> {
+                let (report, limit) = match claim {
+                    crate::operator::AlertClaim::Due(limit) => (None, i64::from(limit)),
+                    crate::operator::AlertClaim::Report(id) => (Some(id), 1),
+                };
+                // Due, not leased, and no earlier unsent alert of its kind
+                // and subject; the outer conditions are checked again on
+                // the locked row, so two processes never both claim one.
+                let rows = sqlx::query(
+                    "UPDATE alerts SET locked_until_ms = $2, attempts = attempts + 1 \
+                     WHERE id IN (SELECT a.id FROM alerts a WHERE a.sent_at_ms IS NULL AND a.next_at_ms <= $1 \
+                       AND (a.locked_until_ms IS NULL OR a.locked_until_ms <= $1) \
+                       AND ($4 IS NULL OR a.report_id = $4) \
+                       AND NOT EXISTS (SELECT 1 FROM alerts e WHERE e.kind = a.kind AND e.subject = a.subject \
+                         AND e.sent_at_ms IS NULL AND e.id < a.id) \
+                       ORDER BY a.id LIMIT $3) \
+                       AND sent_at_ms IS NULL AND (locked_until_ms IS NULL OR locked_until_ms <= $1) \
+                     RETURNING id, report_id, text, details, attempts",
+                )
+                .bind(now_ms)
+                .bind(now_ms + lease_ms)
+                .bind(limit)
+                .bind(report)
+                .fetch_all(&self.$writer)
+                .await
+                .context("claiming alerts")?;
+                let mut alerts = rows.iter().map(crate::operator::alert_from_row).collect::<Result<Vec<_>, _>>()?;
+                alerts.sort_by_key(|a| a.id);
+                Ok(alerts)
+            }
+
+            pub(super) async fn record_alert(
                 &self,
                 id: i64,
-                result: Result<i64, String>,
+                sent: crate::operator::AlertSent,
             ) -> Result<(), crate::error::StoreError> {
-                let (at, error) = crate::operator::alert_columns(result);
+                let (at, error, retry_at) = match sent {
+                    crate::operator::AlertSent::At(at) => (Some(at), None, None),
+                    crate::operator::AlertSent::Failed { error, retry_at_ms } => (None, Some(error), Some(retry_at_ms)),
+                };
+                let mut tx = self.begin().await?;
                 sqlx::query(
-                    "UPDATE reconciliation_reports SET alerted_at_ms = COALESCE($2, alerted_at_ms), \
-                     alert_error = $3 WHERE id = $1",
+                    "UPDATE alerts SET sent_at_ms = $2, last_error = $3, next_at_ms = COALESCE($4, next_at_ms), \
+                     locked_until_ms = NULL WHERE id = $1",
                 )
                 .bind(id)
                 .bind(at)
-                .bind(error)
-                .execute(&self.$writer)
+                .bind(&error)
+                .bind(retry_at)
+                .execute(&mut *tx)
+                .await
+                .context("recording an alert's send")?;
+                // A report's alert: the report shows it too (an earlier
+                // success is kept; a success clears the error).
+                sqlx::query(
+                    "UPDATE reconciliation_reports SET alerted_at_ms = COALESCE($2, alerted_at_ms), alert_error = $3 \
+                     WHERE id = (SELECT report_id FROM alerts WHERE id = $1)",
+                )
+                .bind(id)
+                .bind(at)
+                .bind(&error)
+                .execute(&mut *tx)
                 .await
                 .context("recording a report's alert")?;
+                tx.commit().await.context("committing an alert's send")?;
                 Ok(())
             }
         }

@@ -457,19 +457,26 @@ macro_rules! store_impl {
                 subject: &str,
                 firing: bool,
                 now_ms: i64,
+                alert: Option<crate::operator::NewAlert>,
             ) -> Result<bool, StoreError> {
-                let query = if firing {
-                    sqlx::query(
-                        "INSERT INTO alerts_firing (kind, subject, since_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                    )
-                    .bind(kind)
-                    .bind(subject)
-                    .bind(now_ms)
-                } else {
-                    sqlx::query("DELETE FROM alerts_firing WHERE kind = $1 AND subject = $2").bind(kind).bind(subject)
-                };
-                let done = query.execute(self.pool()).await.context("recording an alert")?;
-                Ok(done.rows_affected() > 0)
+                self.alert_transition(Some((kind, subject, firing, now_ms)), alert.as_ref()).await
+            }
+
+            async fn queue_alert(&self, alert: crate::operator::NewAlert) -> Result<(), StoreError> {
+                self.alert_transition(None, Some(&alert)).await.map(|_| ())
+            }
+
+            async fn claim_alerts(
+                &self,
+                claim: crate::operator::AlertClaim,
+                now_ms: i64,
+                lease_ms: i64,
+            ) -> Result<Vec<crate::operator::Alert>, StoreError> {
+                self.claim_alert_rows(claim, now_ms, lease_ms).await
+            }
+
+            async fn alert_sent(&self, id: i64, sent: crate::operator::AlertSent) -> Result<(), StoreError> {
+                self.record_alert(id, sent).await
             }
 
             async fn claim_comparison(
@@ -477,10 +484,35 @@ macro_rules! store_impl {
                 provider: &str,
                 window: (i64, i64),
                 now_ms: i64,
+                lease_ms: i64,
             ) -> Result<bool, StoreError> {
+                // New, or claimed earlier by a run that never finished.
                 let claimed = sqlx::query(
                     "INSERT INTO comparison_runs (provider, window_from_ms, window_to_ms, claimed_at_ms) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                     VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (provider, window_from_ms, window_to_ms) DO UPDATE SET claimed_at_ms = $4 \
+                     WHERE comparison_runs.finished_at_ms IS NULL AND comparison_runs.claimed_at_ms <= $5",
+                )
+                .bind(provider)
+                .bind(window.0)
+                .bind(window.1)
+                .bind(now_ms)
+                .bind(now_ms - lease_ms)
+                .execute(self.pool())
+                .await
+                .context("claiming a comparison")?;
+                Ok(claimed.rows_affected() > 0)
+            }
+
+            async fn finish_comparison(
+                &self,
+                provider: &str,
+                window: (i64, i64),
+                now_ms: i64,
+            ) -> Result<(), StoreError> {
+                sqlx::query(
+                    "UPDATE comparison_runs SET finished_at_ms = $4 \
+                     WHERE provider = $1 AND window_from_ms = $2 AND window_to_ms = $3",
                 )
                 .bind(provider)
                 .bind(window.0)
@@ -488,12 +520,72 @@ macro_rules! store_impl {
                 .bind(now_ms)
                 .execute(self.pool())
                 .await
-                .context("claiming a comparison")?;
-                Ok(claimed.rows_affected() > 0)
+                .context("finishing a comparison")?;
+                Ok(())
             }
 
-            async fn report_alerted(&self, id: i64, result: Result<i64, String>) -> Result<(), StoreError> {
-                self.set_report_alerted(id, result).await
+            async fn abandoned_comparisons(
+                &self,
+                claimed_before_ms: i64,
+            ) -> Result<Vec<(String, crate::Window)>, StoreError> {
+                let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+                    "SELECT provider, window_from_ms, window_to_ms FROM comparison_runs \
+                     WHERE finished_at_ms IS NULL AND claimed_at_ms <= $1 ORDER BY window_from_ms, provider",
+                )
+                .bind(claimed_before_ms)
+                .fetch_all(self.read_pool())
+                .await
+                .context("reading unfinished comparisons")?;
+                Ok(rows.into_iter().map(|(p, from, to)| (p, (from, to))).collect())
+            }
+        }
+
+        impl $store {
+            /// In one transaction: the alert `(kind, subject)` raised or
+            /// resolved (when `transition` is given), and `alert` queued if
+            /// that changed it (always without a transition). Returns
+            /// whether it changed.
+            async fn alert_transition(
+                &self,
+                transition: Option<(&str, &str, bool, i64)>,
+                alert: Option<&crate::operator::NewAlert>,
+            ) -> Result<bool, StoreError> {
+                let mut tx = self.begin().await?;
+                let changed = match transition {
+                    None => true,
+                    Some((kind, subject, firing, now_ms)) => {
+                        let query = if firing {
+                            sqlx::query(
+                                "INSERT INTO alerts_firing (kind, subject, since_ms) VALUES ($1, $2, $3) \
+                                 ON CONFLICT DO NOTHING",
+                            )
+                            .bind(kind)
+                            .bind(subject)
+                            .bind(now_ms)
+                        } else {
+                            sqlx::query("DELETE FROM alerts_firing WHERE kind = $1 AND subject = $2")
+                                .bind(kind)
+                                .bind(subject)
+                        };
+                        query.execute(&mut *tx).await.context("recording an alert")?.rows_affected() > 0
+                    }
+                };
+                if let (true, Some(alert)) = (changed, alert) {
+                    sqlx::query(
+                        "INSERT INTO alerts (kind, subject, text, details, created_at_ms, next_at_ms) \
+                         VALUES ($1, $2, $3, $4, $5, $5)",
+                    )
+                    .bind(&alert.kind)
+                    .bind(&alert.subject)
+                    .bind(&alert.text)
+                    .bind(alert.details.to_string())
+                    .bind(alert.at_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .context("queueing an alert")?;
+                }
+                tx.commit().await.context("committing an alert")?;
+                Ok(changed)
             }
         }
     };

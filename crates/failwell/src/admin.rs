@@ -67,16 +67,28 @@ impl Token {
         tag_of(presented.as_bytes(), TAG_MESSAGE).verify_slice(&self.tag).is_ok()
     }
 
-    /// A value derived from the token for the dashboard's session cookie
-    /// (so the cookie never holds the token itself), as hex.
-    pub fn session(&self) -> String {
-        hex::encode(tag_of(&self.tag, b"failwell ui session").finalize().into_bytes())
+    /// The dashboard's session cookie value for a session issued at
+    /// `issued_s` (s since the Unix epoch): `ISSUED.HEX`, HEX an HMAC-SHA256
+    /// tag over the issue time keyed by the token's own tag, so the cookie
+    /// never holds the token and cannot be forged or post-dated.
+    pub fn session(&self, issued_s: i64) -> String {
+        format!("{issued_s}.{}", hex::encode(self.session_tag(issued_s).finalize().into_bytes()))
     }
 
-    /// Whether `cookie` is [`Self::session`], in constant time.
-    pub fn session_matches(&self, cookie: &str) -> bool {
-        let Ok(bytes) = hex::decode(cookie) else { return false };
-        tag_of(&self.tag, b"failwell ui session").verify_slice(&bytes).is_ok()
+    /// Whether `cookie` is a [`Self::session`] issued within the last
+    /// `lifetime_s` seconds before `now_s` (the tag compared in constant
+    /// time).
+    pub fn session_matches(&self, cookie: &str, now_s: i64, lifetime_s: i64) -> bool {
+        let Some((issued, tag)) = cookie.split_once('.') else { return false };
+        let (Ok(issued_s), Ok(bytes)) = (issued.parse::<i64>(), hex::decode(tag)) else { return false };
+        (now_s - lifetime_s..=now_s).contains(&issued_s)
+            && self.session_tag(issued_s).verify_slice(&bytes).is_ok()
+    }
+
+    fn session_tag(&self, issued_s: i64) -> Hmac<Sha256> {
+        let mut mac = tag_of(&self.tag, b"failwell ui session ");
+        mac.update(issued_s.to_string().as_bytes());
+        mac
     }
 }
 
@@ -93,14 +105,26 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router<Arc<AppState<S>>> {
         .route("/admin/v1/operations/{key}/resolve", post(resolve::<S>))
         .route("/admin/v1/reports", get(reports::<S>))
         .route("/admin/v1/reports/{id}", get(report::<S>))
+        .route(
+            "/admin/{*rest}",
+            axum::routing::any(|| async {
+                Problem::new(StatusCode::NOT_FOUND, "not-found", "No such route.")
+            }),
+        )
+        .method_not_allowed_fallback(crate::api::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state, authenticate::<S>))
 }
 
+/// Checks the bearer token of every request below `/admin/` (whatever its
+/// method, and for paths no route takes), before anything else answers it.
 async fn authenticate<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     request: Request,
     next: Next,
 ) -> Response {
+    if !request.uri().path().starts_with("/admin/") {
+        return next.run(request).await;
+    }
     let Some(token) = &state.admin.token else {
         return Problem::new(
             StatusCode::NOT_FOUND,
@@ -252,8 +276,16 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(86_400);
 
 async fn reconcile<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    body: axum::body::Bytes,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, Problem> {
+    let body = body.map_err(|rejection| {
+        let slug = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            "body-too-large"
+        } else {
+            "unreadable-body"
+        };
+        Problem::new(rejection.status(), slug, rejection.body_text())
+    })?;
     let body: ReconcileBody = if body.is_empty() {
         ReconcileBody::default()
     } else {
@@ -390,5 +422,28 @@ async fn report<S: Store>(
     match state.store.report(id).await? {
         Some(report) => Ok(Json(report).into_response()),
         None => Err(Problem::new(StatusCode::NOT_FOUND, "report-not-found", format!("No report {id}."))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Token;
+
+    #[test]
+    fn a_session_cookie_is_bound_to_the_token_and_expires() {
+        let token = Token::new("a".repeat(32)).unwrap();
+        let other = Token::new("b".repeat(32)).unwrap();
+        let cookie = token.session(1_000);
+        assert!(!cookie.contains(&"a".repeat(32)));
+        assert!(token.session_matches(&cookie, 1_000, 60));
+        assert!(token.session_matches(&cookie, 1_060, 60));
+        assert!(!token.session_matches(&cookie, 1_061, 60), "expired");
+        assert!(!token.session_matches(&cookie, 999, 60), "issued in the future");
+        assert!(!other.session_matches(&cookie, 1_000, 60), "another token's");
+        let (_, tag) = cookie.split_once('.').unwrap();
+        assert!(!token.session_matches(&format!("1050.{tag}"), 1_060, 60), "re-dated");
+        for broken in ["", ".", "1000", "1000.", "x.00", "1000.zz"] {
+            assert!(!token.session_matches(broken, 1_000, 60), "{broken:?}");
+        }
     }
 }

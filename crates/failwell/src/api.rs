@@ -66,14 +66,18 @@ pub struct AdminState {
 }
 
 /// The API router: `POST /v1/operations`, `GET /v1/operations/{key}`,
-/// `GET /v1/providers`, `GET /healthz`, with a request body limit of
-/// `max_body_bytes`.
+/// `GET /v1/providers`, `GET /healthz`, …, the admin API and the
+/// dashboard, with a request body limit of `max_body_bytes`.
 ///
-/// Every request runs under failwell's own policy layers: a deadline of
-/// `limits.request_timeout` (enforced by a timeout layer), inside a
-/// bulkhead of `limits.bulkhead`. A request turned away or cut short gets a
-/// 503 problem with `Retry-After`; a submission cut short may have been
-/// recorded, and resubmitting it with the same key returns it.
+/// Every request to the API runs under failwell's own policy layers: a
+/// deadline of `limits.request_timeout` (enforced by a timeout layer),
+/// inside a bulkhead of `limits.bulkhead`. A request turned away or cut
+/// short gets a 503 problem with `Retry-After`; a submission cut short may
+/// have been recorded, and resubmitting it with the same key returns it.
+/// The operator's routes (`/admin/v1`, `/ui`) are not under them: a
+/// `reconcile` may take longer than an API call (it waits out the
+/// provider's pauses), and needs the admin token, checked before any
+/// other answer, on every path below `/admin/`.
 pub fn router<S: Store>(
     state: Arc<AppState<S>>,
     max_body_bytes: usize,
@@ -86,7 +90,7 @@ pub fn router<S: Store>(
         .layer(BulkheadLayer::new(Some(bulkhead)))
         .layer(TimeoutLayer::new(None))
         .map_err(PolicyError::<Infallible>::Inner);
-    Router::new()
+    let api = Router::new()
         .route("/v1/operations", post(submit::<S>))
         .route("/v1/operations/{key}", get(show::<S>))
         .route("/v1/providers", get(providers::<S>))
@@ -99,19 +103,25 @@ pub fn router<S: Store>(
             post(crate::inbox::receive::<S>).layer(DefaultBodyLimit::max(webhook_body_limit(&state))),
         )
         .route("/healthz", get(health::<S>))
-        .merge(crate::admin::router(state.clone()))
-        .merge(crate::ui::router(state.clone()))
         .fallback(|| async { Problem::new(StatusCode::NOT_FOUND, "not-found", "No such route.") })
-        .method_not_allowed_fallback(|| async {
-            Problem::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method-not-allowed",
-                "This route does not take that method.",
-            )
-        })
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body_bytes))
-        .with_state(state)
-        .layer(policy)
+        .with_state(state.clone())
+        .layer(policy);
+    let operator = crate::admin::router(state.clone())
+        .merge(crate::ui::router(state.clone()))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state);
+    operator.merge(api)
+}
+
+/// The answer to a method a route does not take (405).
+pub(crate) async fn method_not_allowed() -> Problem {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "This route does not take that method.",
+    )
 }
 
 /// The largest body any webhook source accepts (each source checks its own).

@@ -115,7 +115,20 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
     let found = match (m.reconcile, &spec.lookup) {
         _ if read => "not applicable: a read changes nothing at the provider".to_owned(),
         (Reconcile::None, _) | (_, None) => {
-            "none: an ambiguous outcome goes to needs_human for a person, never looked up".to_owned()
+            let retried = if spec.idempotency.header.is_some() && op.send_key {
+                Some("under the same key")
+            } else {
+                (m.duplicate_severity == Severity::Harmless).then_some("harmless")
+            };
+            match retried {
+                Some(why) => format!(
+                    "none: never looked up; an ambiguous outcome is retried ({why}), and one still unknown \
+                     after the last attempt goes to needs_human for a person"
+                ),
+                None => {
+                    "none: an ambiguous outcome goes to needs_human for a person, never looked up".to_owned()
+                }
+            }
         }
         (how, Some(lookup)) => format!(
             "{}: GET {}?{}=REFERENCE, first {} after an ambiguous outcome",

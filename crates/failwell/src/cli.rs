@@ -40,8 +40,8 @@ pub enum DlqCommand {
         /// Only this provider or webhook integration.
         #[arg(long)]
         integration: Option<String>,
-        /// At most this many.
-        #[arg(long, default_value_t = 100)]
+        /// At most this many (1 or more).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
         limit: u32,
     },
     /// Show one dead letter with its payload.
@@ -114,8 +114,9 @@ fn parse_kind(s: &str) -> Result<DeadLetterKind, String> {
 }
 
 /// Opens the configuration's database for an operator command. Errors: the
-/// configuration is invalid, or (SQLite) the database file does not exist:
-/// an operator command never creates one.
+/// configuration is invalid, the database (SQLite: its file) does not
+/// exist, or it holds no failwell store: an operator command never creates
+/// one.
 pub async fn open(common: &Common) -> anyhow::Result<(Config, AnyStore)> {
     let config = crate::config::load(common.config.as_deref())?;
     let url = &config.database_url;
@@ -128,9 +129,16 @@ pub async fn open(common: &Common) -> anyhow::Result<(Config, AnyStore)> {
             );
         }
     }
+    let holds = AnyStore::holds_store(url).await.context("cannot open the database (database_url)")?;
+    if !holds {
+        anyhow::bail!(
+            "the database (database_url) holds no failwell store; is this the configuration `failwell serve` \
+             runs with? (`failwell serve` creates the store)"
+        );
+    }
     let store = AnyStore::open(url, config.store_options())
         .await
-        .with_context(|| format!("cannot open the database {url:?}"))?;
+        .context("cannot open the database (database_url)")?;
     Ok((config, store))
 }
 
@@ -184,10 +192,13 @@ pub async fn dlq(common: Common, command: DlqCommand) -> anyhow::Result<ExitCode
         },
         DlqCommand::Replay { kind, id } => {
             if store.replay(kind, id, Channel::Cli, now).await? {
-                println!(
-                    "{} {id} replayed: due now with fresh attempts (a running failwell picks it up)",
-                    kind.as_str()
-                );
+                let done = serde_json::json!({ "kind": kind.as_str(), "id": id, "replayed": true });
+                print(common.json, &done, || {
+                    format!(
+                        "{} {id} replayed: due now with fresh attempts (a running failwell picks it up)\n",
+                        kind.as_str()
+                    )
+                })?;
                 ExitCode::SUCCESS
             } else {
                 missing(kind, id)
@@ -195,7 +206,8 @@ pub async fn dlq(common: Common, command: DlqCommand) -> anyhow::Result<ExitCode
         }
         DlqCommand::Purge { kind, id } => {
             if store.purge(kind, id, Channel::Cli, now).await? {
-                println!("{} {id} purged", kind.as_str());
+                let done = serde_json::json!({ "kind": kind.as_str(), "id": id, "purged": true });
+                print(common.json, &done, || format!("{} {id} purged\n", kind.as_str()))?;
                 ExitCode::SUCCESS
             } else {
                 missing(kind, id)
@@ -203,7 +215,9 @@ pub async fn dlq(common: Common, command: DlqCommand) -> anyhow::Result<ExitCode
         }
         DlqCommand::Ack => {
             store.ack_dead_letters(Channel::Cli, now).await?;
-            println!("dead letters acknowledged at {}", failwell_engine::compare::rfc3339(now));
+            print(common.json, &serde_json::json!({ "acknowledged_at_ms": now }), || {
+                format!("dead letters acknowledged at {}\n", failwell_engine::compare::rfc3339(now))
+            })?;
             ExitCode::SUCCESS
         }
     };
@@ -267,7 +281,8 @@ pub async fn resolve(common: Common, args: ResolveArgs) -> anyhow::Result<ExitCo
     store.close().await;
     Ok(match done {
         ManualResolution::Resolved => {
-            println!("{} is now {}", args.key, args.outcome);
+            let done = serde_json::json!({ "key": args.key, "status": args.outcome.to_string() });
+            print(common.json, &done, || format!("{} is now {}\n", args.key, args.outcome))?;
             ExitCode::SUCCESS
         }
         ManualResolution::NotFound => {

@@ -177,6 +177,13 @@ impl Server {
                 stop_watchers.clone(),
             )));
         }
+        if let Some(alerts) = &config.alerts {
+            watchers.push(tokio::spawn(failwell_engine::send_queued(
+                store.clone(),
+                alerts.sink.clone(),
+                stop_watchers.clone(),
+            )));
+        }
         if let Some(alerts) = &config.alerts
             && let Some(age) = alerts.age
         {

@@ -4,14 +4,20 @@
 //! comparison reports; a page per report and per operation's history.
 //!
 //! Signing in takes the `[admin] token` once (a form); the session cookie
-//! holds a value derived from it, never the token, and is `HttpOnly` and
-//! `SameSite=Strict`, so another site cannot make a signed-in browser post
-//! a replay. Without `[admin]` the dashboard answers 404.
+//! holds a value derived from it, never the token, and is `HttpOnly`,
+//! `SameSite=Strict` and good for 12 hours (or until "Sign out"). A page of
+//! another origin cannot make a signed-in browser post a replay: every
+//! `POST` must come from a page of this origin (`Sec-Fetch-Site:
+//! same-origin`, or, from a browser that does not send it, an `Origin`
+//! naming this `Host`), as in the Fetch Metadata and Origin checks of the
+//! OWASP "Cross-Site Request Forgery Prevention Cheat Sheet"; `SameSite`
+//! alone would let another port of the same host, or a sibling subdomain,
+//! through. Without `[admin]` the dashboard answers 404.
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Form, Request, State};
+use axum::extract::{Form, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -26,6 +32,9 @@ use crate::ops;
 
 const COOKIE: &str = "failwell_session";
 
+/// How long a dashboard session lasts (s).
+const SESSION_S: i64 = 12 * 60 * 60;
+
 /// The dashboard's routes, all below `/ui`.
 pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router<Arc<AppState<S>>> {
     let signed_in = Router::new()
@@ -36,6 +45,7 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router<Arc<AppState<S>>> {
         .route("/ui/dead-letters/{kind}/{id}/purge", post(purge::<S>))
         .route("/ui/dead-letters/ack", post(ack::<S>))
         .route("/ui/operations/{key}/resolve", post(resolve::<S>))
+        .route("/ui/logout", post(logout))
         .layer(axum::middleware::from_fn_with_state(state, session::<S>));
     Router::new().route("/ui/login", get(login_page::<S>).post(login::<S>)).merge(signed_in)
 }
@@ -52,7 +62,12 @@ fn page(title: &str, body: Markup) -> Html<String> {
                     style { (maud::PreEscaped(STYLE)) }
                 }
                 body {
-                    header { a href="/ui" { "failwell" } " · " (title) }
+                    header {
+                        a href="/ui" { "failwell" } " · " (title)
+                        @if title != "Sign in" {
+                            form.inline.logout method="post" action="/ui/logout" { button type="submit" { "Sign out" } }
+                        }
+                    }
                     main { (body) }
                 }
             }
@@ -70,20 +85,55 @@ main{padding:16px 20px}.cards{display:flex;flex-wrap:wrap;gap:12px}\
 .state-open,.state-forced_open,.warn{color:#b00020;font-weight:600}.state-half_open{color:#b36b00;font-weight:600}\
 .state-closed{color:#1b7f3b}table{border-collapse:collapse;background:#fff;width:100%}\
 th,td{border-bottom:1px solid #e4e6eb;padding:5px 8px;text-align:left;vertical-align:top}\
-form.inline{display:inline}button{cursor:pointer}pre{background:#fff;border:1px solid #dde;padding:10px;overflow:auto}\
-.error{color:#b00020}";
+form.inline{display:inline}form.logout{float:right}button{cursor:pointer}pre{background:#fff;border:1px solid #dde;padding:10px;overflow:auto}\
+.error{color:#b00020}.notice{background:#e8f4ea;border:1px solid #b7dcc0;padding:6px 10px}";
 
-/// Rejects a request without the session cookie: back to the sign-in page.
+/// Rejects a request without the session cookie (back to the sign-in page),
+/// and a `POST` that did not come from a page of this origin (403).
 async fn session<S: Store>(State(state): State<Arc<AppState<S>>>, request: Request, next: Next) -> Response {
     let Some(token) = &state.admin.token else { return disabled() };
-    if cookie(request.headers()).is_some_and(|c| token.session_matches(c)) {
+    let get = request.method() == axum::http::Method::GET;
+    if !get && !same_origin(request.headers()) {
+        tracing::warn!(path = %request.uri().path(), "dashboard post from another origin refused");
+        return (
+            StatusCode::FORBIDDEN,
+            page(
+                "Refused",
+                html! { p.error { "This form was not sent from this dashboard: nothing was changed." } },
+            ),
+        )
+            .into_response();
+    }
+    if cookie(request.headers()).is_some_and(|c| token.session_matches(c, now_s(), SESSION_S)) {
         return next.run(request).await;
     }
-    if request.method() == axum::http::Method::GET {
+    if get {
         Redirect::to("/ui/login").into_response()
     } else {
         (StatusCode::UNAUTHORIZED, page("Sign in", html! { p.error { "Sign in first." } })).into_response()
     }
+}
+
+/// Whether a state-changing request comes from a page of this origin: the
+/// browser's `Sec-Fetch-Site` says `same-origin` (or `none`: typed by the
+/// user), or, without it, `Origin`'s host and port are the request's
+/// `Host`. A request with neither header is refused: every browser that
+/// posts a form sends one of them.
+fn same_origin(headers: &HeaderMap) -> bool {
+    let value = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = value("sec-fetch-site") {
+        return site == "same-origin" || site == "none";
+    }
+    let (Some(origin), Some(host)) = (value(header::ORIGIN.as_str()), value(header::HOST.as_str())) else {
+        return false;
+    };
+    origin
+        .split_once("://")
+        .is_some_and(|(scheme, authority)| matches!(scheme, "http" | "https") && authority == host)
+}
+
+fn now_s() -> i64 {
+    failwell_engine::now_ms() / 1000
 }
 
 fn disabled() -> Response {
@@ -135,14 +185,45 @@ async fn login<S: Store>(
     let Some(token) = &state.admin.token else { return disabled() };
     match form {
         Ok(Form(login)) if token.matches(login.token.trim()) => {
-            let cookie = format!("{COOKIE}={}; Path=/ui; HttpOnly; SameSite=Strict", token.session());
+            let cookie = format!(
+                "{COOKIE}={}; Path=/ui; Max-Age={SESSION_S}; HttpOnly; SameSite=Strict",
+                token.session(now_s())
+            );
             ([(header::SET_COOKIE, cookie)], Redirect::to("/ui")).into_response()
         }
         _ => (StatusCode::UNAUTHORIZED, login_form(Some("That is not the admin token."))).into_response(),
     }
 }
 
-async fn dashboard<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
+/// Ends the session: the browser forgets the cookie.
+async fn logout() -> Response {
+    let cookie = format!("{COOKIE}=; Path=/ui; Max-Age=0; HttpOnly; SameSite=Strict");
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/ui/login")).into_response()
+}
+
+/// What the dashboard says after an action sent the browser back to it
+/// (`/ui?notice=…`; only these fixed texts are ever shown).
+#[derive(Deserialize)]
+struct Notice {
+    notice: Option<String>,
+}
+
+impl Notice {
+    fn text(&self) -> Option<&'static str> {
+        Some(match self.notice.as_deref()? {
+            "replayed" => "Replayed: the entry is due now, with the same idempotency key.",
+            "purged" => "Purged.",
+            "acknowledged" => "Acknowledged: dead letters since the last look start from zero.",
+            "gone" => "Nothing was done: that entry is not a dead letter (any more).",
+            _ => return None,
+        })
+    }
+}
+
+async fn dashboard<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    Query(notice): Query<Notice>,
+) -> Result<Response, Problem> {
     let stats = ops::stats(&state.store, &state.providers, state.admin.stats_window).await?;
     let letters = state.store.dead_letters(DeadLetterFilter::default(), 100).await?;
     let reports = state.store.reports(20).await?;
@@ -154,6 +235,7 @@ async fn dashboard<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Re
             .unwrap_or("none")
     };
     let body = html! {
+        @if let Some(text) = notice.text() { p.notice id="notice" { (text) } }
         h2 { "Integrations" }
         p { "Success rate and p95 over the last " (ops::human_ms(stats.window_ms as i64)) "." }
         div.cards {
@@ -281,21 +363,23 @@ async fn replay<S: Store>(
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
     let dead_kind = crate::admin::kind(&k)?;
-    if state.store.replay(dead_kind, id, Channel::Ui, failwell_engine::now_ms()).await? {
-        crate::admin::wake(&state, dead_kind);
-        tracing::info!(kind = k, id, by = Channel::Ui.actor(), "dead letter replayed");
+    if !state.store.replay(dead_kind, id, Channel::Ui, failwell_engine::now_ms()).await? {
+        return Ok(Redirect::to("/ui?notice=gone").into_response());
     }
-    Ok(Redirect::to("/ui").into_response())
+    crate::admin::wake(&state, dead_kind);
+    tracing::info!(kind = k, id, by = Channel::Ui.actor(), "dead letter replayed");
+    Ok(Redirect::to("/ui?notice=replayed").into_response())
 }
 
 async fn purge<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
-    if state.store.purge(crate::admin::kind(&k)?, id, Channel::Ui, failwell_engine::now_ms()).await? {
-        tracing::info!(kind = k, id, by = Channel::Ui.actor(), "dead letter purged");
+    if !state.store.purge(crate::admin::kind(&k)?, id, Channel::Ui, failwell_engine::now_ms()).await? {
+        return Ok(Redirect::to("/ui?notice=gone").into_response());
     }
-    Ok(Redirect::to("/ui").into_response())
+    tracing::info!(kind = k, id, by = Channel::Ui.actor(), "dead letter purged");
+    Ok(Redirect::to("/ui?notice=purged").into_response())
 }
 
 /// The "resolve by hand" form.
@@ -320,5 +404,33 @@ async fn resolve<S: Store>(
 
 async fn ack<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
     state.store.ack_dead_letters(Channel::Ui, failwell_engine::now_ms()).await?;
-    Ok(Redirect::to("/ui").into_response())
+    Ok(Redirect::to("/ui?notice=acknowledged").into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderMap;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        pairs.iter().map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap())).collect()
+    }
+
+    #[test]
+    fn only_posts_from_this_origin_pass() {
+        let same = super::same_origin;
+        assert!(same(&headers(&[("sec-fetch-site", "same-origin")])));
+        assert!(same(&headers(&[("sec-fetch-site", "none")])));
+        for site in ["same-site", "cross-site"] {
+            // Fetch metadata wins over an Origin that would match.
+            let h = headers(&[("sec-fetch-site", site), ("origin", "http://a:1"), ("host", "a:1")]);
+            assert!(!same(&h), "{site}");
+        }
+        assert!(same(&headers(&[("origin", "http://127.0.0.1:8080"), ("host", "127.0.0.1:8080")])));
+        assert!(same(&headers(&[("origin", "https://ops.example"), ("host", "ops.example")])));
+        for origin in ["http://127.0.0.1:8081", "null", "http://127.0.0.1", "ftp://127.0.0.1:8080"] {
+            assert!(!same(&headers(&[("origin", origin), ("host", "127.0.0.1:8080")])), "{origin}");
+        }
+        assert!(!same(&headers(&[("host", "127.0.0.1:8080")])), "neither header");
+        assert!(!same(&headers(&[("origin", "http://127.0.0.1:8080")])), "no Host");
+    }
 }

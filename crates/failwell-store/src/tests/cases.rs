@@ -205,17 +205,85 @@ macro_rules! store_tests {
         }
 
         #[tokio::test]
-        async fn a_comparison_window_and_an_alert_transition_are_taken_once() {
+        async fn a_comparison_window_is_taken_once_unless_its_run_was_abandoned() {
             let (_d, s) = store().await;
-            assert!(s.claim_comparison("payments", (0, 86_400_000), 5).await.unwrap());
-            assert!(!s.claim_comparison("payments", (0, 86_400_000), 6).await.unwrap(), "claimed already");
-            assert!(s.claim_comparison("payments", (86_400_000, 172_800_000), 7).await.unwrap());
-            assert!(s.claim_comparison("shipping", (0, 86_400_000), 8).await.unwrap());
-            assert!(s.set_alert("oldest_open_age", "payments", true, 1).await.unwrap());
-            assert!(!s.set_alert("oldest_open_age", "payments", true, 2).await.unwrap(), "firing already");
-            assert_eq!(s.firing_alerts("oldest_open_age").await.unwrap(), ["payments"]);
-            assert!(s.set_alert("oldest_open_age", "payments", false, 3).await.unwrap());
-            assert!(!s.set_alert("oldest_open_age", "payments", false, 4).await.unwrap(), "resolved already");
+            let (day, next) = ((0, 86_400_000), (86_400_000, 172_800_000));
+            assert!(s.claim_comparison("payments", day, 5, 100).await.unwrap());
+            assert!(!s.claim_comparison("payments", day, 6, 100).await.unwrap(), "claimed already");
+            assert!(s.claim_comparison("payments", next, 7, 100).await.unwrap());
+            assert!(s.claim_comparison("shipping", day, 8, 100).await.unwrap());
+            s.finish_comparison("payments", next, 9).await.unwrap();
+            s.finish_comparison("shipping", day, 9).await.unwrap();
+            assert_eq!(s.abandoned_comparisons(4).await.unwrap(), []);
+            assert_eq!(s.abandoned_comparisons(105).await.unwrap(), [("payments".to_owned(), day)]);
+            // Its process died: taken over once the claim is a lease old.
+            assert!(!s.claim_comparison("payments", day, 104, 100).await.unwrap(), "not yet");
+            assert!(s.claim_comparison("payments", day, 105, 100).await.unwrap(), "taken over");
+            assert!(!s.claim_comparison("payments", day, 106, 100).await.unwrap(), "claimed again");
+            assert_eq!(s.abandoned_comparisons(104).await.unwrap(), [], "claimed again at 105");
+            s.finish_comparison("payments", day, 110).await.unwrap();
+            for (provider, window) in [("payments", day), ("payments", next), ("shipping", day)] {
+                assert!(!s.claim_comparison(provider, window, 10_000, 100).await.unwrap(), "finished");
+            }
+            assert_eq!(s.abandoned_comparisons(10_000).await.unwrap(), []);
+        }
+
+        #[tokio::test]
+        async fn alerts_are_queued_with_their_transition_and_sent_at_least_once_in_order() {
+            use crate::{Alert, AlertBody, AlertClaim, AlertSent, NewAlert};
+            let (_d, s) = store().await;
+            let alert = |kind: &str, text: &str, at_ms| NewAlert {
+                kind: kind.into(),
+                subject: "payments".into(),
+                text: text.into(),
+                details: json!({ "said": text }),
+                at_ms,
+            };
+            let texts = |alerts: &[Alert]| -> Vec<String> {
+                alerts
+                    .iter()
+                    .map(|a| match &a.body {
+                        AlertBody::Message { text, details } => {
+                            assert_eq!(details["said"], json!(text));
+                            text.clone()
+                        }
+                        AlertBody::Report(id) => format!("report {id}"),
+                    })
+                    .collect()
+            };
+            let age = "oldest_open_age";
+            assert!(s.set_alert(age, "payments", true, 1, Some(alert(age, "raised", 1))).await.unwrap());
+            assert!(
+                !s.set_alert(age, "payments", true, 2, Some(alert(age, "raised again", 2))).await.unwrap(),
+                "firing already: nothing queued"
+            );
+            assert_eq!(s.firing_alerts(age).await.unwrap(), ["payments"]);
+            assert!(s.set_alert(age, "payments", false, 3, Some(alert(age, "resolved", 3))).await.unwrap());
+            assert!(!s.set_alert(age, "payments", false, 4, None).await.unwrap(), "resolved already");
+            s.queue_alert(alert("comparison_failed", "failed", 5)).await.unwrap();
+            assert!(s.claim_alerts(AlertClaim::Due(10), 0, 1_000).await.unwrap().is_empty(), "not due yet");
+
+            // In order per kind and subject: the resolve waits for the raise.
+            let first = s.claim_alerts(AlertClaim::Due(10), 10, 1_000).await.unwrap();
+            assert_eq!(texts(&first), ["raised", "failed"]);
+            assert_eq!(first[0].attempts, 1);
+            assert!(s.claim_alerts(AlertClaim::Due(10), 11, 1_000).await.unwrap().is_empty(), "all held");
+            s.alert_sent(first[0].id, AlertSent::Failed { error: "sink down".into(), retry_at_ms: 500 })
+                .await
+                .unwrap();
+            s.alert_sent(first[1].id, AlertSent::At(12)).await.unwrap();
+            assert!(s.claim_alerts(AlertClaim::Due(10), 499, 1_000).await.unwrap().is_empty(), "retried at 500");
+            let again = s.claim_alerts(AlertClaim::Due(10), 500, 1_000).await.unwrap();
+            assert_eq!((texts(&again), again[0].attempts), (vec!["raised".to_owned()], 2));
+            // Its sender died: once the lease is over another one sends it.
+            assert!(s.claim_alerts(AlertClaim::Due(10), 1_499, 1_000).await.unwrap().is_empty());
+            let taken_over = s.claim_alerts(AlertClaim::Due(1), 1_500, 1_000).await.unwrap();
+            assert_eq!((texts(&taken_over), taken_over[0].attempts), (vec!["raised".to_owned()], 3));
+            s.alert_sent(taken_over[0].id, AlertSent::At(1_501)).await.unwrap();
+            let last = s.claim_alerts(AlertClaim::Due(10), 1_502, 1_000).await.unwrap();
+            assert_eq!(texts(&last), ["resolved"]);
+            s.alert_sent(last[0].id, AlertSent::At(1_503)).await.unwrap();
+            assert!(s.claim_alerts(AlertClaim::Due(10), 100_000, 1_000).await.unwrap().is_empty(), "all sent");
         }
 
         #[tokio::test]
@@ -237,6 +305,12 @@ macro_rules! store_tests {
         async fn a_message_available_later_is_not_claimed_before_and_its_delivery_counts_from_then() {
             let (_d, s) = store().await;
             enqueue(&s, Message { available_at_ms: Some(5_000), ..message("later", 100) }, 1_000).await;
+            // Not late before it is due: its age counts from then.
+            for (now, age) in [(4_000, 0), (6_000, 1_000)] {
+                let stats = s.stats(now, 0, &[]).await.unwrap();
+                let open = stats.integrations.iter().find(|i| i.depth > 0).unwrap();
+                assert_eq!((open.depth, open.oldest_open_age_ms), (1, Some(age)), "at {now}");
+            }
             enqueue(&s, Message { available_at_ms: Some(10), ..message("past", 100) }, 1_000).await;
             let now = s.claim(1_000, 10, 100_000, &ClaimScope::All).await.unwrap();
             assert_eq!(keys(&now), ["past"]);
@@ -913,6 +987,7 @@ macro_rules! store_tests {
                 discrepancies: vec![],
                 report: json!({}),
                 text: String::new(),
+                alert: false,
             };
             s.save_report(report("payments", 1)).await.unwrap();
             s.save_report(report("shipping", 2)).await.unwrap();

@@ -534,9 +534,9 @@ mod operator_races {
     use serde_json::{Value, json};
 
     use crate::{
-        AttemptKind, AttemptRecord, Channel, ClaimScope, Completion, DeadLetterFilter, DeadLetterKind,
-        ManualResolution, NewOperation, NewReport, OperationStatus, PostgresStore, Reconciled, Resolution,
-        SqliteStore, Store, Synchronous, Transition,
+        AlertBody, AlertClaim, AlertSent, AttemptKind, AttemptRecord, Channel, ClaimScope, Completion,
+        DeadLetterFilter, DeadLetterKind, ManualResolution, NewOperation, NewReport, OperationStatus,
+        PostgresStore, Reconciled, Resolution, SqliteStore, Store, Synchronous, Transition,
     };
 
     const ROUNDS: i64 = 25;
@@ -839,6 +839,7 @@ mod operator_races {
             actor: "operator:cli".into(),
             ours: 3,
             theirs: 2,
+            alert: !discrepancies.is_empty(),
             discrepancies,
             report: json!({"provider": provider, "at": at}),
             text: format!("{provider} at {at}"),
@@ -862,9 +863,19 @@ mod operator_races {
         let first = s.save_report(report("payments", 600, found)).await.unwrap();
         let second = s.save_report(report("payments", 700, vec![])).await.unwrap();
         s.save_report(report("shipping", 650, vec![])).await.unwrap();
-        s.report_alerted(first, Ok(610)).await.unwrap();
-        s.report_alerted(first, Err("sink down".into())).await.unwrap();
-        s.report_alerted(second, Err("sink down".into())).await.unwrap();
+        // Reports with discrepancies were queued for the alert sink; the
+        // outcome of each send shows on the report.
+        assert!(
+            s.claim_alerts(AlertClaim::Report(second), 705, 60_000).await.unwrap().is_empty(),
+            "none found"
+        );
+        let alert = s.claim_alerts(AlertClaim::Report(first), 605, 60_000).await.unwrap();
+        assert_eq!(alert.iter().map(|a| &a.body).collect::<Vec<_>>(), [&AlertBody::Report(first)]);
+        s.alert_sent(alert[0].id, AlertSent::Failed { error: "sink down".into(), retry_at_ms: 608 })
+            .await
+            .unwrap();
+        let alert = s.claim_alerts(AlertClaim::Due(5), 608, 60_000).await.unwrap();
+        s.alert_sent(alert[0].id, AlertSent::At(610)).await.unwrap();
         let replays = json!([
             s.replay(DeadLetterKind::Forward, 1, Channel::Api, 800).await.unwrap(),
             s.purge(DeadLetterKind::Forward, 2, Channel::Api, 801).await.unwrap(),

@@ -3,6 +3,7 @@
 //! sink, the four numbers in `failwell status` and `/metrics` against the
 //! database, the dead-letter tools, and the admin API's token.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,19 +17,27 @@ use crate::helpers::{Gateway, binary, simulator};
 
 const TOKEN: &str = "test-admin-token-0123456789abcdef-xyz";
 
-/// A JSON webhook that keeps every body it is sent.
+/// A JSON webhook that keeps every body it is sent; while `hang` is set it
+/// never answers (a request still counts in `arrived`).
 struct Sink {
     url: String,
     received: Arc<Mutex<Vec<Value>>>,
+    hang: Arc<AtomicBool>,
+    arrived: Arc<AtomicUsize>,
 }
 
 impl Sink {
     async fn start() -> Sink {
         let received: Arc<Mutex<Vec<Value>>> = Arc::default();
-        let keep = received.clone();
+        let (hang, arrived): (Arc<AtomicBool>, Arc<AtomicUsize>) = Default::default();
+        let (keep, hangs, count) = (received.clone(), hang.clone(), arrived.clone());
         let app = axum::Router::new().route(
             "/hooks/secret-path",
             post(move |Json(body): Json<Value>| async move {
+                count.fetch_add(1, Ordering::SeqCst);
+                if hangs.load(Ordering::SeqCst) {
+                    std::future::pending::<()>().await;
+                }
                 keep.lock().unwrap().push(body);
                 "ok"
             }),
@@ -36,7 +45,7 @@ impl Sink {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/hooks/secret-path", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Sink { url, received }
+        Sink { url, received, hang, arrived }
     }
 
     fn bodies(&self) -> Vec<Value> {
@@ -81,6 +90,12 @@ fn metric(scrape: &str, series: &str) -> f64 {
         .lines()
         .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
         .unwrap_or_else(|| panic!("no {series} in\n{scrape}"))
+}
+
+/// `GET /admin/v1{path}` with the token, as JSON.
+async fn admin_get(gateway: &Gateway, path: &str) -> Value {
+    let url = format!("{}/admin/v1{path}", gateway.base);
+    gateway.http.get(url).bearer_auth(TOKEN).send().await.unwrap().json().await.unwrap()
 }
 
 async fn scrape(gateway: &Gateway) -> String {
@@ -182,16 +197,7 @@ async fn reconcile_run_resolves_every_unknown_and_reports_the_one_changed_record
     let report_id = comparisons[0]["report_id"].as_i64().unwrap();
 
     // Exactly one discrepancy, in the stored report and at the sink.
-    let report: Value = gateway
-        .http
-        .get(format!("{}/admin/v1/reports/{report_id}", gateway.base))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let report: Value = admin_get(&gateway, &format!("/reports/{report_id}")).await;
     let found = report["report"]["discrepancies"].as_array().unwrap();
     assert_eq!(found.len(), 1, "{report:#}");
     assert_eq!(
@@ -402,6 +408,36 @@ async fn status_and_metrics_agree_with_the_database_and_dead_letters_can_be_work
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("there is no database at"));
     assert!(!gateway.dir.path().join("missing.db").exists());
+    // Nor is a database failwell never used (an empty file, an empty
+    // PostgreSQL schema) turned into one.
+    std::fs::write(gateway.dir.path().join("other.db"), b"").unwrap();
+    let schema_url = crate::helpers::postgres_schema().await;
+    for (database, check) in [("other.db", None), ("", Some(&schema_url))] {
+        let text = std::fs::read_to_string(&gateway.config).unwrap();
+        let text = match check {
+            None => text.replace("failwell.db", database),
+            Some(url) => text
+                .lines()
+                .map(|l| {
+                    if l.starts_with("database_url") {
+                        format!("database_url = \"{url}\"")
+                    } else {
+                        l.to_owned()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        };
+        std::fs::write(&elsewhere, text).unwrap();
+        for args in [&["status"][..], &["dlq", "ack"]] {
+            let out =
+                Command::new(binary()).args(args).arg("--config").arg(&elsewhere).output().await.unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains("holds no failwell store"), "{err}");
+        }
+    }
+    assert_eq!(std::fs::metadata(gateway.dir.path().join("other.db")).unwrap().len(), 0, "left as it was");
 }
 
 #[tokio::test]
@@ -424,6 +460,9 @@ async fn the_admin_api_takes_only_its_token_and_never_shows_it() {
         ("GET", "/operations/dead/history"),
         ("GET", "/reports"),
         ("GET", "/reports/1"),
+        // A method a route does not take, a path no route takes.
+        ("PUT", "/status"),
+        ("GET", "/nope"),
     ];
     for (method, path) in routes {
         for auth in [
@@ -442,9 +481,19 @@ async fn the_admin_api_takes_only_its_token_and_never_shows_it() {
             assert!(!body.to_string().contains(TOKEN), "{body}");
         }
     }
+    // With the token, the same bad requests are problems too.
+    let r = gateway.http.put(url("/status")).bearer_auth(TOKEN).send().await.unwrap();
+    crate::helpers::problem(r, 405, "method-not-allowed").await;
+    let r = gateway.http.get(url("/nope")).bearer_auth(TOKEN).send().await.unwrap();
+    crate::helpers::problem(r, 404, "not-found").await;
+    let huge = vec![b' '; 2 << 20];
+    // (A client of its own: the server closes the connection of a body it
+    // refused unread.)
+    let r =
+        reqwest::Client::new().post(url("/reconcile")).bearer_auth(TOKEN).body(huge).send().await.unwrap();
+    crate::helpers::problem(r, 413, "body-too-large").await;
     // Nothing happened: the dead letter is still there.
-    let listed: Value =
-        gateway.http.get(url("/dead-letters")).bearer_auth(TOKEN).send().await.unwrap().json().await.unwrap();
+    let listed = admin_get(&gateway, "/dead-letters").await;
     let letters = listed["dead_letters"].as_array().unwrap();
     assert_eq!(letters.len(), 1, "{listed:#}");
     let id = letters[0]["id"].as_i64().unwrap();
@@ -601,9 +650,31 @@ async fn the_dashboard_shows_the_numbers_and_replays_a_dead_letter_in_a_real_bro
     std::fs::write(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("failwell-ui.png"), &screenshot)
         .unwrap();
 
+    // A page of another origin (another port of this host: the same site,
+    // so the SameSite cookie goes along) posts the purge form as it loads:
+    // refused, nothing purged.
+    let id = row.attr("id").await.unwrap().unwrap().rsplit('-').next().unwrap().to_owned();
+    let action = format!("{}/ui/dead-letters/message/{id}/purge", gateway.base);
+    let evil = format!(
+        "<form id=f method=post action=\"{action}\"></form><script>document.getElementById('f').submit()</script>"
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let evil_url = format!("http://{}/", listener.local_addr().unwrap());
+    let app =
+        axum::Router::new().route("/", axum::routing::get(move || async move { axum::response::Html(evil) }));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    browser.goto(&evil_url).await.unwrap();
+    browser.wait().for_url(&reqwest::Url::parse(&action).unwrap()).await.unwrap();
+    let refused = browser.find(Locator::Css("p.error")).await.unwrap().text().await.unwrap();
+    assert!(refused.contains("nothing was changed"), "{refused}");
+    browser.goto(&format!("{}/ui", gateway.base)).await.unwrap();
+    let row = browser.find(Locator::Css(&format!("#dead-message-{id}"))).await.expect("not purged");
+
     // Replay it: the script is spent, so the provider takes it now.
     row.find(Locator::Css("button.replay")).await.unwrap().click().await.unwrap();
     browser.wait().for_element(Locator::Id("no-dead-letters")).await.unwrap();
+    let notice = browser.find(Locator::Id("notice")).await.unwrap().text().await.unwrap();
+    assert!(notice.starts_with("Replayed"), "{notice}");
     let op = gateway.settled("ui-dead", crate::helpers::SETTLE).await;
     assert_eq!(op["status"], "succeeded", "{op:#}");
     assert_eq!(sim.effects().by_reference["ui-dead"].effects, 1);
@@ -714,16 +785,7 @@ async fn the_scheduled_comparison_reports_a_changed_record_once() {
     // Wait for the window holding the charges and two windows after it.
     let deadline = Instant::now() + Duration::from_secs(30);
     let reports = loop {
-        let listed: Value = gateway
-            .http
-            .get(format!("{}/admin/v1/reports?limit=200", gateway.base))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let listed = admin_get(&gateway, "/reports?limit=200").await;
         let reports = listed["reports"].as_array().unwrap().clone();
         let after = reports.iter().filter(|r| r["window_from_ms"].as_i64().unwrap() > created).count();
         if after >= 2 {
@@ -880,4 +942,58 @@ async fn a_scheduled_comparison_that_cannot_read_the_provider_alerts() {
         assert!(Instant::now() < deadline, "no comparison after recovery\n{}", gateway.log());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+#[tokio::test]
+async fn a_report_alert_whose_sender_died_is_sent_by_a_running_failwell() {
+    let sim = simulator(|_| {}).await;
+    let sink = Sink::start().await;
+    let tail = tail(&sink).replace("[alerts]\n", "[alerts]\ntimeout_ms = 300\n");
+    let gateway = Gateway::start_with(&sim.base_url(), "", &tail).await;
+    sim.script("changed", vec![Fault::Ok]);
+    assert!(gateway.charge("changed", 1_000).await.status().is_success());
+    assert_eq!(gateway.settled("changed", crate::helpers::SETTLE).await["status"], "succeeded");
+    let id = charge_id(&sim, &gateway.http, "changed").await;
+    let r = gateway
+        .http
+        .patch(format!("{}/_sim/charges/{id}", sim.base_url()))
+        .json(&serde_json::json!({"amount": 5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    // `reconcile run` stores the report and its alert, and dies (kill -9)
+    // while the sink keeps it waiting.
+    sink.hang.store(true, Ordering::SeqCst);
+    let mut run = Command::new(binary())
+        .args(["reconcile", "run", "--window", "1h", "--config"])
+        .arg(&gateway.config)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sink.arrived.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the alert was never sent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    run.kill().await.unwrap();
+    sink.hang.store(false, Ordering::SeqCst);
+    assert!(sink.bodies().is_empty());
+
+    // The running server sends it once the dead sender's lease is over.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sink.bodies().is_empty() {
+        assert!(Instant::now() < deadline, "never sent again:\n{}", gateway.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let bodies = sink.bodies();
+    assert_eq!(bodies.len(), 1, "{bodies:#?}");
+    assert_eq!(bodies[0]["failwell"]["kind"], "comparison");
+    assert!(bodies[0]["text"].as_str().unwrap().contains("amount_mismatch reference changed"), "{bodies:#?}");
+    let report_id = bodies[0]["failwell"]["report_id"].as_i64().unwrap();
+    let report: Value = admin_get(&gateway, &format!("/reports/{report_id}")).await;
+    assert!(report["alerted_at_ms"].is_i64(), "{report:#}");
+    assert_eq!(report["alert_error"], Value::Null, "{report:#}");
 }
