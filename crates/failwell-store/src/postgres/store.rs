@@ -38,6 +38,20 @@ fn due_messages(scope: &ClaimScope) -> String {
     }
 }
 
+/// Plans the relay's statements of this transaction once per connection
+/// (a generic plan) instead of for each batch's values: their plans do not
+/// depend on the values (ids, tokens, the batch's arrays), and planning
+/// each execution cost more than running some of them. Only this
+/// transaction is affected (`SET LOCAL`); other statements keep
+/// PostgreSQL's default choice.
+async fn generic_plans(conn: &mut PgConnection) -> Result<(), StoreError> {
+    sqlx::raw_sql("SET LOCAL plan_cache_mode = force_generic_plan")
+        .execute(conn)
+        .await
+        .context("choosing generic plans")?;
+    Ok(())
+}
+
 /// Claims up to `limit` due messages of `scope` under lease `token` until
 /// `until_ms`, in claim order, in one statement: the messages are locked
 /// and leased, their operations read; an attempt whose lease expired in
@@ -57,6 +71,7 @@ async fn lease_due(
         ClaimScope::All => &[],
         ClaimScope::Strays(providers) | ClaimScope::Providers(providers) => providers,
     };
+    generic_plans(conn).await?;
     let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
         "WITH due AS MATERIALIZED ({due}), \
          interrupted AS (INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, \
@@ -144,6 +159,7 @@ async fn complete_batch(
     // flight can have two results in one batch: each round holds one result
     // per operation, in arrival order, so the statement writes each row once
     // and the later result sees what the earlier one wrote.
+    generic_plans(conn).await?;
     let mut recorded: Vec<Option<Recorded>> = completions.iter().map(|_| None).collect();
     let mut left: Vec<usize> = (0..completions.len()).collect();
     while !left.is_empty() {
