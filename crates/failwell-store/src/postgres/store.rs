@@ -52,6 +52,19 @@ async fn generic_plans(conn: &mut PgConnection) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Says, for this transaction, whether its statements write the history
+/// rows of the state changes they make themselves (the batch statement of
+/// [`complete_batch`]), so the history triggers leave them out
+/// (`failwell.history_written`, migration `0008_relay_history.sql`).
+async fn history_written(conn: &mut PgConnection, on: bool) -> Result<(), StoreError> {
+    sqlx::query("SELECT set_config('failwell.history_written', $1, true)")
+        .bind(if on { "on" } else { "off" })
+        .execute(conn)
+        .await
+        .context("saying who writes the history")?;
+    Ok(())
+}
+
 /// Claims up to `limit` due messages of `scope` under lease `token` until
 /// `until_ms`, in claim order, in one statement: the messages are locked
 /// and leased, their operations read; an attempt whose lease expired in
@@ -160,18 +173,29 @@ async fn complete_batch(
     // per operation, in arrival order, so the statement writes each row once
     // and the later result sees what the earlier one wrote.
     generic_plans(conn).await?;
+    history_written(conn, true).await?;
+    let mut writes_history = true;
     let mut recorded: Vec<Option<Recorded>> = completions.iter().map(|_| None).collect();
     let mut left: Vec<usize> = (0..completions.len()).collect();
     while !left.is_empty() {
         let mut seen = std::collections::HashSet::new();
         let (round, later): (Vec<usize>, Vec<usize>) =
             left.into_iter().partition(|&i| seen.insert(completions[i].operation_id));
+        if !writes_history {
+            history_written(conn, true).await?;
+            writes_history = true;
+        }
         let moved = settle(conn, round.iter().map(|&i| &completions[i]), now_ms).await?;
         for i in round {
             let c = &completions[i];
             recorded[i] = Some(if moved.contains(&c.outbox_id) {
                 Recorded::Applied
             } else {
+                // Written one by one, the triggers record their history.
+                if writes_history {
+                    history_written(conn, false).await?;
+                    writes_history = false;
+                }
                 not_applied(conn, c, now_ms).await?
             });
         }
@@ -213,6 +237,17 @@ async fn settle(
              CASE WHEN i.kind = 'call' THEN o.provider_key END, i.started_at_ms, i.duration_ms, i.status_code, \
              i.error_kind, i.classification, i.outcome, i.decision \
            FROM i JOIN operations o ON o.id = i.operation_id WHERE i.kind IS NOT NULL), \
+         before AS (SELECT o.id, o.status FROM operations o WHERE o.id IN (SELECT operation_id FROM i)), \
+         logged AS (INSERT INTO history (subject, subject_id, operation_id, at_ms, actor, change, detail) \
+           SELECT h.subject, h.subject_id, h.operation_id, $24, 'relay', h.change, h.detail FROM ( \
+             SELECT i.outbox_id AS sort, 0 AS part, 'message' AS subject, i.outbox_id AS subject_id, \
+               i.operation_id, 'pending -> ' || i.state AS change, i.error AS detail \
+             FROM i JOIN moved m ON m.id = i.outbox_id WHERE i.state <> 'pending' \
+             UNION ALL \
+             SELECT i.outbox_id, 1, 'operation', i.operation_id, i.operation_id, b.status || ' -> ' || i.status, \
+               i.op_error \
+             FROM i JOIN moved m ON m.id = i.outbox_id JOIN before b ON b.id = i.operation_id \
+             WHERE b.status IS DISTINCT FROM i.status) h ORDER BY h.sort, h.part), \
          settled AS (UPDATE operations o SET \
              attempts = o.attempts + CASE WHEN i.kind = 'call' THEN 1 ELSE 0 END, \
              effect_possible = CASE WHEN i.maybe_acted THEN 1 ELSE o.effect_possible END, \
