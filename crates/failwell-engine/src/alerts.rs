@@ -120,20 +120,28 @@ pub async fn compare_and_alert<S: Store>(
     Ok(compared)
 }
 
-/// Queued alerts a sender takes at once.
+/// Queued alerts one [`deliver`] sends at most.
 const ALERTS_AT_ONCE: u32 = 16;
 
-/// Sends the queued alerts `claim` takes to `sink`, one after another, and
-/// records each outcome; one the sink did not take is due again after
-/// [`retry_delay_ms`]. Returns how many the sink took. Errors: the store
-/// failed.
+/// Sends the queued alerts `claim` takes to `sink`, one at a time (each
+/// claimed for one send's lease), and records each outcome while the claim
+/// still holds it; one the sink did not take is due again after
+/// [`retry_delay_ms`]. Takes at most [`ALERTS_AT_ONCE`] (one for
+/// [`AlertClaim::Report`]). Returns how many the sink took. Errors: the
+/// store failed.
 pub async fn deliver<S: Store>(store: &S, sink: &AlertSink, claim: AlertClaim) -> Result<usize, StoreError> {
-    let alerts = store.claim_alerts(claim, crate::now_ms(), sink.lease_ms()).await?;
+    let one = match claim {
+        AlertClaim::Due(_) => AlertClaim::Due(1),
+        report => report,
+    };
     let mut taken = 0;
-    for alert in alerts {
-        let (text, details) = match alert.body {
-            AlertBody::Message { text, details } => (text, details),
-            AlertBody::Report(id) => match store.report(id).await? {
+    for _ in 0..ALERTS_AT_ONCE {
+        let Some(alert) = store.claim_alerts(one, crate::now_ms(), sink.lease_ms()).await?.pop() else {
+            break;
+        };
+        let (text, details) = match &alert.body {
+            AlertBody::Message { text, details } => (text.clone(), details.clone()),
+            AlertBody::Report(id) => match store.report(*id).await? {
                 Some(report) => report_alert(&report),
                 None => (
                     format!("failwell report {id} (not found)"),
@@ -152,7 +160,12 @@ pub async fn deliver<S: Store>(store: &S, sink: &AlertSink, claim: AlertClaim) -
                 AlertSent::Failed { error, retry_at_ms }
             }
         };
-        store.alert_sent(alert.id, sent).await?;
+        if !store.alert_sent(&alert, sent).await? {
+            tracing::warn!(alert = alert.id, "an alert's send outlived its lease; another sender has it");
+        }
+        if matches!(claim, AlertClaim::Report(_)) {
+            break;
+        }
     }
     Ok(taken)
 }
@@ -210,6 +223,9 @@ pub async fn run_schedule<S: Store>(
     if scheduled.is_empty() {
         return;
     }
+    for (name, schedule) in &scheduled {
+        catch_up(&store, &providers, sink.as_ref(), name, *schedule).await;
+    }
     let mut after = crate::now_ms();
     loop {
         match store.abandoned_comparisons(crate::now_ms() - COMPARISON_LEASE_MS).await {
@@ -235,6 +251,42 @@ pub async fn run_schedule<S: Store>(
         }
         after = next;
     }
+}
+
+/// Scheduled runs a server makes up for at start, at most.
+const CATCH_UP_RUNS: usize = 100;
+
+/// Runs the scheduled comparisons of `name` whose time came while no
+/// process ran the schedule: every run after the last window claimed, up
+/// to now (at most [`CATCH_UP_RUNS`], oldest first). Nothing before the
+/// first scheduled comparison is made up for: that time may predate
+/// failwell's use, and the provider's records from then would all look
+/// missing here.
+async fn catch_up<S: Store>(
+    store: &S,
+    providers: &Providers,
+    sink: Option<&AlertSink>,
+    name: &str,
+    schedule: crate::compare::Schedule,
+) {
+    let last = match store.last_comparison_window(name).await {
+        Ok(Some((_, to_ms))) => to_ms,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::error!(provider = %name, error = %e, "cannot read the last compared window");
+            return;
+        }
+    };
+    let now = crate::now_ms();
+    let mut run = schedule.next_run(last);
+    for _ in 0..CATCH_UP_RUNS {
+        if run > now {
+            return;
+        }
+        run_window(store, providers, sink, name, schedule.window(run)).await;
+        run = schedule.next_run(run);
+    }
+    tracing::warn!(provider = %name, "more scheduled comparisons were missed than are made up for at start");
 }
 
 /// Runs the scheduled comparison of `name` over `window` if this process

@@ -58,7 +58,8 @@ impl AnyStore {
     }
 
     /// Whether the database at `url` already holds a failwell store (its
-    /// `operations` table, in the connection's schema on PostgreSQL),
+    /// migrations, `operations` and `outbox` tables; on PostgreSQL in the
+    /// schema the store would be written to),
     /// looked at without creating or changing anything: operator commands
     /// refuse a database `failwell serve` has never used, instead of
     /// turning it into one. Errors: [`StoreError::UnsupportedUrl`]; the
@@ -73,7 +74,8 @@ impl AnyStore {
                 let mut conn =
                     options.read_only(true).connect().await.context("opening the SQLite database")?;
                 let found: bool = sqlx::query_scalar(
-                    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'operations')",
+                    "SELECT COUNT(*) = 3 FROM sqlite_master WHERE type = 'table' \
+                     AND name IN ('_sqlx_migrations', 'operations', 'outbox')",
                 )
                 .fetch_one(&mut conn)
                 .await
@@ -83,10 +85,15 @@ impl AnyStore {
             }
             Some(Backend::Postgres) => {
                 let mut conn = sqlx::PgConnection::connect(url).await.context("connecting to PostgreSQL")?;
-                let found: bool = sqlx::query_scalar("SELECT to_regclass('operations') IS NOT NULL")
-                    .fetch_one(&mut conn)
-                    .await
-                    .context("looking for failwell's tables")?;
+                // In the schema the store's tables are written to (the
+                // first of the search path that exists), not anywhere on it.
+                let found: bool = sqlx::query_scalar(
+                    "SELECT COUNT(*) = 3 FROM pg_tables WHERE schemaname = current_schema() \
+                     AND tablename IN ('_sqlx_migrations', 'operations', 'outbox')",
+                )
+                .fetch_one(&mut conn)
+                .await
+                .context("looking for failwell's tables")?;
                 let _ = conn.close().await;
                 Ok(found)
             }
@@ -323,8 +330,8 @@ impl Store for AnyStore {
         each!(self, s => s.claim_alerts(claim, now_ms, lease_ms).await)
     }
 
-    async fn alert_sent(&self, id: i64, sent: AlertSent) -> Result<(), StoreError> {
-        each!(self, s => s.alert_sent(id, sent).await)
+    async fn alert_sent(&self, claimed: &Alert, sent: AlertSent) -> Result<bool, StoreError> {
+        each!(self, s => s.alert_sent(claimed, sent).await)
     }
 
     async fn claim_comparison(
@@ -344,6 +351,10 @@ impl Store for AnyStore {
         now_ms: i64,
     ) -> Result<(), StoreError> {
         each!(self, s => s.finish_comparison(provider, window, now_ms).await)
+    }
+
+    async fn last_comparison_window(&self, provider: &str) -> Result<Option<crate::Window>, StoreError> {
+        each!(self, s => s.last_comparison_window(provider).await)
     }
 
     async fn abandoned_comparisons(

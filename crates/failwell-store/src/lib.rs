@@ -349,8 +349,14 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Records what became of a claimed alert's send (and, for a report's
     /// alert, on the report: `alerted_at_ms`, `alert_error`); a failed one
-    /// is due again at its `retry_at_ms`.
-    fn alert_sent(&self, id: i64, sent: AlertSent) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// is due again at its `retry_at_ms`. Returns `false`, recording
+    /// nothing, when the claim no longer holds it (another sender claimed
+    /// it after the lease ran out).
+    fn alert_sent(
+        &self,
+        claimed: &Alert,
+        sent: AlertSent,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Claims the comparison of `provider` over `[from_ms, to_ms)` for this
     /// process; returns `false` when another process (or an earlier run)
@@ -373,6 +379,13 @@ pub trait Store: Clone + Send + Sync + 'static {
         window: (i64, i64),
         now_ms: i64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The latest window of `provider` a scheduled comparison claimed (by
+    /// its end), if any.
+    fn last_comparison_window(
+        &self,
+        provider: &str,
+    ) -> impl Future<Output = Result<Option<Window>, StoreError>> + Send;
 
     /// The comparisons claimed at or before `claimed_before_ms` and never
     /// finished, as `(provider, (from_ms, to_ms))`, oldest window first.

@@ -235,6 +235,9 @@ pub struct Report {
     pub alerted_at_ms: Option<i64>,
     /// The last error sending it to the alert sink.
     pub alert_error: Option<String>,
+    /// Its alert is queued and not sent yet (it may wait for a retry, or
+    /// for an earlier alert of its provider).
+    pub alert_pending: bool,
 }
 
 /// An alert for the alert sink, queued in the store ([`crate::Store::queue_alert`])
@@ -277,6 +280,9 @@ pub struct Alert {
     pub body: AlertBody,
     /// Sends tried so far, this one included.
     pub attempts: u32,
+    /// Until when this claim holds it (ms since epoch): its outcome is
+    /// recorded only while no other sender has claimed it since.
+    pub held_until_ms: i64,
 }
 
 /// A comparison window `(from_ms, to_ms)`: from inclusive to exclusive, ms
@@ -322,7 +328,9 @@ impl Reports {
     /// `$1`, if it has one. Its rows are read by [`report_from_row`].
     pub(crate) fn query(&self) -> (String, Option<i64>) {
         const SELECT: &str = "SELECT id, provider, window_from_ms, window_to_ms, finished_at_ms, actor, ours, \
-             theirs, discrepancies, report, text, alerted_at_ms, alert_error FROM reconciliation_reports";
+             theirs, discrepancies, report, text, alerted_at_ms, alert_error, \
+             EXISTS (SELECT 1 FROM alerts a WHERE a.report_id = reconciliation_reports.id \
+               AND a.sent_at_ms IS NULL) AS alert_pending FROM reconciliation_reports";
         let (tail, value) = match *self {
             Self::Newest(limit) => ("ORDER BY id DESC LIMIT $1", Some(i64::from(limit))),
             Self::One(id) => ("WHERE id = $1", Some(id)),
@@ -450,6 +458,7 @@ pub(crate) fn report_from_row<R: OperatorRow>(row: &R) -> Result<Report, StoreEr
         text: row.value("text").context(CONTEXT)?,
         alerted_at_ms: row.value("alerted_at_ms").context(CONTEXT)?,
         alert_error: row.value("alert_error").context(CONTEXT)?,
+        alert_pending: row.value("alert_pending").context(CONTEXT)?,
     })
 }
 
@@ -505,6 +514,7 @@ pub(crate) fn alert_from_row<R: OperatorRow>(row: &R) -> Result<Alert, StoreErro
         id: row.value("id").context(CONTEXT)?,
         body,
         attempts: u32::try_from(row.value::<i64>("attempts").context(CONTEXT)?).unwrap_or(u32::MAX),
+        held_until_ms: row.value("locked_until_ms").context(CONTEXT)?,
     })
 }
 
@@ -768,9 +778,14 @@ macro_rules! operator_statements {
                 let moved: Option<Option<i64>> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                     "UPDATE {table} SET state = 'pending', attempts = 0, previous_delay_ms = 0, \
                      available_at_ms = $2, locked_until_ms = NULL, lease_token = NULL, dead_at_ms = NULL, \
-                     changed_by = $3, updated_at_ms = $2, last_error = 'replayed by ' || $3 \
-                     WHERE id = $1 AND state = 'dead' RETURNING {}",
-                    match kind {
+                     changed_by = $3, updated_at_ms = $2, last_error = 'replayed by ' || $3{replayed} \
+                     WHERE id = $1 AND state = 'dead' RETURNING {operation}",
+                    // A message's replay is kept on its operation (below).
+                    replayed = match kind {
+                        crate::operator::DeadLetterKind::Message => "",
+                        crate::operator::DeadLetterKind::Forward => ", replayed_at_ms = $2",
+                    },
+                    operation = match kind {
                         crate::operator::DeadLetterKind::Message => "operation_id",
                         crate::operator::DeadLetterKind::Forward => "CAST(NULL AS bigint)",
                     }
@@ -970,7 +985,7 @@ macro_rules! operator_statements {
                      FROM outbox x JOIN operations o ON o.id = x.operation_id WHERE x.state = 'pending' \
                      GROUP BY o.provider \
                      UNION ALL \
-                     SELECT e.integration, COUNT(*), MIN(f.created_at_ms), 0, 0 \
+                     SELECT e.integration, COUNT(*), MIN(COALESCE(f.replayed_at_ms, f.created_at_ms)), 0, 0 \
                      FROM forwards f JOIN inbox_events e ON e.seq = f.event_seq WHERE f.state = 'pending' \
                      GROUP BY e.integration \
                      UNION ALL \
@@ -1160,7 +1175,7 @@ macro_rules! operator_statements {
                          AND e.sent_at_ms IS NULL AND e.id < a.id) \
                        ORDER BY a.id LIMIT $3) \
                        AND sent_at_ms IS NULL AND (locked_until_ms IS NULL OR locked_until_ms <= $1) \
-                     RETURNING id, report_id, text, details, attempts",
+                     RETURNING id, report_id, text, details, attempts, locked_until_ms",
                 )
                 .bind(now_ms)
                 .bind(now_ms + lease_ms)
@@ -1176,39 +1191,47 @@ macro_rules! operator_statements {
 
             pub(super) async fn record_alert(
                 &self,
-                id: i64,
+                claimed: &crate::operator::Alert,
                 sent: crate::operator::AlertSent,
-            ) -> Result<(), crate::error::StoreError> {
+            ) -> Result<bool, crate::error::StoreError> {
                 let (at, error, retry_at) = match sent {
                     crate::operator::AlertSent::At(at) => (Some(at), None, None),
                     crate::operator::AlertSent::Failed { error, retry_at_ms } => (None, Some(error), Some(retry_at_ms)),
                 };
                 let mut tx = self.begin().await?;
-                sqlx::query(
+                // Only while this claim still holds it: a sender that
+                // outlived its lease cannot undo what another one recorded.
+                let held = sqlx::query(
                     "UPDATE alerts SET sent_at_ms = $2, last_error = $3, next_at_ms = COALESCE($4, next_at_ms), \
-                     locked_until_ms = NULL WHERE id = $1",
+                     locked_until_ms = NULL WHERE id = $1 AND locked_until_ms = $5 AND sent_at_ms IS NULL",
                 )
-                .bind(id)
+                .bind(claimed.id)
                 .bind(at)
                 .bind(&error)
                 .bind(retry_at)
+                .bind(claimed.held_until_ms)
                 .execute(&mut *tx)
                 .await
-                .context("recording an alert's send")?;
+                .context("recording an alert's send")?
+                .rows_affected()
+                    > 0;
+                if !held {
+                    return Ok(false);
+                }
                 // A report's alert: the report shows it too (an earlier
                 // success is kept; a success clears the error).
                 sqlx::query(
                     "UPDATE reconciliation_reports SET alerted_at_ms = COALESCE($2, alerted_at_ms), alert_error = $3 \
                      WHERE id = (SELECT report_id FROM alerts WHERE id = $1)",
                 )
-                .bind(id)
+                .bind(claimed.id)
                 .bind(at)
                 .bind(&error)
                 .execute(&mut *tx)
                 .await
                 .context("recording a report's alert")?;
                 tx.commit().await.context("committing an alert's send")?;
-                Ok(())
+                Ok(true)
             }
         }
     };

@@ -475,8 +475,12 @@ macro_rules! store_impl {
                 self.claim_alert_rows(claim, now_ms, lease_ms).await
             }
 
-            async fn alert_sent(&self, id: i64, sent: crate::operator::AlertSent) -> Result<(), StoreError> {
-                self.record_alert(id, sent).await
+            async fn alert_sent(
+                &self,
+                claimed: &crate::operator::Alert,
+                sent: crate::operator::AlertSent,
+            ) -> Result<bool, StoreError> {
+                self.record_alert(claimed, sent).await
             }
 
             async fn claim_comparison(
@@ -522,6 +526,17 @@ macro_rules! store_impl {
                 .await
                 .context("finishing a comparison")?;
                 Ok(())
+            }
+
+            async fn last_comparison_window(&self, provider: &str) -> Result<Option<crate::Window>, StoreError> {
+                sqlx::query_as(
+                    "SELECT window_from_ms, window_to_ms FROM comparison_runs WHERE provider = $1 \
+                     ORDER BY window_to_ms DESC LIMIT 1",
+                )
+                .bind(provider)
+                .fetch_optional(self.read_pool())
+                .await
+                .context("reading the last compared window")
             }
 
             async fn abandoned_comparisons(

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
@@ -105,14 +106,15 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router<Arc<AppState<S>>> {
         .route("/admin/v1/operations/{key}/resolve", post(resolve::<S>))
         .route("/admin/v1/reports", get(reports::<S>))
         .route("/admin/v1/reports/{id}", get(report::<S>))
-        .route(
-            "/admin/{*rest}",
-            axum::routing::any(|| async {
-                Problem::new(StatusCode::NOT_FOUND, "not-found", "No such route.")
-            }),
-        )
+        .route("/admin", axum::routing::any(no_route))
+        .route("/admin/", axum::routing::any(no_route))
+        .route("/admin/{*rest}", axum::routing::any(no_route))
         .method_not_allowed_fallback(crate::api::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state, authenticate::<S>))
+}
+
+async fn no_route() -> Problem {
+    Problem::new(StatusCode::NOT_FOUND, "not-found", "No such route.")
 }
 
 /// Checks the bearer token of every request below `/admin/` (whatever its
@@ -122,7 +124,8 @@ async fn authenticate<S: Store>(
     request: Request,
     next: Next,
 ) -> Response {
-    if !request.uri().path().starts_with("/admin/") {
+    let path = request.uri().path();
+    if path != "/admin" && !path.starts_with("/admin/") {
         return next.run(request).await;
     }
     let Some(token) = &state.admin.token else {
@@ -274,18 +277,24 @@ struct ReconcileBody {
 /// The default comparison window of an operator's run: the last day.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(86_400);
 
-async fn reconcile<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
-    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
-) -> Result<Response, Problem> {
-    let body = body.map_err(|rejection| {
+/// A request body, or the problem of one that could not be read (413
+/// `body-too-large` past the body limit).
+fn bytes(body: Result<axum::body::Bytes, BytesRejection>) -> Result<axum::body::Bytes, Problem> {
+    body.map_err(|rejection| {
         let slug = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             "body-too-large"
         } else {
             "unreadable-body"
         };
         Problem::new(rejection.status(), slug, rejection.body_text())
-    })?;
+    })
+}
+
+async fn reconcile<S: Store>(
+    State(state): State<Arc<AppState<S>>>,
+    body: Result<axum::body::Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
+    let body = bytes(body)?;
     let body: ReconcileBody = if body.is_empty() {
         ReconcileBody::default()
     } else {
@@ -388,9 +397,9 @@ pub(crate) async fn settle<S: Store>(
 async fn resolve<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     ApiPath(key): ApiPath<String>,
-    body: axum::body::Bytes,
+    body: Result<axum::body::Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
-    let body: ResolveBody = serde_json::from_slice(&body).map_err(|e| {
+    let body: ResolveBody = serde_json::from_slice(&bytes(body)?).map_err(|e| {
         Problem::new(StatusCode::BAD_REQUEST, "invalid-body", format!("The body is not a resolution: {e}"))
     })?;
     settle(&state, &key, &body.status, body.provider_ref, body.note, Channel::Api).await?;

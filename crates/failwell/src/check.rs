@@ -115,7 +115,9 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
     let found = match (m.reconcile, &spec.lookup) {
         _ if read => "not applicable: a read changes nothing at the provider".to_owned(),
         (Reconcile::None, _) | (_, None) => {
-            let retried = if spec.idempotency.header.is_some() && op.send_key {
+            let retried = if op.retry.max_attempts() < 2 || m.retry_owner != RetryOwner::Failwell {
+                None
+            } else if spec.idempotency.header.is_some() && op.send_key {
                 Some("under the same key")
             } else {
                 (m.duplicate_severity == Severity::Harmless).then_some("harmless")
@@ -161,7 +163,7 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
         (None, Some(s)) => {
             format!("{s:?} declared, but [providers.{}.compare] is missing: nothing runs it", spec.name)
         }
-        (None, None) => "none ([providers.NAME.compare] runs one)".to_owned(),
+        (None, None) => format!("none ([providers.{}.compare] runs one)", spec.name),
     };
     line(out, "3. disagreement", format!("{found}; scheduled comparison: {schedule}"));
     let attempts = op.retry.max_attempts();
@@ -190,9 +192,13 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
         (Some(header), true) => {
             format!("{header}, honoured {} after first use", ms(spec.idempotency.key_ttl))
         }
-        _ if m.duplicate_severity == Severity::Harmless => {
+        _ if m.duplicate_severity == Severity::Harmless
+            && attempts > 1
+            && m.retry_owner == RetryOwner::Failwell =>
+        {
             "none sent; harmless, so ambiguous outcomes are retried (a duplicate is accepted)".into()
         }
+        _ if m.duplicate_severity == Severity::Harmless => "none sent; harmless, one attempt".into(),
         _ if looked_up => "none: an ambiguous outcome is looked up, never blindly retried".into(),
         _ => "none: an ambiguous outcome is never retried; it goes to needs_human for a person".into(),
     };

@@ -47,7 +47,26 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router<Arc<AppState<S>>> {
         .route("/ui/operations/{key}/resolve", post(resolve::<S>))
         .route("/ui/logout", post(logout))
         .layer(axum::middleware::from_fn_with_state(state, session::<S>));
-    Router::new().route("/ui/login", get(login_page::<S>).post(login::<S>)).merge(signed_in)
+    Router::new()
+        .route("/ui/login", get(login_page::<S>).post(login::<S>))
+        .merge(signed_in)
+        .layer(axum::middleware::map_response(no_framing))
+}
+
+/// No page of the dashboard may be shown in a frame of another page: a
+/// click inside such a frame would come from this origin (clickjacking).
+/// `X-Frame-Options: DENY` and the CSP `frame-ancestors 'none'` say so; the
+/// CSP also allows no scripts and no resources from elsewhere.
+async fn no_framing(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::X_FRAME_OPTIONS, header::HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static(
+            "frame-ancestors 'none'; default-src 'self'; style-src 'unsafe-inline'",
+        ),
+    );
+    response
 }
 
 fn page(title: &str, body: Markup) -> Html<String> {
@@ -92,7 +111,9 @@ form.inline{display:inline}form.logout{float:right}button{cursor:pointer}pre{bac
 /// and a `POST` that did not come from a page of this origin (403).
 async fn session<S: Store>(State(state): State<Arc<AppState<S>>>, request: Request, next: Next) -> Response {
     let Some(token) = &state.admin.token else { return disabled() };
-    let get = request.method() == axum::http::Method::GET;
+    // Reading is safe from anywhere (the browser keeps the answer from
+    // another origin); changing something is not.
+    let get = matches!(*request.method(), axum::http::Method::GET | axum::http::Method::HEAD);
     if !get && !same_origin(request.headers()) {
         tracing::warn!(path = %request.uri().path(), "dashboard post from another origin refused");
         return (
@@ -304,13 +325,25 @@ async fn dashboard<S: Store>(
                         td { (rfc3339(r.window_from_ms)) " – " (rfc3339(r.window_to_ms)) }
                         td { (r.ours) } td { (r.theirs) }
                         td class=[(r.discrepancies > 0).then_some("warn")] { (r.discrepancies) }
-                        td { (r.alerted_at_ms.map(rfc3339).or_else(|| r.alert_error.clone()).unwrap_or_else(|| "-".into())) }
+                        td { (alert_state(r)) }
                     }
                 }
             }
         }
     };
     Ok(page("Dashboard", body).into_response())
+}
+
+/// What became of a report's alert: when the sink took it, or that it is
+/// queued (with the last error, if a send failed), or `-` (none needed).
+fn alert_state(r: &failwell_store::Report) -> String {
+    match (r.alerted_at_ms, &r.alert_error, r.alert_pending) {
+        (_, Some(error), true) => format!("queued, last send failed: {error}"),
+        (_, None, true) => "queued".into(),
+        (Some(at), _, false) => rfc3339(at),
+        (None, Some(error), false) => error.clone(),
+        (None, None, false) => "-".into(),
+    }
 }
 
 fn encode(segment: &str) -> String {

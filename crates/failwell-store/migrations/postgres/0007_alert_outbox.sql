@@ -27,3 +27,7 @@ CREATE INDEX alerts_unsent ON alerts (next_at_ms) WHERE sent_at_ms IS NULL;
 -- Runs claimed before this column existed count as finished.
 ALTER TABLE comparison_runs ADD COLUMN finished_at_ms bigint;
 UPDATE comparison_runs SET finished_at_ms = claimed_at_ms;
+
+-- A replayed forward is open again from its replay (its age, like a
+-- replayed message's, counts from then).
+ALTER TABLE forwards ADD COLUMN replayed_at_ms bigint;

@@ -268,10 +268,9 @@ macro_rules! store_tests {
             assert_eq!(texts(&first), ["raised", "failed"]);
             assert_eq!(first[0].attempts, 1);
             assert!(s.claim_alerts(AlertClaim::Due(10), 11, 1_000).await.unwrap().is_empty(), "all held");
-            s.alert_sent(first[0].id, AlertSent::Failed { error: "sink down".into(), retry_at_ms: 500 })
-                .await
-                .unwrap();
-            s.alert_sent(first[1].id, AlertSent::At(12)).await.unwrap();
+            let failed = AlertSent::Failed { error: "sink down".into(), retry_at_ms: 500 };
+            assert!(s.alert_sent(&first[0], failed.clone()).await.unwrap());
+            assert!(s.alert_sent(&first[1], AlertSent::At(12)).await.unwrap());
             assert!(s.claim_alerts(AlertClaim::Due(10), 499, 1_000).await.unwrap().is_empty(), "retried at 500");
             let again = s.claim_alerts(AlertClaim::Due(10), 500, 1_000).await.unwrap();
             assert_eq!((texts(&again), again[0].attempts), (vec!["raised".to_owned()], 2));
@@ -279,10 +278,12 @@ macro_rules! store_tests {
             assert!(s.claim_alerts(AlertClaim::Due(10), 1_499, 1_000).await.unwrap().is_empty());
             let taken_over = s.claim_alerts(AlertClaim::Due(1), 1_500, 1_000).await.unwrap();
             assert_eq!((texts(&taken_over), taken_over[0].attempts), (vec!["raised".to_owned()], 3));
-            s.alert_sent(taken_over[0].id, AlertSent::At(1_501)).await.unwrap();
+            // The first sender, late, cannot undo what the second records.
+            assert!(s.alert_sent(&taken_over[0], AlertSent::At(1_501)).await.unwrap());
+            assert!(!s.alert_sent(&again[0], failed).await.unwrap(), "its claim was taken over");
             let last = s.claim_alerts(AlertClaim::Due(10), 1_502, 1_000).await.unwrap();
             assert_eq!(texts(&last), ["resolved"]);
-            s.alert_sent(last[0].id, AlertSent::At(1_503)).await.unwrap();
+            assert!(s.alert_sent(&last[0], AlertSent::At(1_503)).await.unwrap());
             assert!(s.claim_alerts(AlertClaim::Due(10), 100_000, 1_000).await.unwrap().is_empty(), "all sent");
         }
 

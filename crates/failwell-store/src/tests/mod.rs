@@ -871,11 +871,11 @@ mod operator_races {
         );
         let alert = s.claim_alerts(AlertClaim::Report(first), 605, 60_000).await.unwrap();
         assert_eq!(alert.iter().map(|a| &a.body).collect::<Vec<_>>(), [&AlertBody::Report(first)]);
-        s.alert_sent(alert[0].id, AlertSent::Failed { error: "sink down".into(), retry_at_ms: 608 })
+        s.alert_sent(&alert[0], AlertSent::Failed { error: "sink down".into(), retry_at_ms: 608 })
             .await
             .unwrap();
         let alert = s.claim_alerts(AlertClaim::Due(5), 608, 60_000).await.unwrap();
-        s.alert_sent(alert[0].id, AlertSent::At(610)).await.unwrap();
+        s.alert_sent(&alert[0], AlertSent::At(610)).await.unwrap();
         let replays = json!([
             s.replay(DeadLetterKind::Forward, 1, Channel::Api, 800).await.unwrap(),
             s.purge(DeadLetterKind::Forward, 2, Channel::Api, 801).await.unwrap(),

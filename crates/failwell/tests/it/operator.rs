@@ -481,6 +481,14 @@ async fn the_admin_api_takes_only_its_token_and_never_shows_it() {
             assert!(!body.to_string().contains(TOKEN), "{body}");
         }
     }
+    for path in ["/admin", "/admin/"] {
+        let r = gateway.http.get(format!("{}{path}", gateway.base)).send().await.unwrap();
+        crate::helpers::problem(r, 401, "unauthorized").await;
+    }
+    // The dashboard cannot be framed by another page (clickjacking).
+    let login = gateway.http.get(format!("{}/ui/login", gateway.base)).send().await.unwrap();
+    assert_eq!(login.headers()["x-frame-options"], "DENY");
+    assert!(login.headers()["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'"));
     // With the token, the same bad requests are problems too.
     let r = gateway.http.put(url("/status")).bearer_auth(TOKEN).send().await.unwrap();
     crate::helpers::problem(r, 405, "method-not-allowed").await;
@@ -996,4 +1004,38 @@ async fn a_report_alert_whose_sender_died_is_sent_by_a_running_failwell() {
     let report: Value = admin_get(&gateway, &format!("/reports/{report_id}")).await;
     assert!(report["alerted_at_ms"].is_i64(), "{report:#}");
     assert_eq!(report["alert_error"], Value::Null, "{report:#}");
+}
+
+#[tokio::test]
+async fn windows_whose_time_came_while_no_server_ran_are_compared_at_start() {
+    let sim = simulator(|_| {}).await;
+    let tail =
+        format!("[providers.payments.compare]\nschedule = \"every 1s\"\n\n[admin]\ntoken = \"{TOKEN}\"\n");
+    let mut gateway = Gateway::start_with(&sim.base_url(), "", &tail).await;
+    let windows = |reports: &Value| -> Vec<(i64, i64)> {
+        let mut w: Vec<(i64, i64)> = reports["reports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["window_from_ms"].as_i64().unwrap(), r["window_to_ms"].as_i64().unwrap()))
+            .collect();
+        w.sort();
+        w
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while windows(&admin_get(&gateway, "/reports?limit=500").await).is_empty() {
+        assert!(Instant::now() < deadline, "no scheduled comparison:\n{}", gateway.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // No server for 4 s: four runs of the schedule pass.
+    gateway.kill().await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    gateway.spawn().await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let seen = windows(&admin_get(&gateway, "/reports?limit=500").await);
+    // Every window from the first to the last, each once: none skipped.
+    for pair in seen.windows(2) {
+        assert_eq!(pair[0].1, pair[1].0, "a gap or a window twice: {seen:?}");
+    }
+    assert!(seen.len() >= 6, "{seen:?}");
 }
