@@ -55,17 +55,30 @@ impl AlertSink {
 
     /// Posts `{"text": text, "failwell": details}`; an answer other than 2xx
     /// or a transport error is tried again, up to 3 attempts 0.5 s then 1 s
-    /// apart. Errors: the last attempt's failure, as a sentence (the URL is
-    /// not in it: a Slack webhook URL is a secret).
-    pub async fn send(&self, text: &str, details: Value) -> Result<(), String> {
+    /// apart, except a refusal for good (a 4xx other than 408 and 429).
+    /// Errors: the last attempt's failure (its sentence does not name the
+    /// URL: a Slack webhook URL is a secret).
+    pub async fn send(&self, text: &str, details: Value) -> Result<(), SinkRefusal> {
         let body = json!({ "text": text, "failwell": details });
         let mut wait = FIRST_WAIT;
-        let mut last = String::new();
+        let mut last = SinkRefusal { error: String::new(), for_good: false };
         for attempt in 1..=SEND_ATTEMPTS {
             match self.http.post(self.url.clone()).json(&body).send().await {
                 Ok(r) if r.status().is_success() => return Ok(()),
-                Ok(r) => last = format!("the alert sink answered HTTP {}", r.status().as_u16()),
-                Err(e) => last = format!("the alert sink could not be reached: {}", chain(&e.without_url())),
+                Ok(r) => {
+                    let status = r.status().as_u16();
+                    let for_good = (400..500).contains(&status) && status != 408 && status != 429;
+                    last = SinkRefusal { error: format!("the alert sink answered HTTP {status}"), for_good };
+                    if for_good {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    last = SinkRefusal {
+                        error: format!("the alert sink could not be reached: {}", chain(&e.without_url())),
+                        for_good: false,
+                    }
+                }
             }
             if attempt < SEND_ATTEMPTS {
                 tokio::time::sleep(wait).await;
@@ -73,6 +86,22 @@ impl AlertSink {
             }
         }
         Err(last)
+    }
+}
+
+/// Why the alert sink did not take an alert.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SinkRefusal {
+    /// What happened, as a sentence.
+    pub error: String,
+    /// The sink refused it for good (a 4xx other than 408 and 429): sending
+    /// it again would not help.
+    pub for_good: bool,
+}
+
+impl std::fmt::Display for SinkRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.error)
     }
 }
 
@@ -123,6 +152,15 @@ pub async fn compare_and_alert<S: Store>(
 /// Queued alerts one [`deliver`] sends at most.
 const ALERTS_AT_ONCE: u32 = 16;
 
+/// Sends of one alert before it is given up (about 2 hours of retries).
+const MAX_ALERT_SENDS: u32 = 16;
+
+/// The longest alert text sent (bytes); a longer report is cut, and its
+/// details keep the first [`ALERT_DISCREPANCIES`] discrepancies: the whole
+/// report is in `failwell` (`/ui/reports/ID`, `GET /admin/v1/reports/ID`).
+const ALERT_TEXT_BYTES: usize = 3_000;
+const ALERT_DISCREPANCIES: usize = 50;
+
 /// Sends the queued alerts `claim` takes to `sink`, one at a time (each
 /// claimed for one send's lease), and records each outcome while the claim
 /// still holds it; one the sink did not take is due again after
@@ -149,15 +187,27 @@ pub async fn deliver<S: Store>(store: &S, sink: &AlertSink, claim: AlertClaim) -
                 ),
             },
         };
+        let mut details = details;
+        if let Some(fields) = details.as_object_mut() {
+            // So a receiver can tell a repeat (sent at least once) and a
+            // late alert from a current one.
+            fields.insert("alert_id".into(), json!(alert.id));
+            fields.insert("raised_at".into(), json!(crate::compare::rfc3339(alert.raised_at_ms)));
+        }
         let sent = match sink.send(&text, details).await {
             Ok(()) => {
                 taken += 1;
                 AlertSent::At(crate::now_ms())
             }
-            Err(error) => {
+            Err(refusal) if refusal.for_good || alert.attempts >= MAX_ALERT_SENDS => {
+                tracing::error!(alert = alert.id, attempts = alert.attempts, error = %refusal, "an alert was given up: the alert sink refused it");
+                metrics::counter!("failwell_alerts_given_up_total").increment(1);
+                AlertSent::GivenUp { error: refusal.error, at_ms: crate::now_ms() }
+            }
+            Err(refusal) => {
                 let retry_at_ms = crate::now_ms() + retry_delay_ms(alert.attempts);
-                tracing::error!(alert = alert.id, attempts = alert.attempts, error = %error, "an alert was not sent; it is sent again later");
-                AlertSent::Failed { error, retry_at_ms }
+                tracing::error!(alert = alert.id, attempts = alert.attempts, error = %refusal, "an alert was not sent; it is sent again later");
+                AlertSent::Failed { error: refusal.error, retry_at_ms }
             }
         };
         if !store.alert_sent(&alert, sent).await? {
@@ -182,7 +232,23 @@ fn report_alert(report: &Report) -> (String, Value) {
     let mut details = report.report.clone();
     details["report_id"] = json!(report.id);
     details["kind"] = json!("comparison");
-    (format!("failwell report {}: {}", report.id, report.text), details)
+    if let Some(all) = details.get_mut("discrepancies").and_then(Value::as_array_mut)
+        && all.len() > ALERT_DISCREPANCIES
+    {
+        let total = all.len();
+        all.truncate(ALERT_DISCREPANCIES);
+        details["discrepancies_total"] = json!(total);
+    }
+    let mut text = format!("failwell report {}: {}", report.id, report.text);
+    if text.len() > ALERT_TEXT_BYTES {
+        let mut cut = ALERT_TEXT_BYTES;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str(&format!("\n… (cut: the whole report is failwell report {})", report.id));
+    }
+    (text, details)
 }
 
 /// Sends queued alerts until `shutdown`: each second, whatever is due

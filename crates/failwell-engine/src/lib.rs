@@ -26,7 +26,9 @@ pub mod retention;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use alerts::{AgeAlert, AlertSink, compare_and_alert, run_schedule, send_queued, watch_age};
+pub use alerts::{
+    AgeAlert, AlertSink, SinkRefusal, compare_and_alert, deliver, run_schedule, send_queued, watch_age,
+};
 pub use client::{CallRequest, CallResult, ClientError, Guards, ProviderClient};
 pub use compare::{CompareError, CompareSpec, Compared, Schedule, TimeUnit, compare};
 pub use forwarder::{ForwardTarget, ForwardTargets, Forwarder};

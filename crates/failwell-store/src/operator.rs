@@ -280,6 +280,8 @@ pub struct Alert {
     pub body: AlertBody,
     /// Sends tried so far, this one included.
     pub attempts: u32,
+    /// When it was raised (queued), ms since epoch.
+    pub raised_at_ms: i64,
     /// Until when this claim holds it (ms since epoch): its outcome is
     /// recorded only while no other sender has claimed it since.
     pub held_until_ms: i64,
@@ -310,6 +312,15 @@ pub enum AlertSent {
         /// When to send it again, ms since epoch.
         retry_at_ms: i64,
     },
+    /// It did not, and it is not sent again (the sink refused it for good,
+    /// or too often): set aside at `at_ms`, so it no longer holds back the
+    /// alerts queued after it.
+    GivenUp {
+        /// Why.
+        error: String,
+        /// When, ms since epoch.
+        at_ms: i64,
+    },
 }
 
 /// Which comparison reports a store's report listing reads.
@@ -330,7 +341,7 @@ impl Reports {
         const SELECT: &str = "SELECT id, provider, window_from_ms, window_to_ms, finished_at_ms, actor, ours, \
              theirs, discrepancies, report, text, alerted_at_ms, alert_error, \
              EXISTS (SELECT 1 FROM alerts a WHERE a.report_id = reconciliation_reports.id \
-               AND a.sent_at_ms IS NULL) AS alert_pending FROM reconciliation_reports";
+               AND a.sent_at_ms IS NULL AND a.gave_up_at_ms IS NULL) AS alert_pending FROM reconciliation_reports";
         let (tail, value) = match *self {
             Self::Newest(limit) => ("ORDER BY id DESC LIMIT $1", Some(i64::from(limit))),
             Self::One(id) => ("WHERE id = $1", Some(id)),
@@ -514,6 +525,7 @@ pub(crate) fn alert_from_row<R: OperatorRow>(row: &R) -> Result<Alert, StoreErro
         id: row.value("id").context(CONTEXT)?,
         body,
         attempts: u32::try_from(row.value::<i64>("attempts").context(CONTEXT)?).unwrap_or(u32::MAX),
+        raised_at_ms: row.value("created_at_ms").context(CONTEXT)?,
         held_until_ms: row.value("locked_until_ms").context(CONTEXT)?,
     })
 }
@@ -1168,14 +1180,16 @@ macro_rules! operator_statements {
                 // the locked row, so two processes never both claim one.
                 let rows = sqlx::query(
                     "UPDATE alerts SET locked_until_ms = $2, attempts = attempts + 1 \
-                     WHERE id IN (SELECT a.id FROM alerts a WHERE a.sent_at_ms IS NULL AND a.next_at_ms <= $1 \
+                     WHERE id IN (SELECT a.id FROM alerts a WHERE a.sent_at_ms IS NULL AND a.gave_up_at_ms IS NULL \
+                       AND a.next_at_ms <= $1 \
                        AND (a.locked_until_ms IS NULL OR a.locked_until_ms <= $1) \
                        AND ($4 IS NULL OR a.report_id = $4) \
                        AND NOT EXISTS (SELECT 1 FROM alerts e WHERE e.kind = a.kind AND e.subject = a.subject \
-                         AND e.sent_at_ms IS NULL AND e.id < a.id) \
+                         AND e.sent_at_ms IS NULL AND e.gave_up_at_ms IS NULL AND e.id < a.id) \
                        ORDER BY a.id LIMIT $3) \
-                       AND sent_at_ms IS NULL AND (locked_until_ms IS NULL OR locked_until_ms <= $1) \
-                     RETURNING id, report_id, text, details, attempts, locked_until_ms",
+                       AND sent_at_ms IS NULL AND gave_up_at_ms IS NULL \
+                       AND (locked_until_ms IS NULL OR locked_until_ms <= $1) \
+                     RETURNING id, report_id, text, details, attempts, created_at_ms, locked_until_ms",
                 )
                 .bind(now_ms)
                 .bind(now_ms + lease_ms)
@@ -1194,22 +1208,29 @@ macro_rules! operator_statements {
                 claimed: &crate::operator::Alert,
                 sent: crate::operator::AlertSent,
             ) -> Result<bool, crate::error::StoreError> {
-                let (at, error, retry_at) = match sent {
-                    crate::operator::AlertSent::At(at) => (Some(at), None, None),
-                    crate::operator::AlertSent::Failed { error, retry_at_ms } => (None, Some(error), Some(retry_at_ms)),
+                let (at, error, retry_at, gave_up) = match sent {
+                    crate::operator::AlertSent::At(at) => (Some(at), None, None, None),
+                    crate::operator::AlertSent::Failed { error, retry_at_ms } => {
+                        (None, Some(error), Some(retry_at_ms), None)
+                    }
+                    crate::operator::AlertSent::GivenUp { error, at_ms } => {
+                        (None, Some(format!("given up: {error}")), None, Some(at_ms))
+                    }
                 };
                 let mut tx = self.begin().await?;
                 // Only while this claim still holds it: a sender that
                 // outlived its lease cannot undo what another one recorded.
                 let held = sqlx::query(
                     "UPDATE alerts SET sent_at_ms = $2, last_error = $3, next_at_ms = COALESCE($4, next_at_ms), \
-                     locked_until_ms = NULL WHERE id = $1 AND locked_until_ms = $5 AND sent_at_ms IS NULL",
+                     gave_up_at_ms = $6, locked_until_ms = NULL \
+                     WHERE id = $1 AND locked_until_ms = $5 AND sent_at_ms IS NULL AND gave_up_at_ms IS NULL",
                 )
                 .bind(claimed.id)
                 .bind(at)
                 .bind(&error)
                 .bind(retry_at)
                 .bind(claimed.held_until_ms)
+                .bind(gave_up)
                 .execute(&mut *tx)
                 .await
                 .context("recording an alert's send")?

@@ -127,9 +127,11 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
                     "none: never looked up; an ambiguous outcome is retried ({why}), and one still unknown \
                      after the last attempt goes to needs_human for a person"
                 ),
-                None => {
-                    "none: an ambiguous outcome goes to needs_human for a person, never looked up".to_owned()
-                }
+                None => format!(
+                    "none: an ambiguous outcome stays unknown for {}, then goes to needs_human for a person; \
+                     never looked up",
+                    ms(spec.reconcile_after)
+                ),
             }
         }
         (how, Some(lookup)) => format!(

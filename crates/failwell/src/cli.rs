@@ -246,7 +246,7 @@ pub async fn reconcile(common: Common, args: ReconcileArgs) -> anyhow::Result<Ex
             run.looked_up, run.still_unknown, run.needs_human
         );
         for c in &run.comparisons {
-            text.push_str(&format!("report {}: {}", c.report_id, c.text));
+            text.push_str(&format!("report {} (alert: {}): {}", c.report_id, c.alert, c.text));
         }
         text
     })?;

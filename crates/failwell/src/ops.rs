@@ -65,6 +65,10 @@ pub struct ComparisonRun {
     pub discrepancies: usize,
     /// The report as text.
     pub text: String,
+    /// What became of its alert: `none` (nothing found, or no alert sink),
+    /// `sent`, `queued` (sent later: by this command's next run or a
+    /// running `failwell serve`) or `given_up`.
+    pub alert: &'static str,
 }
 
 /// The names of the configured providers, so integrations without any
@@ -146,7 +150,24 @@ pub async fn reconcile_run<S: Store>(
             report_id: compared.report_id,
             discrepancies: compared.report.discrepancies.len(),
             text: compared.report.text,
+            alert: "none",
         });
+    }
+    // Alerts queued earlier (a send that failed, a sender that died) are
+    // due as well: sent now, so a failwell run only from a schedule (cron)
+    // delivers them too.
+    if let Some(sink) = sink {
+        failwell_engine::deliver(store, sink, failwell_store::AlertClaim::Due(16)).await?;
+    }
+    for c in &mut comparisons {
+        if let Some(report) = store.report(c.report_id).await? {
+            c.alert = match (report.alert_pending, report.alerted_at_ms, &report.alert_error) {
+                (true, _, _) => "queued",
+                (false, Some(_), _) => "sent",
+                (false, None, Some(_)) => "given_up",
+                (false, None, None) => "none",
+            };
+        }
     }
     let counts = store.counts().await?;
     Ok(ReconcileRun {

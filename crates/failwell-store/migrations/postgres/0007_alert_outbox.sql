@@ -17,10 +17,13 @@ CREATE TABLE alerts (
     attempts        bigint  NOT NULL DEFAULT 0,
     locked_until_ms bigint,
     sent_at_ms      bigint,
+    -- The sink refused it for good (a 4xx) or too often: set aside, so it
+    -- no longer holds back the alerts queued after it.
+    gave_up_at_ms   bigint,
     last_error      text,
     CHECK ((report_id IS NULL) = (text IS NOT NULL AND details IS NOT NULL))
 );
-CREATE INDEX alerts_unsent ON alerts (next_at_ms) WHERE sent_at_ms IS NULL;
+CREATE INDEX alerts_unsent ON alerts (next_at_ms) WHERE sent_at_ms IS NULL AND gave_up_at_ms IS NULL;
 
 -- A scheduled comparison's window is claimed for a while, not for good: a
 -- run that never finished (its process died) is taken over after that.

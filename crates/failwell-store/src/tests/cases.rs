@@ -285,6 +285,18 @@ macro_rules! store_tests {
             assert_eq!(texts(&last), ["resolved"]);
             assert!(s.alert_sent(&last[0], AlertSent::At(1_503)).await.unwrap());
             assert!(s.claim_alerts(AlertClaim::Due(10), 100_000, 1_000).await.unwrap().is_empty(), "all sent");
+            // One the sink refuses for good is set aside: the next one is no
+            // longer held back by it.
+            s.queue_alert(alert(age, "refused", 200_000)).await.unwrap();
+            s.queue_alert(alert(age, "next", 200_001)).await.unwrap();
+            let refused = s.claim_alerts(AlertClaim::Due(10), 200_002, 1_000).await.unwrap();
+            assert_eq!(texts(&refused), ["refused"]);
+            assert_eq!(refused[0].raised_at_ms, 200_000);
+            let given_up = AlertSent::GivenUp { error: "HTTP 413".into(), at_ms: 200_003 };
+            assert!(s.alert_sent(&refused[0], given_up).await.unwrap());
+            let next = s.claim_alerts(AlertClaim::Due(10), 200_004, 1_000).await.unwrap();
+            assert_eq!(texts(&next), ["next"]);
+            assert!(s.claim_alerts(AlertClaim::Due(10), 900_000, 1_000).await.unwrap().iter().all(|a| a.id != refused[0].id));
         }
 
         #[tokio::test]

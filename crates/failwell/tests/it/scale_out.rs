@@ -58,13 +58,19 @@ async fn count(pool: &PgPool, sql: &'static str) -> i64 {
 }
 
 const MESSAGES: usize = 20_000;
-const PER_TRANSACTION: usize = 100;
+const PER_TRANSACTION: usize = 20;
 const PROCESSES: usize = 3;
 const KILL_EVERY: Duration = Duration::from_secs(2);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_killed_every_two_seconds_deliver_every_message_exactly_once() {
-    let sim = simulator(|_| {}).await;
+    // Every charge's first answer comes 30 ms after the provider took it,
+    // so each process always has calls in flight, and answered calls not
+    // yet recorded, when a kill comes.
+    let sim = simulator(|c| c.hang = Duration::from_millis(30)).await;
+    for n in 0..MESSAGES {
+        sim.script(&format!("order-{n:05}"), vec![Fault::TimeoutAfterCommit]);
+    }
     let url = postgres_schema().await;
     let mut gateways = Vec::new();
     for _ in 0..PROCESSES {
@@ -73,7 +79,8 @@ async fn three_processes_killed_every_two_seconds_deliver_every_message_exactly_
     let app = PostgresStore::open(&url, 4).await.unwrap();
 
     // The application: an order row and its charge in one transaction,
-    // PER_TRANSACTION at a time, paced over about 20 s.
+    // PER_TRANSACTION at a time, paced over about 20 s: small transactions
+    // often, so the relays always have calls in flight when a kill comes.
     let enqueue = {
         let app = app.clone();
         tokio::spawn(async move {
@@ -98,7 +105,7 @@ async fn three_processes_killed_every_two_seconds_deliver_every_message_exactly_
                         .unwrap();
                 }
                 tx.commit().await.unwrap();
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })
     };
