@@ -205,12 +205,20 @@ async fn list<S: Store>(
 ) -> Result<Response, Problem> {
     let Query(q) =
         query.map_err(|e| Problem::new(StatusCode::BAD_REQUEST, "invalid-query", e.body_text()))?;
-    let filter = DeadLetterFilter {
-        kind: q.kind.as_deref().map(kind).transpose()?,
-        integration: q.integration,
-        since_ms: None,
-    };
-    let letters = state.store.dead_letters(filter, q.limit.unwrap_or(100).min(1000)).await?;
+    let invalid = |detail: String| Problem::new(StatusCode::BAD_REQUEST, "invalid-query", detail);
+    let kind =
+        match q.kind.as_deref() {
+            None => None,
+            Some(k) => Some(DeadLetterKind::parse(k).ok_or_else(|| {
+                invalid(format!("kind {k:?} is not a dead-letter kind (message, forward)."))
+            })?),
+        };
+    let limit = q.limit.unwrap_or(100);
+    if limit == 0 {
+        return Err(invalid("limit must be at least 1 (at most 1000 are listed).".into()));
+    }
+    let filter = DeadLetterFilter { kind, integration: q.integration, since_ms: None };
+    let letters = state.store.dead_letters(filter, limit.min(1000)).await?;
     Ok(Json(json!({ "dead_letters": letters })).into_response())
 }
 

@@ -489,6 +489,11 @@ async fn the_admin_api_takes_only_its_token_and_never_shows_it() {
     let login = gateway.http.get(format!("{}/ui/login", gateway.base)).send().await.unwrap();
     assert_eq!(login.headers()["x-frame-options"], "DENY");
     assert!(login.headers()["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'"));
+    for query in ["?limit=0", "?kind=bogus", "?limit=x"] {
+        let r =
+            gateway.http.get(url(&format!("/dead-letters{query}"))).bearer_auth(TOKEN).send().await.unwrap();
+        crate::helpers::problem(r, 400, "invalid-query").await;
+    }
     // With the token, the same bad requests are problems too.
     let r = gateway.http.put(url("/status")).bearer_auth(TOKEN).send().await.unwrap();
     crate::helpers::problem(r, 405, "method-not-allowed").await;
