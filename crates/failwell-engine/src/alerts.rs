@@ -150,7 +150,7 @@ pub async fn compare_and_alert<S: Store>(
 }
 
 /// Queued alerts one [`deliver`] sends at most.
-const ALERTS_AT_ONCE: u32 = 16;
+const ALERTS_AT_ONCE: usize = 16;
 
 /// Sends of one alert before it is given up (about 2 hours of retries).
 const MAX_ALERT_SENDS: u32 = 16;
@@ -161,20 +161,17 @@ const MAX_ALERT_SENDS: u32 = 16;
 const ALERT_TEXT_BYTES: usize = 3_000;
 const ALERT_DISCREPANCIES: usize = 50;
 
-/// Sends the queued alerts `claim` takes to `sink`, one at a time (each
-/// claimed for one send's lease), and records each outcome while the claim
-/// still holds it; one the sink did not take is due again after
-/// [`retry_delay_ms`]. Takes at most [`ALERTS_AT_ONCE`] (one for
-/// [`AlertClaim::Report`]). Returns how many the sink took. Errors: the
-/// store failed.
+/// Sends queued alerts to `sink` one at a time, each claimed for one
+/// send's lease, and records each outcome while the claim still holds it;
+/// one the sink did not take is due again after [`retry_delay_ms`]. With
+/// [`AlertClaim::Due`], up to [`ALERTS_AT_ONCE`] of them; with
+/// [`AlertClaim::Report`], that report's alert if it is due. Returns how
+/// many the sink took. Errors: the store failed.
 pub async fn deliver<S: Store>(store: &S, sink: &AlertSink, claim: AlertClaim) -> Result<usize, StoreError> {
-    let one = match claim {
-        AlertClaim::Due(_) => AlertClaim::Due(1),
-        report => report,
-    };
+    let rounds = if claim == AlertClaim::Due { ALERTS_AT_ONCE } else { 1 };
     let mut taken = 0;
-    for _ in 0..ALERTS_AT_ONCE {
-        let Some(alert) = store.claim_alerts(one, crate::now_ms(), sink.lease_ms()).await?.pop() else {
+    for _ in 0..rounds {
+        let Some(alert) = store.claim_alert(claim, crate::now_ms(), sink.lease_ms()).await? else {
             break;
         };
         let (text, details) = match &alert.body {
@@ -212,9 +209,6 @@ pub async fn deliver<S: Store>(store: &S, sink: &AlertSink, claim: AlertClaim) -
         };
         if !store.alert_sent(&alert, sent).await? {
             tracing::warn!(alert = alert.id, "an alert's send outlived its lease; another sender has it");
-        }
-        if matches!(claim, AlertClaim::Report(_)) {
-            break;
         }
     }
     Ok(taken)
@@ -260,7 +254,7 @@ pub async fn send_queued<S: Store>(store: S, sink: AlertSink, shutdown: Cancella
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
-        if let Err(e) = deliver(&store, &sink, AlertClaim::Due(ALERTS_AT_ONCE)).await {
+        if let Err(e) = deliver(&store, &sink, AlertClaim::Due).await {
             tracing::error!(error = %e, "cannot send the queued alerts");
         }
     }
@@ -360,7 +354,8 @@ async fn catch_up<S: Store>(
 /// compares it, the others skip it), then records it finished. A
 /// comparison that fails (after its page reads were retried) is logged,
 /// counted in `failwell_comparison_failures_total{provider}` and sent to
-/// the alert sink; it runs again at its next time.
+/// the alert sink; the window counts as run (an operator compares it again
+/// with `failwell reconcile run --window`).
 async fn run_window<S: Store>(
     store: &S,
     providers: &Providers,
@@ -395,9 +390,7 @@ async fn run_window<S: Store>(
                 at_ms: crate::now_ms(),
             };
             let queued = store.queue_alert(alert).await;
-            if let Err(e) =
-                queued.and(deliver(store, sink, AlertClaim::Due(ALERTS_AT_ONCE)).await.map(|_| ()))
-            {
+            if let Err(e) = queued.and(deliver(store, sink, AlertClaim::Due).await.map(|_| ())) {
                 tracing::error!(provider = %name, error = %e, "the comparison failure was not sent to the alert sink");
             }
         }
@@ -506,7 +499,7 @@ pub async fn watch_age<S: Store>(
                     continue;
                 }
             }
-            if let Err(e) = deliver(&store, &sink, AlertClaim::Due(ALERTS_AT_ONCE)).await {
+            if let Err(e) = deliver(&store, &sink, AlertClaim::Due).await {
                 tracing::error!(error = %e, "cannot send the queued alerts");
             }
         }

@@ -321,13 +321,13 @@ impl Store for AnyStore {
         each!(self, s => s.queue_alert(alert).await)
     }
 
-    async fn claim_alerts(
+    async fn claim_alert(
         &self,
         claim: AlertClaim,
         now_ms: i64,
         lease_ms: i64,
-    ) -> Result<Vec<Alert>, StoreError> {
-        each!(self, s => s.claim_alerts(claim, now_ms, lease_ms).await)
+    ) -> Result<Option<Alert>, StoreError> {
+        each!(self, s => s.claim_alert(claim, now_ms, lease_ms).await)
     }
 
     async fn alert_sent(&self, claimed: &Alert, sent: AlertSent) -> Result<bool, StoreError> {

@@ -336,16 +336,18 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Queues `alert` for the alert sink.
     fn queue_alert(&self, alert: NewAlert) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Claims queued alerts to send, each for `lease_ms` (after which
-    /// another process may send it again): due, not claimed, and with no
-    /// earlier unsent alert of the same kind and subject, oldest first.
-    /// Each claim counts as a send tried ([`Alert::attempts`]).
-    fn claim_alerts(
+    /// Claims a queued alert to send for `lease_ms` (after which another
+    /// process may send it again): the oldest due one (or the one of
+    /// [`AlertClaim::Report`]) that no one holds and that no earlier
+    /// unsent alert of the same kind and subject is waiting before; `None`
+    /// when there is none. The claim counts as a send tried
+    /// ([`Alert::attempts`]).
+    fn claim_alert(
         &self,
         claim: AlertClaim,
         now_ms: i64,
         lease_ms: i64,
-    ) -> impl Future<Output = Result<Vec<Alert>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<Alert>, StoreError>> + Send;
 
     /// Records what became of a claimed alert's send (and, for a report's
     /// alert, on the report: `alerted_at_ms`, `alert_error`); a failed one

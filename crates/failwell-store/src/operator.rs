@@ -271,7 +271,7 @@ pub enum AlertBody {
     Report(i64),
 }
 
-/// A queued alert claimed for sending (see [`crate::Store::claim_alerts`]).
+/// A queued alert claimed for sending (see [`crate::Store::claim_alert`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Alert {
     /// Alert id.
@@ -291,11 +291,11 @@ pub struct Alert {
 /// since epoch.
 pub type Window = (i64, i64);
 
-/// Which queued alerts [`crate::Store::claim_alerts`] takes.
+/// Which queued alert [`crate::Store::claim_alert`] takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AlertClaim {
-    /// Every due one, oldest first, at most this many.
-    Due(u32),
+    /// The oldest due one.
+    Due,
     /// The one carrying this comparison report, if it is due.
     Report(i64),
 }
@@ -1165,42 +1165,39 @@ macro_rules! operator_statements {
                 rows.iter().map(crate::operator::report_from_row).collect()
             }
 
-            pub(super) async fn claim_alert_rows(
+            pub(super) async fn claim_alert_row(
                 &self,
                 claim: crate::operator::AlertClaim,
                 now_ms: i64,
                 lease_ms: i64,
-            ) -> Result<Vec<crate::operator::Alert>, crate::error::StoreError> {
-                let (report, limit) = match claim {
-                    crate::operator::AlertClaim::Due(limit) => (None, i64::from(limit)),
-                    crate::operator::AlertClaim::Report(id) => (Some(id), 1),
+            ) -> Result<Option<crate::operator::Alert>, crate::error::StoreError> {
+                let report = match claim {
+                    crate::operator::AlertClaim::Due => None,
+                    crate::operator::AlertClaim::Report(id) => Some(id),
                 };
                 // Due, not leased, and no earlier unsent alert of its kind
                 // and subject; the outer conditions are checked again on
                 // the locked row, so two processes never both claim one.
-                let rows = sqlx::query(
+                let row = sqlx::query(
                     "UPDATE alerts SET locked_until_ms = $2, attempts = attempts + 1 \
                      WHERE id IN (SELECT a.id FROM alerts a WHERE a.sent_at_ms IS NULL AND a.gave_up_at_ms IS NULL \
                        AND a.next_at_ms <= $1 \
                        AND (a.locked_until_ms IS NULL OR a.locked_until_ms <= $1) \
-                       AND ($4 IS NULL OR a.report_id = $4) \
+                       AND ($3 IS NULL OR a.report_id = $3) \
                        AND NOT EXISTS (SELECT 1 FROM alerts e WHERE e.kind = a.kind AND e.subject = a.subject \
                          AND e.sent_at_ms IS NULL AND e.gave_up_at_ms IS NULL AND e.id < a.id) \
-                       ORDER BY a.id LIMIT $3) \
+                       ORDER BY a.id LIMIT 1) \
                        AND sent_at_ms IS NULL AND gave_up_at_ms IS NULL \
                        AND (locked_until_ms IS NULL OR locked_until_ms <= $1) \
                      RETURNING id, report_id, text, details, attempts, created_at_ms, locked_until_ms",
                 )
                 .bind(now_ms)
                 .bind(now_ms + lease_ms)
-                .bind(limit)
                 .bind(report)
-                .fetch_all(&self.$writer)
+                .fetch_optional(&self.$writer)
                 .await
-                .context("claiming alerts")?;
-                let mut alerts = rows.iter().map(crate::operator::alert_from_row).collect::<Result<Vec<_>, _>>()?;
-                alerts.sort_by_key(|a| a.id);
-                Ok(alerts)
+                .context("claiming an alert")?;
+                row.as_ref().map(crate::operator::alert_from_row).transpose()
             }
 
             pub(super) async fn record_alert(

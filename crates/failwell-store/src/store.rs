@@ -466,13 +466,13 @@ macro_rules! store_impl {
                 self.alert_transition(None, Some(&alert)).await.map(|_| ())
             }
 
-            async fn claim_alerts(
+            async fn claim_alert(
                 &self,
                 claim: crate::operator::AlertClaim,
                 now_ms: i64,
                 lease_ms: i64,
-            ) -> Result<Vec<crate::operator::Alert>, StoreError> {
-                self.claim_alert_rows(claim, now_ms, lease_ms).await
+            ) -> Result<Option<crate::operator::Alert>, StoreError> {
+                self.claim_alert_row(claim, now_ms, lease_ms).await
             }
 
             async fn alert_sent(

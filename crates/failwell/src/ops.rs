@@ -157,7 +157,7 @@ pub async fn reconcile_run<S: Store>(
     // due as well: sent now, so a failwell run only from a schedule (cron)
     // delivers them too.
     if let Some(sink) = sink {
-        failwell_engine::deliver(store, sink, failwell_store::AlertClaim::Due(16)).await?;
+        failwell_engine::deliver(store, sink, failwell_store::AlertClaim::Due).await?;
     }
     for c in &mut comparisons {
         if let Some(report) = store.report(c.report_id).await? {

@@ -38,30 +38,32 @@ fn due_messages(scope: &ClaimScope) -> String {
     }
 }
 
-/// Plans the relay's statements of this transaction once per connection
-/// (a generic plan) instead of for each batch's values: their plans do not
-/// depend on the values (ids, tokens, the batch's arrays), and planning
-/// each execution cost more than running some of them. Only this
-/// transaction is affected (`SET LOCAL`); other statements keep
-/// PostgreSQL's default choice.
-async fn generic_plans(conn: &mut PgConnection) -> Result<(), StoreError> {
-    sqlx::raw_sql("SET LOCAL plan_cache_mode = force_generic_plan")
-        .execute(conn)
-        .await
-        .context("choosing generic plans")?;
-    Ok(())
+/// Runs the relay's statements of this transaction with generic plans,
+/// planned once per connection instead of for each batch's values (their
+/// plans do not depend on the ids, tokens and arrays bound, and planning
+/// each execution cost more than running some of them).
+const GENERIC_PLANS: (&str, &str) = ("plan_cache_mode", "force_generic_plan");
+
+/// Says whether this transaction's statements write the history rows of
+/// the state changes they make themselves (the batch statement of
+/// [`complete_batch`]), so the history triggers leave them out (migration
+/// `0008_relay_history.sql`).
+fn history_written(on: bool) -> (&'static str, &'static str) {
+    ("failwell.history_written", if on { "on" } else { "off" })
 }
 
-/// Says, for this transaction, whether its statements write the history
-/// rows of the state changes they make themselves (the batch statement of
-/// [`complete_batch`]), so the history triggers leave them out
-/// (`failwell.history_written`, migration `0008_relay_history.sql`).
-async fn history_written(conn: &mut PgConnection, on: bool) -> Result<(), StoreError> {
-    sqlx::query("SELECT set_config('failwell.history_written', $1, true)")
-        .bind(if on { "on" } else { "off" })
-        .execute(conn)
-        .await
-        .context("saying who writes the history")?;
+/// Sets `settings` (name, value) for the rest of this transaction only, in
+/// one round trip: other transactions on the connection keep their own.
+async fn set_local(conn: &mut PgConnection, settings: &[(&str, &str)]) -> Result<(), StoreError> {
+    let (names, values): (Vec<&str>, Vec<&str>) = settings.iter().copied().unzip();
+    sqlx::query(
+        "SELECT set_config(s.name, s.value, true) FROM unnest($1::text[], $2::text[]) AS s (name, value)",
+    )
+    .bind(names)
+    .bind(values)
+    .execute(conn)
+    .await
+    .context("setting the transaction's settings")?;
     Ok(())
 }
 
@@ -84,7 +86,7 @@ async fn lease_due(
         ClaimScope::All => &[],
         ClaimScope::Strays(providers) | ClaimScope::Providers(providers) => providers,
     };
-    generic_plans(conn).await?;
+    set_local(conn, &[GENERIC_PLANS]).await?;
     let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
         "WITH due AS MATERIALIZED ({due}), \
          interrupted AS (INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, \
@@ -172,8 +174,7 @@ async fn complete_batch(
     // flight can have two results in one batch: each round holds one result
     // per operation, in arrival order, so the statement writes each row once
     // and the later result sees what the earlier one wrote.
-    generic_plans(conn).await?;
-    history_written(conn, true).await?;
+    set_local(conn, &[GENERIC_PLANS, history_written(true)]).await?;
     let mut writes_history = true;
     let mut recorded: Vec<Option<Recorded>> = completions.iter().map(|_| None).collect();
     let mut left: Vec<usize> = (0..completions.len()).collect();
@@ -182,7 +183,7 @@ async fn complete_batch(
         let (round, later): (Vec<usize>, Vec<usize>) =
             left.into_iter().partition(|&i| seen.insert(completions[i].operation_id));
         if !writes_history {
-            history_written(conn, true).await?;
+            set_local(conn, &[history_written(true)]).await?;
             writes_history = true;
         }
         let moved = settle(conn, round.iter().map(|&i| &completions[i]), now_ms).await?;
@@ -193,7 +194,7 @@ async fn complete_batch(
             } else {
                 // Written one by one, the triggers record their history.
                 if writes_history {
-                    history_written(conn, false).await?;
+                    set_local(conn, &[history_written(false)]).await?;
                     writes_history = false;
                 }
                 not_applied(conn, c, now_ms).await?

@@ -239,17 +239,14 @@ macro_rules! store_tests {
                 details: json!({ "said": text }),
                 at_ms,
             };
-            let texts = |alerts: &[Alert]| -> Vec<String> {
-                alerts
-                    .iter()
-                    .map(|a| match &a.body {
-                        AlertBody::Message { text, details } => {
-                            assert_eq!(details["said"], json!(text));
-                            text.clone()
-                        }
-                        AlertBody::Report(id) => format!("report {id}"),
-                    })
-                    .collect()
+            let text = |alert: &Option<Alert>| -> String {
+                match &alert.as_ref().expect("an alert is due").body {
+                    AlertBody::Message { text, details } => {
+                        assert_eq!(details["said"], json!(text));
+                        text.clone()
+                    }
+                    AlertBody::Report(id) => format!("report {id}"),
+                }
             };
             let age = "oldest_open_age";
             assert!(s.set_alert(age, "payments", true, 1, Some(alert(age, "raised", 1))).await.unwrap());
@@ -261,42 +258,46 @@ macro_rules! store_tests {
             assert!(s.set_alert(age, "payments", false, 3, Some(alert(age, "resolved", 3))).await.unwrap());
             assert!(!s.set_alert(age, "payments", false, 4, None).await.unwrap(), "resolved already");
             s.queue_alert(alert("comparison_failed", "failed", 5)).await.unwrap();
-            assert!(s.claim_alerts(AlertClaim::Due(10), 0, 1_000).await.unwrap().is_empty(), "not due yet");
+            assert_eq!(s.claim_alert(AlertClaim::Due, 0, 1_000).await.unwrap(), None, "not due yet");
 
             // In order per kind and subject: the resolve waits for the raise.
-            let first = s.claim_alerts(AlertClaim::Due(10), 10, 1_000).await.unwrap();
-            assert_eq!(texts(&first), ["raised", "failed"]);
-            assert_eq!(first[0].attempts, 1);
-            assert!(s.claim_alerts(AlertClaim::Due(10), 11, 1_000).await.unwrap().is_empty(), "all held");
+            let raised = s.claim_alert(AlertClaim::Due, 10, 1_000).await.unwrap();
+            assert_eq!((text(&raised), raised.as_ref().unwrap().attempts), ("raised".to_owned(), 1));
+            let failed_alert = s.claim_alert(AlertClaim::Due, 10, 1_000).await.unwrap();
+            assert_eq!(text(&failed_alert), "failed");
+            assert_eq!(s.claim_alert(AlertClaim::Due, 11, 1_000).await.unwrap(), None, "all held");
             let failed = AlertSent::Failed { error: "sink down".into(), retry_at_ms: 500 };
-            assert!(s.alert_sent(&first[0], failed.clone()).await.unwrap());
-            assert!(s.alert_sent(&first[1], AlertSent::At(12)).await.unwrap());
-            assert!(s.claim_alerts(AlertClaim::Due(10), 499, 1_000).await.unwrap().is_empty(), "retried at 500");
-            let again = s.claim_alerts(AlertClaim::Due(10), 500, 1_000).await.unwrap();
-            assert_eq!((texts(&again), again[0].attempts), (vec!["raised".to_owned()], 2));
+            assert!(s.alert_sent(raised.as_ref().unwrap(), failed.clone()).await.unwrap());
+            assert!(s.alert_sent(failed_alert.as_ref().unwrap(), AlertSent::At(12)).await.unwrap());
+            assert_eq!(s.claim_alert(AlertClaim::Due, 499, 1_000).await.unwrap(), None, "retried at 500");
+            let again = s.claim_alert(AlertClaim::Due, 500, 1_000).await.unwrap();
+            assert_eq!((text(&again), again.as_ref().unwrap().attempts), ("raised".to_owned(), 2));
             // Its sender died: once the lease is over another one sends it.
-            assert!(s.claim_alerts(AlertClaim::Due(10), 1_499, 1_000).await.unwrap().is_empty());
-            let taken_over = s.claim_alerts(AlertClaim::Due(1), 1_500, 1_000).await.unwrap();
-            assert_eq!((texts(&taken_over), taken_over[0].attempts), (vec!["raised".to_owned()], 3));
+            assert_eq!(s.claim_alert(AlertClaim::Due, 1_499, 1_000).await.unwrap(), None);
+            let taken_over = s.claim_alert(AlertClaim::Due, 1_500, 1_000).await.unwrap();
+            assert_eq!((text(&taken_over), taken_over.as_ref().unwrap().attempts), ("raised".to_owned(), 3));
             // The first sender, late, cannot undo what the second records.
-            assert!(s.alert_sent(&taken_over[0], AlertSent::At(1_501)).await.unwrap());
-            assert!(!s.alert_sent(&again[0], failed).await.unwrap(), "its claim was taken over");
-            let last = s.claim_alerts(AlertClaim::Due(10), 1_502, 1_000).await.unwrap();
-            assert_eq!(texts(&last), ["resolved"]);
-            assert!(s.alert_sent(&last[0], AlertSent::At(1_503)).await.unwrap());
-            assert!(s.claim_alerts(AlertClaim::Due(10), 100_000, 1_000).await.unwrap().is_empty(), "all sent");
+            assert!(s.alert_sent(taken_over.as_ref().unwrap(), AlertSent::At(1_501)).await.unwrap());
+            assert!(!s.alert_sent(again.as_ref().unwrap(), failed).await.unwrap(), "its claim was taken over");
+            let last = s.claim_alert(AlertClaim::Due, 1_502, 1_000).await.unwrap();
+            assert_eq!(text(&last), "resolved");
+            assert!(s.alert_sent(last.as_ref().unwrap(), AlertSent::At(1_503)).await.unwrap());
+            assert_eq!(s.claim_alert(AlertClaim::Due, 100_000, 1_000).await.unwrap(), None, "all sent");
             // One the sink refuses for good is set aside: the next one is no
             // longer held back by it.
             s.queue_alert(alert(age, "refused", 200_000)).await.unwrap();
             s.queue_alert(alert(age, "next", 200_001)).await.unwrap();
-            let refused = s.claim_alerts(AlertClaim::Due(10), 200_002, 1_000).await.unwrap();
-            assert_eq!(texts(&refused), ["refused"]);
-            assert_eq!(refused[0].raised_at_ms, 200_000);
+            let refused = s.claim_alert(AlertClaim::Due, 200_002, 1_000).await.unwrap();
+            assert_eq!(text(&refused), "refused");
+            assert_eq!(s.claim_alert(AlertClaim::Due, 200_002, 1_000).await.unwrap(), None, "next waits");
+            let refused = refused.unwrap();
+            assert_eq!(refused.raised_at_ms, 200_000);
             let given_up = AlertSent::GivenUp { error: "HTTP 413".into(), at_ms: 200_003 };
-            assert!(s.alert_sent(&refused[0], given_up).await.unwrap());
-            let next = s.claim_alerts(AlertClaim::Due(10), 200_004, 1_000).await.unwrap();
-            assert_eq!(texts(&next), ["next"]);
-            assert!(s.claim_alerts(AlertClaim::Due(10), 900_000, 1_000).await.unwrap().iter().all(|a| a.id != refused[0].id));
+            assert!(s.alert_sent(&refused, given_up).await.unwrap());
+            let next = s.claim_alert(AlertClaim::Due, 200_004, 1_000).await.unwrap();
+            assert_eq!(text(&next), "next");
+            assert!(s.alert_sent(next.as_ref().unwrap(), AlertSent::At(200_005)).await.unwrap());
+            assert_eq!(s.claim_alert(AlertClaim::Due, 900_000, 1_000).await.unwrap(), None, "the refused one never again");
         }
 
         #[tokio::test]

@@ -865,17 +865,14 @@ mod operator_races {
         s.save_report(report("shipping", 650, vec![])).await.unwrap();
         // Reports with discrepancies were queued for the alert sink; the
         // outcome of each send shows on the report.
-        assert!(
-            s.claim_alerts(AlertClaim::Report(second), 705, 60_000).await.unwrap().is_empty(),
-            "none found"
-        );
-        let alert = s.claim_alerts(AlertClaim::Report(first), 605, 60_000).await.unwrap();
-        assert_eq!(alert.iter().map(|a| &a.body).collect::<Vec<_>>(), [&AlertBody::Report(first)]);
-        s.alert_sent(&alert[0], AlertSent::Failed { error: "sink down".into(), retry_at_ms: 608 })
+        assert_eq!(s.claim_alert(AlertClaim::Report(second), 705, 60_000).await.unwrap(), None, "none found");
+        let alert = s.claim_alert(AlertClaim::Report(first), 605, 60_000).await.unwrap().unwrap();
+        assert_eq!(alert.body, AlertBody::Report(first));
+        s.alert_sent(&alert, AlertSent::Failed { error: "sink down".into(), retry_at_ms: 608 })
             .await
             .unwrap();
-        let alert = s.claim_alerts(AlertClaim::Due(5), 608, 60_000).await.unwrap();
-        s.alert_sent(&alert[0], AlertSent::At(610)).await.unwrap();
+        let alert = s.claim_alert(AlertClaim::Due, 608, 60_000).await.unwrap().unwrap();
+        s.alert_sent(&alert, AlertSent::At(610)).await.unwrap();
         let replays = json!([
             s.replay(DeadLetterKind::Forward, 1, Channel::Api, 800).await.unwrap(),
             s.purge(DeadLetterKind::Forward, 2, Channel::Api, 801).await.unwrap(),
