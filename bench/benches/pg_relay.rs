@@ -35,6 +35,12 @@
 //! run fails. The latency phase that follows commits one message per
 //! transaction at `LATENCY_RATE` and measures from each commit's return to
 //! the message's arrival at the sink (p50/p99).
+//!
+//! Beside the rate, each drain reports the CPU time spent per delivered
+//! message (µs) by the `failwell serve` processes, by the PostgreSQL
+//! backends serving them and by this process (the sink), read from
+//! `/proc/PID/stat` at the drain's start and end: it moves far less than
+//! the rate with what else the machine is doing.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -46,6 +52,7 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use axum::extract::State;
 use hdrhistogram::Histogram;
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection, PgPool};
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
@@ -193,7 +200,69 @@ struct Run {
     /// Messages/s committed through the outbox contract (one transaction).
     enqueue_msgs_s: f64,
     drain_msgs_s: f64,
+    /// CPU time per delivered message during the drain (µs).
+    cpu: Cpu,
     latency: Histogram<u64>,
+}
+
+/// CPU time (µs) per message delivered in a drain, by who spent it: the
+/// `failwell serve` processes, the PostgreSQL backends serving them, and
+/// this process (the sink, and the checks polling the outbox).
+#[derive(Clone, Copy, Debug, Default)]
+struct Cpu {
+    failwell: f64,
+    postgres: f64,
+    sink: f64,
+}
+
+/// `application_name` of this benchmark's own connections, whose backends
+/// are not counted as the relay's.
+const BENCH_APPLICATION: &str = "failwell-bench";
+
+/// CPU time (ms, user and system, all threads) process `pid` has used, from
+/// `/proc/PID/stat` (Linux, in USER_HZ ticks of 10 ms); 0 once it is gone.
+fn cpu_ms(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    (ticks(11) + ticks(12)) * 10
+}
+
+/// CPU used so far (ms) by each process that counts, keyed by pid, with its
+/// place in [`Cpu`] (0 failwell, 1 PostgreSQL, 2 this process).
+async fn cpu_now(pool: &PgPool, processes: &[Process]) -> HashMap<u32, (usize, u64)> {
+    let backends: Vec<i32> = sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name <> $1",
+    )
+    .bind(BENCH_APPLICATION)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let failwell = processes.iter().filter_map(|p| p.child.id()).map(|pid| (pid, 0));
+    let postgres = backends.into_iter().map(|pid| (pid as u32, 1));
+    failwell
+        .chain(postgres)
+        .chain([(std::process::id(), 2)])
+        .map(|(pid, who)| (pid, (who, cpu_ms(pid))))
+        .collect()
+}
+
+impl Cpu {
+    /// What was spent between two [`cpu_now`] readings, per message of `n`
+    /// (a process first seen at the end counts from 0).
+    fn between(start: &HashMap<u32, (usize, u64)>, end: &HashMap<u32, (usize, u64)>, n: u64) -> Self {
+        let mut ms = [0u64; 3];
+        for (pid, (who, at_end)) in end {
+            ms[*who] += at_end.saturating_sub(start.get(pid).map_or(0, |(_, at_start)| *at_start));
+        }
+        let per_msg = |ms: u64| ms as f64 * 1000.0 / n as f64;
+        Self { failwell: per_msg(ms[0]), postgres: per_msg(ms[1]), sink: per_msg(ms[2]) }
+    }
 }
 
 /// One drain of `n` messages by `workers` processes, then the latency phase.
@@ -212,7 +281,8 @@ async fn run(
     for _ in 0..workers {
         processes.push(start_process(binary, &url, sink_url).await);
     }
-    let pool = PgPool::connect(&url).await.unwrap();
+    let options: PgConnectOptions = url.parse().unwrap();
+    let pool = PgPool::connect_with(options.application_name(BENCH_APPLICATION)).await.unwrap();
     sink.reset();
 
     let enqueue_started = Instant::now();
@@ -228,6 +298,7 @@ async fn run(
     tx.commit().await.unwrap();
     let enqueue = enqueue_started.elapsed();
     let started = Instant::now();
+    let cpu_at_start = cpu_now(&pool, &processes).await;
     while sink.requests.load(Ordering::Relaxed) < n {
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(started.elapsed() < Duration::from_secs(600), "the drain took over 10 minutes");
@@ -236,6 +307,7 @@ async fn run(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let drain = started.elapsed();
+    let cpu = Cpu::between(&cpu_at_start, &cpu_now(&pool, &processes).await, n);
     check(&pool, sink, n, "the drain").await;
 
     // Latency: one message per transaction at a steady rate.
@@ -287,6 +359,7 @@ async fn run(
     Run {
         enqueue_msgs_s: n as f64 / enqueue.as_secs_f64(),
         drain_msgs_s: n as f64 / drain.as_secs_f64(),
+        cpu,
         latency,
     }
 }
@@ -328,23 +401,27 @@ async fn main() {
     let sink_url = start_sink(sink.clone()).await;
     println!("sink {sink_url}, N = {n}, {reps} runs of each configuration, interleaved");
 
-    let mut results: Vec<(Vec<f64>, Histogram<u64>)> = workers
+    let mut results: Vec<(Vec<f64>, Histogram<u64>, Vec<Cpu>)> = workers
         .iter()
-        .map(|_| (Vec::new(), Histogram::new_with_bounds(1, 600_000_000, 3).unwrap()))
+        .map(|_| (Vec::new(), Histogram::new_with_bounds(1, 600_000_000, 3).unwrap(), Vec::new()))
         .collect();
     for rep in 1..=reps {
         for (i, w) in workers.iter().enumerate() {
             let r = run(&binary, &admin_url, &sink, &sink_url, *w, n).await;
             println!(
                 "rep={rep} failwell processes={w} enqueue_msgs_s={:.0} drain_msgs_s={:.0} latency_p50_ms={:.2} \
-                 latency_p99_ms={:.2}",
+                 latency_p99_ms={:.2} cpu_us_per_msg failwell={:.0} postgres={:.0} sink={:.0}",
                 r.enqueue_msgs_s,
                 r.drain_msgs_s,
                 r.latency.value_at_quantile(0.5) as f64 / 1000.0,
                 r.latency.value_at_quantile(0.99) as f64 / 1000.0,
+                r.cpu.failwell,
+                r.cpu.postgres,
+                r.cpu.sink,
             );
             results[i].0.push(r.drain_msgs_s);
             results[i].1.add(&r.latency).unwrap();
+            results[i].2.push(r.cpu);
         }
     }
 
@@ -369,14 +446,23 @@ async fn main() {
     }
 
     println!(
-        "\nsummary, messages/s delivered end to end (median of {reps}, range), commit-to-delivery latency:"
+        "\nsummary, messages/s delivered end to end (median of {reps}, range), commit-to-delivery latency, \
+         CPU per message in the drain (median µs: failwell, PostgreSQL, sink):"
     );
-    for (w, (rates, latency)) in workers.iter().zip(results.iter_mut()) {
+    for (w, (rates, latency, cpu)) in workers.iter().zip(results.iter_mut()) {
+        let median = |of: fn(&Cpu) -> f64| {
+            let mut values: Vec<f64> = cpu.iter().map(of).collect();
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
         println!(
-            "failwell, {w} relay process(es): {} msgs/s   p50 {:.2} ms  p99 {:.2} ms",
+            "failwell, {w} relay process(es): {} msgs/s   p50 {:.2} ms  p99 {:.2} ms   cpu {:.0} / {:.0} / {:.0} µs",
             median_range(rates),
             latency.value_at_quantile(0.5) as f64 / 1000.0,
             latency.value_at_quantile(0.99) as f64 / 1000.0,
+            median(|c| c.failwell),
+            median(|c| c.postgres),
+            median(|c| c.sink),
         );
     }
     for line in peers {
