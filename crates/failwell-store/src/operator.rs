@@ -701,7 +701,9 @@ pub(crate) trait OperatorBinds: Sized {
 ///   event bodies it shares a dead-letter column with;
 /// - `texts_in`: a subquery of the texts bound as `$2`, and
 ///   `discrepancies`: the row source (`d`) of the discrepancies bound from
-///   `$3` on, both bound by the backend's [`OperatorBinds`].
+///   `$3` on, both bound by the backend's [`OperatorBinds`];
+/// - `unsettled`: the condition of an operation that is `unknown` or
+///   `needs_human`, as the backend's index of them answers it.
 macro_rules! operator_statements {
     (
         store = $store:ty,
@@ -711,7 +713,8 @@ macro_rules! operator_statements {
         snapshot = $snapshot:literal,
         message_payload = $message_payload:literal,
         texts_in = $texts_in:literal,
-        discrepancies = $discrepancies:literal $(,)?
+        discrepancies = $discrepancies:literal,
+        unsettled = $unsettled:literal $(,)?
     ) => {
         use crate::error::Context as _;
         use crate::operator::OperatorBinds as _;
@@ -1015,8 +1018,11 @@ macro_rules! operator_statements {
                 .context("reading open and dead entries")?;
                 stats.add_entries(&entries, now_ms)?;
                 let unsettled = sqlx::query(
-                    "SELECT provider AS name, status, COUNT(*) AS n FROM operations \
-                     WHERE status IN ('unknown', 'needs_human') GROUP BY provider, status",
+                    concat!(
+                        "SELECT provider AS name, status, COUNT(*) AS n FROM operations WHERE ",
+                        $unsettled,
+                        " GROUP BY provider, status"
+                    ),
                 )
                 .fetch_all(&mut *tx)
                 .await

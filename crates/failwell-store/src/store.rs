@@ -284,18 +284,18 @@ macro_rules! store_impl {
 
             async fn counts(&self) -> Result<Counts, StoreError> {
                 let row = sqlx::query(
-                    "SELECT \
-                       (SELECT COUNT(*) FROM operations WHERE status = 'pending') AS pending, \
-                       (SELECT COUNT(*) FROM operations WHERE status = 'succeeded') AS succeeded, \
-                       (SELECT COUNT(*) FROM operations WHERE status = 'failed') AS failed, \
-                       (SELECT COUNT(*) FROM operations WHERE status = 'unknown') AS unknown, \
-                       (SELECT COUNT(*) FROM operations WHERE status = 'needs_human') AS needs_human, \
+                    "SELECT o.pending, o.succeeded, o.failed, o.unknown, o.needs_human, \
                        (SELECT COUNT(*) FROM outbox WHERE state = 'dead') AS dead_letters, \
                        (SELECT COUNT(*) FROM attempts WHERE kind = 'call') AS attempts, \
                        (SELECT COUNT(*) FROM inbox_events) AS inbox_events, \
                        (SELECT COUNT(*) FROM inbox_steps WHERE effect = 'resolved') AS resolved_by_events, \
                        (SELECT COUNT(*) FROM forwards WHERE state = 'pending') AS forwards_pending, \
-                       (SELECT COUNT(*) FROM forwards WHERE state = 'dead') AS forward_dead_letters",
+                       (SELECT COUNT(*) FROM forwards WHERE state = 'dead') AS forward_dead_letters \
+                     FROM (SELECT COUNT(*) FILTER (WHERE status = 'pending') AS pending, \
+                       COUNT(*) FILTER (WHERE status = 'succeeded') AS succeeded, \
+                       COUNT(*) FILTER (WHERE status = 'failed') AS failed, \
+                       COUNT(*) FILTER (WHERE status = 'unknown') AS unknown, \
+                       COUNT(*) FILTER (WHERE status = 'needs_human') AS needs_human FROM operations) o",
                 )
                 .fetch_one(self.read_pool())
                 .await

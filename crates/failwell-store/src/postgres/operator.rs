@@ -31,6 +31,8 @@ crate::operator::operator_statements!(
     texts_in = "(SELECT unnest($2::text[]))",
     discrepancies = "unnest($3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[]) \
                      AS d (kind, reference, operation_id, provider_ref, detail)",
+    // Computed from the status (migration `0009_hot_operations.sql`).
+    unsettled = "unsettled",
 );
 
 /// Each list is an array, or one array per column

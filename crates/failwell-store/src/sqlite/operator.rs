@@ -27,6 +27,7 @@ crate::operator::operator_statements!(
     texts_in = "(SELECT value FROM json_each($2))",
     discrepancies = "(SELECT value ->> 0 AS kind, value ->> 1 AS reference, value ->> 2 AS operation_id, \
                      value ->> 3 AS provider_ref, value ->> 4 AS detail FROM json_each($3)) AS d",
+    unsettled = "status IN ('unknown', 'needs_human')",
 );
 
 /// Each list is one JSON array: of texts, or of one
