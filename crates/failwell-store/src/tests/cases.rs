@@ -984,6 +984,22 @@ macro_rules! store_tests {
             s.ack_dead_letters(Channel::Ui, 20_000).await.unwrap();
             let acked = s.stats(20_000, 60_000, &known).await.unwrap();
             assert_eq!((acked.integrations[1].dead_letters, acked.integrations[1].dead_letters_unacked), (2, 0));
+            // Operations waiting for a lookup or for a person, per integration
+            // and in the counts (an index of their own on PostgreSQL).
+            assert_eq!((acked.integrations[1].unknown, acked.integrations[1].needs_human), (0, 0));
+            for (key, status) in [("open1", "unknown"), ("open2", "needs_human"), ("d1", "needs_human")] {
+                sqlx::query("UPDATE operations SET status = $1 WHERE idempotency_key = $2")
+                    .bind(status)
+                    .bind(key)
+                    .execute(s.pool())
+                    .await
+                    .unwrap();
+            }
+            let waiting = s.stats(20_000, 60_000, &known).await.unwrap();
+            let (idle, p) = (&waiting.integrations[0], &waiting.integrations[1]);
+            assert_eq!((idle.unknown, idle.needs_human, p.unknown, p.needs_human), (0, 0, 1, 2));
+            let counts = s.counts().await.unwrap();
+            assert_eq!((counts.pending, counts.unknown, counts.needs_human), (0, 1, 2));
         }
 
         #[tokio::test]
