@@ -37,8 +37,9 @@ pub use model::{
     Resolution, StoredEvent, Submitted, Transition,
 };
 pub use operator::{
-    Alert, AlertBody, AlertClaim, AlertSent, Channel, DeadLetter, DeadLetterFilter, DeadLetterKind,
-    HistoryEntry, IntegrationStats, ManualResolution, NewAlert, NewReport, Report, Stats, Window,
+    Alert, AlertBody, AlertClaim, AlertSent, AlertState, Channel, DeadLetter, DeadLetterFilter,
+    DeadLetterKind, HistoryEntry, IntegrationStats, ManualResolution, NewAlert, NewReport, Report, Stats,
+    Window,
 };
 pub use outbox::{Message, Outbox, OutboxConnection};
 pub use postgres::{NewMessages, PostgresStore};

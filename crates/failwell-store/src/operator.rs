@@ -240,6 +240,54 @@ pub struct Report {
     pub alert_pending: bool,
 }
 
+/// What became of a report's alert ([`Report::alert_state`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AlertState<'a> {
+    /// None was sent: none was needed, or there is no alert sink.
+    None,
+    /// Queued and not sent yet, with the last send's error if one failed.
+    Queued {
+        /// The last send's error.
+        last_error: Option<&'a str>,
+    },
+    /// The alert sink took it at `at_ms` (ms since epoch).
+    Sent {
+        /// When.
+        at_ms: i64,
+    },
+    /// Given up (the sink refused it for good, or too often).
+    GivenUp {
+        /// Why.
+        error: &'a str,
+    },
+}
+
+impl AlertState<'_> {
+    /// `none`, `queued`, `sent` or `given_up`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Queued { .. } => "queued",
+            Self::Sent { .. } => "sent",
+            Self::GivenUp { .. } => "given_up",
+        }
+    }
+}
+
+impl Report {
+    /// What became of its alert, from `alert_pending`, `alerted_at_ms` and
+    /// `alert_error`: queued while pending; else sent if the sink took it
+    /// (an earlier success is kept), else given up if a send failed.
+    pub fn alert_state(&self) -> AlertState<'_> {
+        match (self.alert_pending, self.alerted_at_ms, self.alert_error.as_deref()) {
+            (true, _, last_error) => AlertState::Queued { last_error },
+            (false, Some(at_ms), _) => AlertState::Sent { at_ms },
+            (false, None, Some(error)) => AlertState::GivenUp { error },
+            (false, None, None) => AlertState::None,
+        }
+    }
+}
+
 /// An alert for the alert sink, queued in the store ([`crate::Store::queue_alert`])
 /// and sent from there at least once.
 #[derive(Clone, Debug, PartialEq)]

@@ -161,12 +161,7 @@ pub async fn reconcile_run<S: Store>(
     }
     for c in &mut comparisons {
         if let Some(report) = store.report(c.report_id).await? {
-            c.alert = match (report.alert_pending, report.alerted_at_ms, &report.alert_error) {
-                (true, _, _) => "queued",
-                (false, Some(_), _) => "sent",
-                (false, None, Some(_)) => "given_up",
-                (false, None, None) => "none",
-            };
+            c.alert = report.alert_state().as_str();
         }
     }
     let counts = store.counts().await?;

@@ -23,7 +23,7 @@ use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use failwell_engine::compare::rfc3339;
-use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, OperationStatus, Store};
+use failwell_store::{AlertState, Channel, DeadLetterFilter, DeadLetterKind, OperationStatus, Store};
 use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
 
@@ -337,12 +337,12 @@ async fn dashboard<S: Store>(
 /// What became of a report's alert: when the sink took it, or that it is
 /// queued (with the last error, if a send failed), or `-` (none needed).
 fn alert_state(r: &failwell_store::Report) -> String {
-    match (r.alerted_at_ms, &r.alert_error, r.alert_pending) {
-        (_, Some(error), true) => format!("queued, last send failed: {error}"),
-        (_, None, true) => "queued".into(),
-        (Some(at), _, false) => rfc3339(at),
-        (None, Some(error), false) => error.clone(),
-        (None, None, false) => "-".into(),
+    match r.alert_state() {
+        AlertState::Queued { last_error: Some(error) } => format!("queued, last send failed: {error}"),
+        AlertState::Queued { last_error: None } => "queued".into(),
+        AlertState::Sent { at_ms } => rfc3339(at_ms),
+        AlertState::GivenUp { error } => error.to_owned(),
+        AlertState::None => "-".into(),
     }
 }
 
