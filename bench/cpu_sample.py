@@ -3,13 +3,15 @@
 time (ms, user and system, all threads, from /proc/PID/stat) used by
 PostgreSQL, failwell, Node.js and the pg_relay benchmark (which holds the
 sink), and prints each interval's figures. On exit it prints the totals
-over the intervals in which the sink was busy (a drain: the sink answers
-only drained jobs) and, given the jobs drained (`--jobs N`), the CPU per
-job (µs).
+over the intervals in which the sink and the client named by `--while`
+were both busy (a drain of that client: the sink answers only drained
+jobs) and, given the jobs drained (`--jobs N`), the CPU per job (µs).
+pgmq's drain beside failwell's, with a copy of the peers harness whose
+run.sh lists only pgmq with batches of 100:
 
-    python3 bench/cpu_sample.py --jobs 50000 &
-    PEERS_HOME=~/.cache/failwell-peers PEER_PG_URL=postgres://postgres@127.0.0.1:5432/postgres \\
-      PEER_SINK_URL=<the pg_relay sink> N=50000 REPS=1 bash <peers harness>/run.sh http
+    python3 bench/cpu_sample.py --while node --jobs 50000 &
+    N=50000 REPS=1 WORKERS=2 PEERS_DIR=<that copy> PEERS_HOME=~/.cache/failwell-peers \\
+      cargo bench --manifest-path bench/Cargo.toml --bench pg_relay
     kill %1
 """
 
@@ -42,6 +44,8 @@ def readings():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, help="jobs drained while sampling")
+    parser.add_argument("--while", dest="client", default="node", choices=["node", "failwell"],
+                        help="the client whose drain counts (default node)")
     args = parser.parse_args()
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
@@ -56,7 +60,7 @@ def main():
                 spent[group] = spent.get(group, 0) + used * TICK_MS
             before = now
             print(" ".join(f"{g}={ms:.0f}" for g, ms in sorted(spent.items()) if ms), flush=True)
-            if spent.get("sink", 0) > 0:
+            if spent.get("sink", 0) > 0 and spent.get(args.client, 0) > 0:
                 busy += 1
                 for group, ms in spent.items():
                     totals[group] = totals.get(group, 0) + ms
