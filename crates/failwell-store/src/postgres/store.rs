@@ -207,6 +207,16 @@ async fn complete_batch(
 
 /// The batch statement of [`complete_batch`] for results of distinct
 /// operations; returns the ids of the messages whose lease held.
+///
+/// Under generic plans the planner cannot know a batch's size and joins
+/// one CTE to another by nested loops, which is quadratic in the batch: so
+/// no step joins two CTEs by a nested loop. The lock step runs to completion
+/// before any message is updated through a one-time condition (`count(*)`
+/// of the locked rows), and whether a message's lease held is looked up in
+/// one array of the moved ids (`applied`). An operation's status before the
+/// statement (for its history row) is read from `operations` itself: every
+/// part of one statement sees the snapshot taken at its start, not the
+/// other parts' writes.
 async fn settle(
     conn: &mut PgConnection,
     completions: impl Iterator<Item = &Completion>,
@@ -229,16 +239,16 @@ async fn settle(
              previous_delay_ms = COALESCE(i.delay_ms, x.previous_delay_ms), last_error = i.error, \
              dead_at_ms = i.dead_at_ms, in_flight = 0, locked_until_ms = NULL, lease_token = NULL, \
              updated_at_ms = $24, attempts = x.attempts - i.given_back, changed_by = 'relay' \
-           FROM i WHERE x.id = i.outbox_id AND x.id IN (SELECT id FROM locked) AND x.lease_token = i.token \
-             AND x.state = 'pending' \
+           FROM i WHERE x.id = i.outbox_id AND x.lease_token = i.token AND x.state = 'pending' \
+             AND (SELECT count(*) FROM locked) >= 0 \
            RETURNING x.id), \
+         applied AS (SELECT COALESCE(array_agg(id), '{}') AS ids FROM moved), \
          history AS (INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, duration_ms, \
              status_code, error_kind, classification, outcome, decision) \
            SELECT o.id, i.kind, o.attempts + CASE WHEN i.kind = 'call' THEN 1 ELSE 0 END, \
              CASE WHEN i.kind = 'call' THEN o.provider_key END, i.started_at_ms, i.duration_ms, i.status_code, \
              i.error_kind, i.classification, i.outcome, i.decision \
            FROM i JOIN operations o ON o.id = i.operation_id WHERE i.kind IS NOT NULL), \
-         before AS (SELECT o.id, o.status FROM operations o WHERE o.id IN (SELECT operation_id FROM i)), \
          logged AS (INSERT INTO history (subject, subject_id, operation_id, at_ms, actor, change, detail) \
            SELECT h.subject, h.subject_id, h.operation_id, $24, 'relay', h.change, h.detail FROM ( \
              SELECT i.outbox_id AS sort, 0 AS part, 'message' AS subject, i.outbox_id AS subject_id, \
@@ -247,24 +257,24 @@ async fn settle(
              UNION ALL \
              SELECT i.outbox_id, 1, 'operation', i.operation_id, i.operation_id, b.status || ' -> ' || i.status, \
                i.op_error \
-             FROM i JOIN moved m ON m.id = i.outbox_id JOIN before b ON b.id = i.operation_id \
+             FROM i JOIN moved m ON m.id = i.outbox_id JOIN operations b ON b.id = i.operation_id \
              WHERE b.status IS DISTINCT FROM i.status) h ORDER BY h.sort, h.part), \
          settled AS (UPDATE operations o SET \
-             attempts = o.attempts + CASE WHEN i.kind = 'call' THEN 1 ELSE 0 END, \
-             effect_possible = CASE WHEN i.maybe_acted THEN 1 ELSE o.effect_possible END, \
-             key_first_sent_at_ms = CASE WHEN i.kind = 'call' THEN COALESCE(o.key_first_sent_at_ms, i.started_at_ms) \
+             attempts = o.attempts + CASE WHEN r.kind = 'call' THEN 1 ELSE 0 END, \
+             effect_possible = CASE WHEN r.maybe_acted THEN 1 ELSE o.effect_possible END, \
+             key_first_sent_at_ms = CASE WHEN r.kind = 'call' THEN COALESCE(o.key_first_sent_at_ms, r.started_at_ms) \
                ELSE o.key_first_sent_at_ms END, \
-             status = CASE WHEN m.id IS NULL THEN o.status ELSE i.status END, \
-             provider_ref = CASE WHEN m.id IS NULL THEN o.provider_ref ELSE COALESCE(i.provider_ref, o.provider_ref) END, \
-             response = CASE WHEN m.id IS NULL THEN o.response ELSE COALESCE(i.response, o.response) END, \
-             last_error = CASE WHEN m.id IS NULL THEN o.last_error ELSE i.op_error END, \
-             next_reconcile_at_ms = CASE WHEN m.id IS NULL THEN o.next_reconcile_at_ms ELSE i.reconcile_at_ms END, \
-             reconcile_attempts = CASE WHEN m.id IS NULL OR i.reconcile_at_ms IS NULL THEN o.reconcile_attempts \
-               ELSE 0 END, \
-             updated_at_ms = CASE WHEN m.id IS NULL THEN o.updated_at_ms ELSE $24 END, \
-             changed_by = CASE WHEN m.id IS NULL THEN o.changed_by ELSE 'relay' END \
-           FROM i LEFT JOIN moved m ON m.id = i.outbox_id \
-           WHERE o.id = i.operation_id AND (i.kind = 'call' OR m.id IS NOT NULL)) \
+             status = CASE WHEN r.held THEN r.status ELSE o.status END, \
+             provider_ref = CASE WHEN r.held THEN COALESCE(r.provider_ref, o.provider_ref) ELSE o.provider_ref END, \
+             response = CASE WHEN r.held THEN COALESCE(r.response, o.response) ELSE o.response END, \
+             last_error = CASE WHEN r.held THEN r.op_error ELSE o.last_error END, \
+             next_reconcile_at_ms = CASE WHEN r.held THEN r.reconcile_at_ms ELSE o.next_reconcile_at_ms END, \
+             reconcile_attempts = CASE WHEN r.held AND r.reconcile_at_ms IS NOT NULL THEN 0 \
+               ELSE o.reconcile_attempts END, \
+             updated_at_ms = CASE WHEN r.held THEN $24 ELSE o.updated_at_ms END, \
+             changed_by = CASE WHEN r.held THEN 'relay' ELSE o.changed_by END \
+           FROM (SELECT i.*, i.outbox_id = ANY(a.ids) AS held FROM i, applied a) r \
+           WHERE o.id = r.operation_id AND (r.kind = 'call' OR r.held)) \
          SELECT id FROM moved",
     )
     .bind(&b.outbox_id)
