@@ -548,11 +548,7 @@ impl Service<CallRequest> for Sender {
 impl Sender {
     /// Sends `op` once within `min(timeout, provider timeout)`.
     async fn send(&self, spec: &OperationSpec, op: &Operation, timeout: Duration) -> CallResult {
-        let url = self.spec.base_url.join(&spec.path);
-        let mut request = match url {
-            Ok(url) => self.http.request(spec.method.clone(), url),
-            Err(e) => return failed_before_send(format!("invalid URL: {e}")),
-        };
+        let mut request = self.http.request(spec.method.clone(), spec.url.clone());
         if spec.send_key
             && let Some(header) = &self.spec.idempotency.header
         {

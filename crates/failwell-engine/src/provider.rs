@@ -27,8 +27,9 @@ pub enum Encoding {
 pub struct OperationSpec {
     /// HTTP method.
     pub method: Method,
-    /// Path below the provider's base URL, e.g. `/v1/charges`.
-    pub path: String,
+    /// The operation's URL: its path (e.g. `/v1/charges`) joined to the
+    /// provider's base URL once, when the configuration is loaded.
+    pub url: Url,
     /// Body encoding.
     pub encoding: Encoding,
     /// Payload field holding our business reference (used for lookups).

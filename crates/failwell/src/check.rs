@@ -43,8 +43,7 @@ fn ms(d: Duration) -> String {
 fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &OperationSpec, config: &Config) {
     let workers = config.relay.concurrency;
     let m = &op.manifest;
-    let url = spec.base_url.join(&op.path).map_or_else(|_| op.path.clone(), |u| u.to_string());
-    let _ = writeln!(out, "{}.{name}: {} {url}", spec.name, op.method);
+    let _ = writeln!(out, "{}.{name}: {} {}", spec.name, op.method, op.url);
     let breaker = match &spec.breaker {
         Some(b) => {
             format!("breaker: opens for {} (growing to {}) on {}", ms(b.open_for), ms(b.max_open_for), {

@@ -125,7 +125,7 @@ fn provider_client(
         "charge".to_string(),
         OperationSpec {
             method: reqwest::Method::POST,
-            path: "/v1/charges".into(),
+            url: format!("{base_url}/v1/charges").parse().unwrap(),
             encoding: Encoding::Json,
             reference_field: "reference".into(),
             manifest: Manifest::default_for(offers),

@@ -29,7 +29,7 @@ fn client_with(keys: bool, retry_budget: RetryBudgetConfig) -> ProviderClient {
         "charge".to_string(),
         OperationSpec {
             method: reqwest::Method::POST,
-            path: "/v1/charges".into(),
+            url: "http://127.0.0.1:9/v1/charges".parse().unwrap(),
             encoding: Encoding::Form,
             reference_field: "reference".into(),
             manifest: Manifest::default_for(offers),

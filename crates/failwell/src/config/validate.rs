@@ -299,6 +299,9 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
             .method
             .parse::<reqwest::Method>()
             .map_err(|_| c.invalid(okey("method"), format!("{:?} is not an HTTP method", o.method)))?;
+        let url = base_url
+            .join(&o.path)
+            .map_err(|e| c.invalid(okey("path"), format!("{:?} does not make a URL: {e}", o.path)))?;
         let encoding = match o.encoding.as_str() {
             "json" => Encoding::Json,
             "form" => Encoding::Form,
@@ -343,7 +346,7 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
             op_name,
             OperationSpec {
                 method,
-                path: o.path,
+                url,
                 encoding,
                 reference_field: o.reference_field,
                 manifest,

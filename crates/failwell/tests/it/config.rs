@@ -153,11 +153,16 @@ fn a_lease_too_short_to_renew() {
 }
 
 #[test]
-fn bad_base_url_and_classification() {
+fn bad_base_url_operation_path_and_classification() {
     refused(
         |t| t.replace("base_url = \"http://127.0.0.1:9\"", "base_url = \"ftp://x\""),
         &[],
         &["providers.payments.base_url", "http or https"],
+    );
+    refused(
+        |t| t.replace("method = \"POST\"\npath = \"/v1/charges\"", "method = \"POST\"\npath = \"//[::1\""),
+        &[],
+        &["{file}: key `providers.payments.operations.charge.path`", "\"//[::1\" does not make a URL"],
     );
     refused(
         |t| {
