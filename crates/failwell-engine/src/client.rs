@@ -39,6 +39,7 @@ use failwell_policy::{
 };
 use failwell_store::Operation;
 use rand::Rng;
+use reqwest::Url;
 use reqwest::header::RETRY_AFTER;
 use serde_json::Value;
 use tower::Service;
@@ -221,10 +222,10 @@ pub enum CallRequest {
         /// Our reference.
         reference: String,
     },
-    /// `GET` a read operation's path with a query string, verbatim.
+    /// `GET` a read operation's URL with a query string, verbatim.
     Read {
-        /// Path below the base URL.
-        path: String,
+        /// The URL (resolved when the configuration was loaded).
+        url: Url,
         /// The query string (without `?`), passed through.
         query: String,
     },
@@ -391,11 +392,11 @@ impl ProviderClient {
         Attempt::Made(result)
     }
 
-    /// `GET`s `path` below the base URL with `query` (without `?`), once,
-    /// through the provider's bulkhead and breaker, under the same limits as
-    /// a call. Errors like [`call`](Self::call).
-    pub async fn read(&self, path: &str, query: &str) -> Result<CallResult, Rejected> {
-        self.through_policy(CallRequest::Read { path: path.to_owned(), query: query.to_owned() }).await
+    /// `GET`s `url` with `query` (without `?`, replacing any query of
+    /// `url`), once, through the provider's bulkhead and breaker, under the
+    /// same limits as a call. Errors like [`call`](Self::call).
+    pub async fn read(&self, url: &Url, query: &str) -> Result<CallResult, Rejected> {
+        self.through_policy(CallRequest::Read { url: url.clone(), query: query.to_owned() }).await
     }
 
     /// Whether the provider is unavailable right now: its breaker refusing
@@ -536,7 +537,7 @@ impl Service<CallRequest> for Sender {
                     Some(result) => result,
                     None => failed_before_send("the provider has no status lookup".into()),
                 },
-                CallRequest::Read { path, query } => sender.read(&path, &query).await,
+                CallRequest::Read { url, query } => sender.read(url, &query).await,
                 CallRequest::Deliver { path, headers, body, timeout } => {
                     sender.deliver(&path, headers, body, timeout).await
                 }
@@ -563,22 +564,13 @@ impl Sender {
 
     async fn lookup(&self, reference: &str) -> Option<CallResult> {
         let lookup = self.spec.lookup.as_ref()?;
-        let url = match self.spec.base_url.join(&lookup.path) {
-            Ok(url) => url,
-            Err(e) => return Some(failed_before_send(format!("invalid URL: {e}"))),
-        };
-        let request = self.http.get(url).query(&[(lookup.query_param.as_str(), reference)]);
+        let request = self.http.get(lookup.url.clone()).query(&[(lookup.query_param.as_str(), reference)]);
         Some(self.execute(request, self.spec.timeouts.total).await)
     }
 
-    async fn read(&self, path: &str, query: &str) -> CallResult {
-        match self.spec.base_url.join(path) {
-            Ok(mut url) => {
-                url.set_query((!query.is_empty()).then_some(query));
-                self.execute(self.http.get(url), self.spec.timeouts.total).await
-            }
-            Err(e) => failed_before_send(format!("invalid URL: {e}")),
-        }
+    async fn read(&self, mut url: Url, query: &str) -> CallResult {
+        url.set_query((!query.is_empty()).then_some(query));
+        self.execute(self.http.get(url), self.spec.timeouts.total).await
     }
 
     async fn deliver(

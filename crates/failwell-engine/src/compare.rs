@@ -286,7 +286,7 @@ async fn list(
                 q.append_pair(&compare.cursor_param, cursor);
             }
         }
-        let body = read_page(client, &lookup.path, url.query().unwrap_or_default()).await?;
+        let body = read_page(client, &lookup.url, url.query().unwrap_or_default()).await?;
         let page = records(&body, lookup, compare, &client.spec().id_pointer)?;
         let more = body.pointer(&compare.has_more_pointer).and_then(Value::as_bool).unwrap_or(false);
         cursor = page.last().map(|r| r.id.clone());
@@ -316,10 +316,10 @@ const MAX_PAGE_WAIT: Duration = Duration::from_secs(10);
 /// [`PAGE_READS`]): after the pause or breaker's wait, or 1 s, 2 s, 4 s.
 /// Errors: a refusal that a retry would not change (another 4xx), or the
 /// last failure.
-async fn read_page(client: &ProviderClient, path: &str, query: &str) -> Result<Value, String> {
+async fn read_page(client: &ProviderClient, url: &Url, query: &str) -> Result<Value, String> {
     let mut failure = String::new();
     for read in 0..PAGE_READS {
-        let wait = match client.read(path, query).await {
+        let wait = match client.read(url, query).await {
             Err(rejected) => {
                 failure = rejected.to_string();
                 client.wait_after(&rejected).unwrap_or(Duration::from_secs(1))

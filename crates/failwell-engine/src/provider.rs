@@ -54,8 +54,9 @@ pub struct OperationSpec {
 /// How to look up an effect by our reference (reconciliation).
 #[derive(Clone, Debug)]
 pub struct LookupSpec {
-    /// Path below the base URL, e.g. `/v1/charges`.
-    pub path: String,
+    /// The lookup's URL: its path (e.g. `/v1/charges`) joined to the
+    /// provider's base URL once, when the configuration is loaded.
+    pub url: Url,
     /// Query parameter carrying the reference, e.g. `reference`.
     pub query_param: String,
     /// JSON pointer to the list of records in the answer, e.g. `/data`.

@@ -93,7 +93,7 @@ pub(crate) async fn read<S: Store>(
     let key = (provider.clone(), operation.clone(), query.clone());
     let wait = match client.unavailable() {
         Some(wait) => wait,
-        None => match client.read(spec.url.path(), &query).await {
+        None => match client.read(&spec.url, &query).await {
             Ok(result) => match &result.response {
                 Ok(reply) if (200..300).contains(&reply.status) => {
                     let good = Good {

@@ -151,7 +151,7 @@ fn provider_client(
         id_pointer: "/id".into(),
         reconcile_after: ms(500),
         lookup: Some(LookupSpec {
-            path: "/v1/charges".into(),
+            url: format!("{base_url}/v1/charges").parse().unwrap(),
             query_param: "reference".into(),
             list_pointer: "/data".into(),
             status_pointer: "/status".into(),

@@ -208,6 +208,10 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
     if !matches!(base_url.scheme(), "http" | "https") {
         return Err(c.invalid(key("base_url"), format!("{:?}: the scheme must be http or https", p.base_url)));
     }
+    // Operation and lookup paths become URLs once, here.
+    let join = |at: String, path: &str| {
+        base_url.join(path).map_err(|e| c.invalid(at, format!("{path:?} does not make a URL: {e}")))
+    };
     let backoff = match &p.backoff.schedule_ms {
         Some(schedule) => {
             let delays = schedule
@@ -276,7 +280,7 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
         .lookup
         .map(|l| -> Result<LookupSpec, ConfigError> {
             Ok(LookupSpec {
-                path: l.path,
+                url: join(key("lookup.path"), &l.path)?,
                 query_param: l.query_param,
                 list_pointer: c.pointer(&key("lookup.list_pointer"), &l.list_pointer)?,
                 status_pointer: c.pointer(&key("lookup.status_pointer"), &l.status_pointer)?,
@@ -299,9 +303,7 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
             .method
             .parse::<reqwest::Method>()
             .map_err(|_| c.invalid(okey("method"), format!("{:?} is not an HTTP method", o.method)))?;
-        let url = base_url
-            .join(&o.path)
-            .map_err(|e| c.invalid(okey("path"), format!("{:?} does not make a URL: {e}", o.path)))?;
+        let url = join(okey("path"), &o.path)?;
         let encoding = match o.encoding.as_str() {
             "json" => Encoding::Json,
             "form" => Encoding::Form,

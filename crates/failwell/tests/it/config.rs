@@ -167,6 +167,16 @@ fn bad_base_url_operation_path_and_classification() {
     refused(
         |t| {
             t.replace(
+                "[providers.payments.lookup]\npath = \"/v1/charges\"",
+                "[providers.payments.lookup]\npath = \"//[::1\"",
+            )
+        },
+        &[],
+        &["{file}: key `providers.payments.lookup.path`", "\"//[::1\" does not make a URL"],
+    );
+    refused(
+        |t| {
+            t.replace(
                 "classify = { codes = {",
                 "classify = { statuses = { \"700\" = \"retryable\" }, codes = {",
             )
