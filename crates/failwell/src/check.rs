@@ -136,7 +136,7 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
         (how, Some(lookup)) => format!(
             "{}: GET {}?{}=REFERENCE, first {} after an ambiguous outcome",
             how.as_str(),
-            lookup.url,
+            lookup.url.path(),
             lookup.query_param,
             ms(spec.reconcile_after)
         ),
