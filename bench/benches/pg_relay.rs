@@ -23,9 +23,13 @@
 //! - `LATENCY_RATE` messages/s and `LATENCY_SECONDS` of the latency phase
 //!   (default 1000 for 5 s), `FAILWELL_BIN` (default
 //!   `target/release/failwell`).
-//! - `PEERS_DIR`: a peers harness directory (its `run.sh http` is run with
+//! - `PEERS_DIR`: a peers harness directory; without it only failwell is
+//!   measured. Its `run.sh http` runs once in every repetition (`REPS=1`,
 //!   `PEER_SINK_URL` set to this sink, `PEER_PG_URL` to `DATABASE_URL`, the
-//!   same `N` and `REPS`); without it only failwell is measured.
+//!   same `N`), after failwell's configurations in odd repetitions and
+//!   before them in even ones, so that a machine growing faster or slower
+//!   during the run favours neither side. Each repetition then reports
+//!   failwell's best rate over the best peer's.
 //!
 //! A drain: the processes start and become healthy on an empty outbox; N
 //! messages (about 150 bytes of JSON each) are committed in one
@@ -265,6 +269,33 @@ impl Cpu {
     }
 }
 
+/// One repetition of the peers harness's `run.sh http` (REPS=1) against
+/// this sink and server: each peer configuration's name and drain rate
+/// (jobs/s). Panics when a peer run fails.
+async fn run_peers(dir: &std::path::Path, sink_url: &str, admin_url: &str, n: u64) -> Vec<(String, f64)> {
+    let output = Command::new("bash")
+        .arg(dir.join("run.sh"))
+        .arg("http")
+        .env("PEER_SINK_URL", sink_url)
+        .env("PEER_PG_URL", admin_url)
+        .env("N", n.to_string())
+        .env("REPS", "1")
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    print!("{text}");
+    assert!(output.status.success(), "the peers harness failed");
+    text.lines()
+        .filter_map(|line| {
+            let name = line.strip_prefix("summary ")?.split_whitespace().next()?;
+            let rate = line.split_once("median_drain_jobs_s=")?.1.split_whitespace().next()?.parse().ok()?;
+            Some((name.to_owned(), rate))
+        })
+        .collect()
+}
+
 /// One drain of `n` messages by `workers` processes, then the latency phase.
 async fn run(
     binary: &PathBuf,
@@ -401,11 +432,24 @@ async fn main() {
     let sink_url = start_sink(sink.clone()).await;
     println!("sink {sink_url}, N = {n}, {reps} runs of each configuration, interleaved");
 
+    let peers_dir = std::env::var_os("PEERS_DIR").map(PathBuf::from);
     let mut results: Vec<(Vec<f64>, Histogram<u64>, Vec<Cpu>)> = workers
         .iter()
         .map(|_| (Vec::new(), Histogram::new_with_bounds(1, 600_000_000, 3).unwrap(), Vec::new()))
         .collect();
+    // Peer name → its drain rate in each repetition.
+    let mut peers: Vec<(String, Vec<f64>)> = Vec::new();
+    // Per repetition: failwell's best configuration / the best peer.
+    let mut leads = Vec::new();
     for rep in 1..=reps {
+        // Odd repetitions measure failwell first, even ones the peers first,
+        // so that a machine getting faster or slower favours neither.
+        let peers_first = rep % 2 == 0;
+        let mut rep_peers = Vec::new();
+        if peers_first && let Some(dir) = &peers_dir {
+            rep_peers = run_peers(dir, &sink_url, &admin_url, n).await;
+        }
+        let mut best = 0f64;
         for (i, w) in workers.iter().enumerate() {
             let r = run(&binary, &admin_url, &sink, &sink_url, *w, n).await;
             println!(
@@ -419,30 +463,25 @@ async fn main() {
                 r.cpu.postgres,
                 r.cpu.sink,
             );
+            best = best.max(r.drain_msgs_s);
             results[i].0.push(r.drain_msgs_s);
             results[i].1.add(&r.latency).unwrap();
             results[i].2.push(r.cpu);
         }
-    }
-
-    let mut peers = Vec::new();
-    if let Some(dir) = std::env::var_os("PEERS_DIR") {
-        let dir = PathBuf::from(dir);
-        let output = Command::new("bash")
-            .arg(dir.join("run.sh"))
-            .arg("http")
-            .env("PEER_SINK_URL", &sink_url)
-            .env("PEER_PG_URL", &admin_url)
-            .env("N", n.to_string())
-            .env("REPS", reps.to_string())
-            .stderr(Stdio::inherit())
-            .output()
-            .await
-            .unwrap();
-        let text = String::from_utf8_lossy(&output.stdout);
-        print!("{text}");
-        assert!(output.status.success(), "the peers harness failed");
-        peers = text.lines().filter(|l| l.starts_with("summary")).map(str::to_owned).collect();
+        if !peers_first && let Some(dir) = &peers_dir {
+            rep_peers = run_peers(dir, &sink_url, &admin_url, n).await;
+        }
+        let best_peer = rep_peers.iter().map(|(_, rate)| *rate).fold(0f64, f64::max);
+        for (name, rate) in rep_peers {
+            match peers.iter_mut().find(|(known, _)| *known == name) {
+                Some((_, rates)) => rates.push(rate),
+                None => peers.push((name, vec![rate])),
+            }
+        }
+        if best_peer > 0.0 {
+            println!("rep={rep} failwell's best / the best peer = {:.2}", best / best_peer);
+            leads.push(best / best_peer);
+        }
     }
 
     println!(
@@ -465,7 +504,13 @@ async fn main() {
             median(|c| c.sink),
         );
     }
-    for line in peers {
-        println!("{line}");
+    for (name, rates) in &mut peers {
+        println!("peer {name:<10}: {} msgs/s", median_range(rates));
+    }
+    if !leads.is_empty() {
+        println!(
+            "failwell's best configuration / the best peer, per repetition: {}",
+            leads.iter().map(|l| format!("{l:.2}")).collect::<Vec<_>>().join(", ")
+        );
     }
 }
