@@ -19,7 +19,10 @@
 //!   of each configuration (default `1,2,4`).
 //! - `RELAY_CONCURRENCY` calls in flight and `RELAY_BATCH` messages per
 //!   claim of each process (`[relay] concurrency` and `batch_size`, default
-//!   64 and 64, as in failwell's own defaults).
+//!   64 and 64, as in failwell's own defaults); `SINK_BULKHEAD` calls the
+//!   sink's provider takes at once (its `bulkhead.max_concurrent`, default
+//!   64 as in failwell's defaults; `max_waiting` is `RELAY_CONCURRENCY`, so
+//!   no claimed message is deferred for want of a place to wait).
 //! - `LATENCY_RATE` messages/s and `LATENCY_SECONDS` of the latency phase
 //!   (default 1000 for 5 s), `FAILWELL_BIN` (default
 //!   `target/release/failwell`).
@@ -148,10 +151,11 @@ async fn start_process(binary: &PathBuf, database_url: &str, sink_url: &str) -> 
     let base = sink_url.trim_end_matches("/hook");
     let concurrency: u32 = env_or("RELAY_CONCURRENCY", 64);
     let batch: u32 = env_or("RELAY_BATCH", 64);
+    let bulkhead: usize = env_or("SINK_BULKHEAD", 64);
     let config = format!(
         "database_url = \"{database_url}\"\nlisten = \"127.0.0.1:{port}\"\n\n\
          [relay]\nconcurrency = {concurrency}\nbatch_size = {batch}\n\n\
-         [providers.sink]\nbase_url = \"{base}\"\ntimeout_ms = 10000\n\n\
+         [providers.sink]\nbase_url = \"{base}\"\ntimeout_ms = 10000\nbulkhead = {{ max_concurrent = {bulkhead}, max_waiting = {concurrency} }}\n\n\
          [providers.sink.operations.post]\nmethod = \"POST\"\npath = \"/hook\"\nencoding = \"json\"\nreference_field = \"order_id\"\nduplicate_severity = \"harmless\"\ndisagreement = {{ reconcile = \"none\" }}\n"
     );
     std::fs::write(dir.path().join("failwell.toml"), config).unwrap();

@@ -7,7 +7,7 @@
 //! `complete_batch`: one statement on PostgreSQL, these per message on
 //! SQLite.)
 
-/// Defines `insert_attempt`, `set_operation` and `not_applied` (and the
+/// Defines `insert_attempt`, `count_attempt`, `set_operation` and `not_applied` (and the
 /// private `late_answer`) in the invoking module, for connections of type
 /// `$conn`.
 macro_rules! attempt_writes {
@@ -41,9 +41,19 @@ macro_rules! attempt_writes {
             .execute(&mut *conn)
             .await
             .context("appending to the attempt history")?;
+            count_attempt(conn, operation_id, attempt).await
+        }
+
+        /// Counts `attempt` on its operation if it was a call (a call counts
+        /// whatever became of its message): the attempts, the key group's
+        /// "may have acted" mark (kept until a lookup clears it), and the
+        /// key's first use unless an earlier call was.
+        pub(super) async fn count_attempt(
+            conn: &mut $conn,
+            operation_id: i64,
+            attempt: &AttemptRecord,
+        ) -> Result<(), StoreError> {
             if attempt.kind == AttemptKind::Call {
-                // A call that may have acted marks the key group until a lookup clears it.
-                // A call is the key's first use unless an earlier one was.
                 sqlx::query("UPDATE operations SET attempts = attempts + 1, \
                      effect_possible = CASE WHEN $2 THEN 1 ELSE effect_possible END, \
                      key_first_sent_at_ms = COALESCE(key_first_sent_at_ms, $3) WHERE id = $1")

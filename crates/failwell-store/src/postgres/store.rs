@@ -4,7 +4,7 @@
 use sqlx::postgres::PgConnection;
 
 use super::PostgresStore;
-use super::writes::not_applied;
+use super::writes::{count_attempt, not_applied};
 use crate::changes::{MessageChange, OperationChange};
 use crate::model::AttemptRecord;
 use crate::outbox::{CLAIMED_COLUMNS, DUE};
@@ -161,10 +161,11 @@ async fn renew_leases(
 /// Records a batch of results in one statement: the history rows, the
 /// compare-and-set of every message on `(id, lease_token)` (the messages
 /// locked first, in id order, as every writer locks them), and the new
-/// state of the operations whose message moved; an attempt counts on its
-/// operation either way. Results whose lease did not hold (a newer claim
-/// took it over, or an event settled the operation) are then looked at one
-/// by one ([`not_applied`]): they are rare.
+/// state of the operations whose message moved. Results whose lease did
+/// not hold (a newer claim took it over, or an event settled the
+/// operation) are then looked at one by one: a call still counts on its
+/// operation ([`count_attempt`]), and [`not_applied`] says what became of
+/// it. They are rare.
 async fn complete_batch(
     conn: &mut PgConnection,
     completions: &[Completion],
@@ -197,6 +198,9 @@ async fn complete_batch(
                     set_local(conn, &[history_written(false)]).await?;
                     writes_history = false;
                 }
+                if let Some(attempt) = &c.attempt {
+                    count_attempt(conn, c.operation_id, attempt).await?;
+                }
                 not_applied(conn, c, now_ms).await?
             });
         }
@@ -212,8 +216,11 @@ async fn complete_batch(
 /// one CTE to another by nested loops, which is quadratic in the batch: so
 /// no step joins two CTEs by a nested loop. The lock step runs to completion
 /// before any message is updated through a one-time condition (`count(*)`
-/// of the locked rows), and whether a message's lease held is looked up in
-/// one array of the moved ids (`applied`). An operation's status before the
+/// of the locked rows), and the messages whose lease held carry their
+/// results on (`moved` returns them), so the history rows and the
+/// operations' new state are written from them without looking anything up
+/// by message (a lookup of each in an array of the moved ids was quadratic
+/// in the batch). An operation's status before the
 /// statement (for its history row) is read from `operations` itself: every
 /// part of one statement sees the snapshot taken at its start, not the
 /// other parts' writes.
@@ -241,8 +248,8 @@ async fn settle(
              updated_at_ms = $24, attempts = x.attempts - i.given_back, changed_by = 'relay' \
            FROM i WHERE x.id = i.outbox_id AND x.lease_token = i.token AND x.state = 'pending' \
              AND (SELECT count(*) FROM locked) >= 0 \
-           RETURNING x.id), \
-         applied AS (SELECT COALESCE(array_agg(id), '{}') AS ids FROM moved), \
+           RETURNING x.id, i.operation_id, i.kind, i.started_at_ms, i.maybe_acted, i.state, i.error, i.status, \
+             i.provider_ref, i.response, i.op_error, i.reconcile_at_ms), \
          history AS (INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, duration_ms, \
              status_code, error_kind, classification, outcome, decision) \
            SELECT o.id, i.kind, o.attempts + CASE WHEN i.kind = 'call' THEN 1 ELSE 0 END, \
@@ -251,30 +258,24 @@ async fn settle(
            FROM i JOIN operations o ON o.id = i.operation_id WHERE i.kind IS NOT NULL), \
          logged AS (INSERT INTO history (subject, subject_id, operation_id, at_ms, actor, change, detail) \
            SELECT h.subject, h.subject_id, h.operation_id, $24, 'relay', h.change, h.detail FROM ( \
-             SELECT i.outbox_id AS sort, 0 AS part, 'message' AS subject, i.outbox_id AS subject_id, \
-               i.operation_id, 'pending -> ' || i.state AS change, i.error AS detail \
-             FROM i JOIN moved m ON m.id = i.outbox_id WHERE i.state <> 'pending' \
+             SELECT m.id AS sort, 0 AS part, 'message' AS subject, m.id AS subject_id, m.operation_id, \
+               'pending -> ' || m.state AS change, m.error AS detail \
+             FROM moved m WHERE m.state <> 'pending' \
              UNION ALL \
-             SELECT i.outbox_id, 1, 'operation', i.operation_id, i.operation_id, b.status || ' -> ' || i.status, \
-               i.op_error \
-             FROM i JOIN moved m ON m.id = i.outbox_id JOIN operations b ON b.id = i.operation_id \
-             WHERE b.status IS DISTINCT FROM i.status) h ORDER BY h.sort, h.part), \
+             SELECT m.id, 1, 'operation', m.operation_id, m.operation_id, b.status || ' -> ' || m.status, m.op_error \
+             FROM moved m JOIN operations b ON b.id = m.operation_id \
+             WHERE b.status IS DISTINCT FROM m.status) h ORDER BY h.sort, h.part), \
          settled AS (UPDATE operations o SET \
-             attempts = o.attempts + CASE WHEN r.kind = 'call' THEN 1 ELSE 0 END, \
-             effect_possible = CASE WHEN r.maybe_acted THEN 1 ELSE o.effect_possible END, \
-             key_first_sent_at_ms = CASE WHEN r.kind = 'call' THEN COALESCE(o.key_first_sent_at_ms, r.started_at_ms) \
+             attempts = o.attempts + CASE WHEN m.kind = 'call' THEN 1 ELSE 0 END, \
+             effect_possible = CASE WHEN m.maybe_acted THEN 1 ELSE o.effect_possible END, \
+             key_first_sent_at_ms = CASE WHEN m.kind = 'call' THEN COALESCE(o.key_first_sent_at_ms, m.started_at_ms) \
                ELSE o.key_first_sent_at_ms END, \
-             status = CASE WHEN r.held THEN r.status ELSE o.status END, \
-             provider_ref = CASE WHEN r.held THEN COALESCE(r.provider_ref, o.provider_ref) ELSE o.provider_ref END, \
-             response = CASE WHEN r.held THEN COALESCE(r.response, o.response) ELSE o.response END, \
-             last_error = CASE WHEN r.held THEN r.op_error ELSE o.last_error END, \
-             next_reconcile_at_ms = CASE WHEN r.held THEN r.reconcile_at_ms ELSE o.next_reconcile_at_ms END, \
-             reconcile_attempts = CASE WHEN r.held AND r.reconcile_at_ms IS NOT NULL THEN 0 \
-               ELSE o.reconcile_attempts END, \
-             updated_at_ms = CASE WHEN r.held THEN $24 ELSE o.updated_at_ms END, \
-             changed_by = CASE WHEN r.held THEN 'relay' ELSE o.changed_by END \
-           FROM (SELECT i.*, i.outbox_id = ANY(a.ids) AS held FROM i, applied a) r \
-           WHERE o.id = r.operation_id AND (r.kind = 'call' OR r.held)) \
+             status = m.status, provider_ref = COALESCE(m.provider_ref, o.provider_ref), \
+             response = COALESCE(m.response, o.response), last_error = m.op_error, \
+             next_reconcile_at_ms = m.reconcile_at_ms, \
+             reconcile_attempts = CASE WHEN m.reconcile_at_ms IS NOT NULL THEN 0 ELSE o.reconcile_attempts END, \
+             updated_at_ms = $24, changed_by = 'relay' \
+           FROM moved m WHERE o.id = m.operation_id) \
          SELECT id FROM moved",
     )
     .bind(&b.outbox_id)
