@@ -17,7 +17,7 @@
 //! - `N` messages per drain (default 50000), `REPS` runs of each
 //!   configuration, interleaved (default 3), `WORKERS` the relay processes
 //!   of each configuration (default `1,2,4`).
-//! - `RELAY_CONCURRENCY` calls in flight and `RELAY_BATCH` messages per
+//! - `RELAY_CONCURRENCY` messages worked at once and `RELAY_BATCH` per
 //!   claim of each process (`[relay] concurrency` and `batch_size`, default
 //!   64 and 64, as in failwell's own defaults); `SINK_BULKHEAD` calls the
 //!   sink's provider takes at once (its `bulkhead.max_concurrent`, default

@@ -19,6 +19,14 @@ pub enum StoreError {
         /// The reused reference.
         reference: String,
     },
+    /// A message given to [`crate::Outbox::enqueue`] has an empty or blank
+    /// provider, operation, idempotency key or reference. Nothing was
+    /// written.
+    #[error("outbox message: {field} must not be empty or blank")]
+    InvalidMessage {
+        /// `provider`, `operation`, `idempotency_key` or `reference`.
+        field: &'static str,
+    },
     /// The database could not be opened or a statement failed.
     #[error("database error: {context}")]
     Database {

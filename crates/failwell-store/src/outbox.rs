@@ -64,12 +64,24 @@ impl Outbox {
     /// same request this returns [`Submitted::Replayed`] and writes
     /// nothing. Errors: [`StoreError::KeyReused`] (the key holds a different
     /// request), [`StoreError::ReferenceReused`] (another operation of the
-    /// provider holds the reference), [`StoreError::Database`].
+    /// provider holds the reference), [`StoreError::InvalidMessage`] (an
+    /// empty or blank provider, operation, key or reference; checked before
+    /// anything is written), [`StoreError::Database`].
     pub async fn enqueue<C: OutboxConnection>(
         conn: &mut C,
         message: &Message,
         now_ms: i64,
     ) -> Result<Submitted, StoreError> {
+        for (field, value) in [
+            ("provider", Some(&message.provider)),
+            ("operation", Some(&message.operation)),
+            ("idempotency_key", message.idempotency_key.as_ref()),
+            ("reference", message.reference.as_ref()),
+        ] {
+            if value.is_some_and(|v| v.trim().is_empty()) {
+                return Err(StoreError::InvalidMessage { field });
+            }
+        }
         let idempotency_key = match &message.idempotency_key {
             Some(key) => key.clone(),
             None => conn.derived_key(&message.provider, &message.operation, &message.payload).await?,

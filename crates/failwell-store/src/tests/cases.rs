@@ -82,6 +82,23 @@ macro_rules! store_tests {
             assert_eq!(s.claim(1, 10, 1000, &ClaimScope::All).await.unwrap().len(), 1);
         }
 
+        #[tokio::test]
+        async fn enqueue_refuses_a_blank_field_and_writes_nothing() {
+            let (_d, s) = store().await;
+            for (m, blank) in [
+                (Message { reference: Some(" ".into()), ..message("o1", 100) }, "reference"),
+                (Message { idempotency_key: Some(String::new()), ..message("o2", 100) }, "idempotency_key"),
+                (Message { provider: String::new(), ..message("o3", 100) }, "provider"),
+                (Message { operation: "\t".into(), ..message("o4", 100) }, "operation"),
+            ] {
+                let mut tx = s.begin().await.unwrap();
+                let err = Outbox::enqueue(&mut tx, &m, 1).await.unwrap_err();
+                assert!(matches!(err, StoreError::InvalidMessage { field } if field == blank), "{err:?}");
+                tx.commit().await.unwrap();
+            }
+            assert_eq!(s.counts().await.unwrap().pending, 0, "nothing was written");
+        }
+
         /// Enqueues `message` in a transaction of its own.
         async fn enqueue(s: &S, message: Message, now_ms: i64) -> Submitted {
             let mut tx = s.begin().await.unwrap();

@@ -194,15 +194,17 @@ mod postgres {
         #[tokio::test]
         async fn the_sql_contract_refuses_what_the_api_would() {
             let (_schema, s) = store().await;
-            for (payload, available_at, says) in [
-                ("[1, 2]", "NULL", "payload must be a JSON object, not array"),
-                ("\"text\"", "NULL", "payload must be a JSON object, not string"),
-                ("{\"a\": 1}", "'infinity'", "is not a time within a year from now"),
-                ("{\"a\": 1}", "now() + interval '2 years'", "is not a time within a year from now"),
+            for (payload, available_at, reference, says) in [
+                ("[1, 2]", "NULL", "NULL", "payload must be a JSON object, not array"),
+                ("\"text\"", "NULL", "NULL", "payload must be a JSON object, not string"),
+                ("{\"a\": 1}", "'infinity'", "NULL", "is not a time within a year from now"),
+                ("{\"a\": 1}", "now() + interval '2 years'", "NULL", "is not a time within a year from now"),
+                ("{\"a\": 1}", "NULL", "''", "operations_reference_not_blank"),
+                ("{\"a\": 1}", "NULL", "'  '", "operations_reference_not_blank"),
             ] {
                 let error = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "INSERT INTO failwell_outbox (provider, operation, payload, available_at) \
-                     VALUES ('payments', 'charge', '{payload}', {available_at})"
+                    "INSERT INTO failwell_outbox (provider, operation, payload, available_at, reference) \
+                     VALUES ('payments', 'charge', '{payload}', {available_at}, {reference})"
                 )))
                 .execute(s.pool())
                 .await
