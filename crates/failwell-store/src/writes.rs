@@ -7,9 +7,9 @@
 //! `complete_batch`: one statement on PostgreSQL, these per message on
 //! SQLite.)
 
-/// Defines `insert_attempt`, `count_attempt`, `set_operation` and `not_applied` (and the
-/// private `late_answer`) in the invoking module, for connections of type
-/// `$conn`.
+/// Defines `insert_attempt`, `count_attempt`, `set_operation` and
+/// `not_applied` (and the private `late_answer`) in the invoking module, for
+/// connections of type `$conn`.
 macro_rules! attempt_writes {
     ($conn:ty) => {
         use serde_json::Value;
