@@ -1,6 +1,7 @@
 //! The loop shared by the relay and the forwarder: claim due items of a
-//! leased queue, work each once with bounded concurrency, renew the leases
-//! of the items in hand, record the results in batches through one writer.
+//! leased queue (two claims in flight at once), work each once with bounded
+//! concurrency, renew the leases of the items in hand, record the results
+//! in batches through one writer.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -72,67 +73,138 @@ pub(crate) trait Queue: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<Recorded>, StoreError>> + Send;
 }
 
+/// Claims a pump keeps in flight at once. A claim is a write transaction
+/// whose round trip and commit would otherwise leave the pump idle: while
+/// one claim waits for the database, the other's items are being worked.
+/// The overlap needs `concurrency` above `batch_size` (room for one claim's
+/// items beside the other's); with `concurrency == batch_size` the second
+/// claim takes what the first left free.
+const CLAIMERS: usize = 2;
+
 /// Drains `queue` until `shutdown` is cancelled, then waits for the items
 /// in flight and their records. Woken early through `wake`.
+///
+/// [`CLAIMERS`] claim loops share the `concurrency` permits: each reserves
+/// the permits for what it asks for before it claims, so together they
+/// never hold more items than `concurrency`. The first claimer polls every
+/// `poll_interval` and is the one `wake` wakes; a claim that came back full
+/// (more may be due) wakes the others, so under a backlog they all claim
+/// and when the queue is quiet only one polls.
 pub(crate) async fn pump<Q: Queue>(
     queue: Arc<Q>,
     config: RelayConfig,
     wake: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
-    let permits = Arc::new(Semaphore::new(config.concurrency));
     let (done_tx, done_rx) = mpsc::channel(config.concurrency * 2);
-    // The items in hand, from their claim until their result is recorded.
-    let held: Held = Arc::default();
-    let writer = tokio::spawn(write_results(queue.clone(), done_rx, held.clone()));
-    let renewer = tokio::spawn(renew_leases(queue.clone(), held.clone(), config.lease));
-    // Under load, claim in batches of at least a quarter of the limit rather
-    // than one item per freed slot: every claim is a write transaction.
-    let min_claim = (config.batch_size as usize).min(config.concurrency).div_ceil(4).max(1);
-    while !shutdown.is_cancelled() {
-        let want = (permits.available_permits() as u32).min(config.batch_size);
-        let claimed = if want == 0 {
-            Vec::new()
-        } else {
-            let lease_ms = config.lease.as_millis() as u64;
-            queue.claim(now_ms(), want, lease_ms).await.unwrap_or_else(|e| {
-                tracing::error!(error = %e, "claiming {} failed", Q::WHAT);
-                Vec::new()
-            })
-        };
-        // All that was asked for came: more may be due right away.
-        let more_due = want > 0 && claimed.len() as u32 == want;
-        for item in claimed {
-            let (id, token) = Q::lease_of(&item);
-            held.lock().unwrap_or_else(|e| e.into_inner()).insert(id, token);
-            let Ok(permit) = permits.clone().acquire_owned().await else {
-                break;
-            };
-            let (queue, done) = (queue.clone(), done_tx.clone());
-            tokio::spawn(async move {
-                let result = queue.work(item).await;
-                let _ = done.send(result).await;
-                drop(permit);
-            });
-        }
-        let saturated = permits.available_permits() < min_claim;
-        if more_due && !saturated {
-            continue;
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = wake.notified(), if !saturated => {}
-            _ = tokio::time::sleep(config.poll_interval), if !more_due => {}
-            _ = permits.acquire_many(min_claim as u32), if saturated => {}
+    let claims = Arc::new(Claims {
+        queue: queue.clone(),
+        permits: Arc::new(Semaphore::new(config.concurrency)),
+        // Under load, claim in batches of at least a quarter of the limit
+        // rather than one item per freed slot: every claim is a write
+        // transaction.
+        min_claim: (config.batch_size as usize).min(config.concurrency).div_ceil(4).max(1),
+        held: Held::default(),
+        busy: Notify::new(),
+        done: done_tx,
+        config,
+        wake,
+        shutdown,
+    });
+    let writer = tokio::spawn(write_results(queue.clone(), done_rx, claims.held.clone()));
+    let renewer = tokio::spawn(renew_leases(queue, claims.held.clone(), claims.config.lease));
+    let claimers: Vec<_> = (0..CLAIMERS).map(|n| tokio::spawn(claims.clone().run(n == 0))).collect();
+    for claimer in claimers {
+        if let Err(e) = claimer.await {
+            tracing::error!(error = %e, "a claimer of {} ended abnormally", Q::WHAT);
         }
     }
     // Wait for the items in flight, then let the writer drain.
-    let _ = permits.acquire_many(config.concurrency as u32).await;
-    drop(done_tx);
+    let _ = claims.permits.acquire_many(claims.config.concurrency as u32).await;
+    drop(claims);
     if let Err(e) = writer.await {
         tracing::error!(error = %e, "the result writer of {} ended abnormally", Q::WHAT);
     }
     renewer.abort();
+}
+
+/// What the claim loops of one pump share.
+struct Claims<Q: Queue> {
+    queue: Arc<Q>,
+    config: RelayConfig,
+    /// One per item in hand, from its claim until its work is done.
+    permits: Arc<Semaphore>,
+    /// The fewest free permits a claim waits for.
+    min_claim: usize,
+    held: Held,
+    /// Notified when a claim came back full: more may be due.
+    busy: Notify,
+    wake: Arc<Notify>,
+    shutdown: CancellationToken,
+    done: mpsc::Sender<Q::Done>,
+}
+
+impl<Q: Queue> Claims<Q> {
+    /// One claim loop; the `first` polls and answers `wake`.
+    async fn run(self: Arc<Self>, first: bool) {
+        let config = &self.config;
+        loop {
+            // The places for what this claim may take: at least `min_claim`,
+            // and what else is free, up to a batch.
+            let mut reserved = tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                permits = self.permits.clone().acquire_many_owned(self.min_claim as u32) => match permits {
+                    Ok(permits) => permits,
+                    Err(_) => return,
+                },
+            };
+            let more =
+                self.permits.available_permits().min(config.batch_size as usize - reserved.num_permits());
+            if let Ok(extra) = self.permits.clone().try_acquire_many_owned(more as u32) {
+                reserved.merge(extra);
+            }
+            let want = reserved.num_permits() as u32;
+            let lease_ms = config.lease.as_millis() as u64;
+            let claimed = self.queue.claim(now_ms(), want, lease_ms).await.unwrap_or_else(|e| {
+                tracing::error!(error = %e, "claiming {} failed", Q::WHAT);
+                Vec::new()
+            });
+            // All that was asked for came: more may be due right away.
+            let more_due = claimed.len() as u32 == want;
+            for item in claimed {
+                let (id, token) = Q::lease_of(&item);
+                self.held.lock().unwrap_or_else(|e| e.into_inner()).insert(id, token);
+                let permit = match reserved.split(1) {
+                    Some(permit) => permit,
+                    // A queue answered with more than it was asked for.
+                    None => match self.permits.clone().acquire_owned().await {
+                        Ok(permit) => permit,
+                        Err(_) => return,
+                    },
+                };
+                let (queue, done) = (self.queue.clone(), self.done.clone());
+                tokio::spawn(async move {
+                    let result = queue.work(item).await;
+                    let _ = done.send(result).await;
+                    drop(permit);
+                });
+            }
+            drop(reserved);
+            if self.shutdown.is_cancelled() {
+                return;
+            }
+            if more_due {
+                self.busy.notify_waiters();
+                continue;
+            }
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                _ = self.busy.notified() => {}
+                _ = self.wake.notified(), if first => {}
+                _ = tokio::time::sleep(config.poll_interval), if first => {}
+            }
+        }
+    }
 }
 
 /// Leases in hand: item id → lease token.
@@ -207,3 +279,6 @@ async fn write_results<Q: Queue>(queue: Arc<Q>, mut done: mpsc::Receiver<Q::Done
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
