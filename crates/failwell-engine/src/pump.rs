@@ -54,7 +54,9 @@ pub(crate) trait Queue: Send + Sync + 'static {
         until_ms: i64,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
-    /// Claims up to `limit` due items under a lease of `lease_ms`.
+    /// Claims up to `limit` due items under a lease of `lease_ms`; never
+    /// more (an item past the limit would have no place to be worked and
+    /// would wait for its lease to run out).
     fn claim(
         &self,
         now_ms: i64,
@@ -148,6 +150,7 @@ impl<Q: Queue> Claims<Q> {
     /// One claim loop; the `first` polls and answers `wake`.
     async fn run(self: Arc<Self>, first: bool) {
         let config = &self.config;
+        let lease_ms = config.lease.as_millis() as u64;
         loop {
             // The places for what this claim may take: at least `min_claim`,
             // and what else is free, up to a batch.
@@ -164,24 +167,17 @@ impl<Q: Queue> Claims<Q> {
                 reserved.merge(extra);
             }
             let want = reserved.num_permits() as u32;
-            let lease_ms = config.lease.as_millis() as u64;
             let claimed = self.queue.claim(now_ms(), want, lease_ms).await.unwrap_or_else(|e| {
                 tracing::error!(error = %e, "claiming {} failed", Q::WHAT);
                 Vec::new()
             });
             // All that was asked for came: more may be due right away.
             let more_due = claimed.len() as u32 == want;
-            for item in claimed {
+            // A claim returns at most `want` items (the `Queue` contract), so
+            // every item has its reserved permit.
+            for (item, permit) in claimed.into_iter().zip(std::iter::from_fn(|| reserved.split(1))) {
                 let (id, token) = Q::lease_of(&item);
                 self.held.lock().unwrap_or_else(|e| e.into_inner()).insert(id, token);
-                let permit = match reserved.split(1) {
-                    Some(permit) => permit,
-                    // A queue answered with more than it was asked for.
-                    None => match self.permits.clone().acquire_owned().await {
-                        Ok(permit) => permit,
-                        Err(_) => return,
-                    },
-                };
                 let (queue, done) = (self.queue.clone(), self.done.clone());
                 tokio::spawn(async move {
                     let result = queue.work(item).await;
