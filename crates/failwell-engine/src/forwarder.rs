@@ -82,8 +82,8 @@ impl<S: Store> Queue for ForwardQueue<S> {
         (forward.id, forward.lease_token)
     }
 
-    fn done_id(done: &ForwardCompletion) -> i64 {
-        done.id
+    fn lease_done(done: &ForwardCompletion) -> (i64, i64) {
+        (done.id, done.lease_token)
     }
 
     fn renew(

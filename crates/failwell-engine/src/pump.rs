@@ -43,8 +43,8 @@ pub(crate) trait Queue: Send + Sync + 'static {
     /// An item's `(id, lease_token)`.
     fn lease_of(item: &Self::Item) -> (i64, i64);
 
-    /// The id of the item a result is for.
-    fn done_id(done: &Self::Done) -> i64;
+    /// The `(id, lease_token)` of the claim a result is for.
+    fn lease_done(done: &Self::Done) -> (i64, i64);
 
     /// Extends the leases `(id, lease_token)` still held to `until_ms`;
     /// returns how many were.
@@ -233,6 +233,18 @@ async fn renew_leases<Q: Queue>(queue: Arc<Q>, held: Held, lease: Duration) {
     }
 }
 
+/// Stops renewing `leases` `(id, lease_token)`. An id claimed again
+/// meanwhile (a deferred item due again at once) holds a newer token, and
+/// that lease is kept.
+fn release(held: &Held, leases: &[(i64, i64)]) {
+    let mut in_hand = held.lock().unwrap_or_else(|e| e.into_inner());
+    for (id, token) in leases {
+        if in_hand.get(id) == Some(token) {
+            in_hand.remove(id);
+        }
+    }
+}
+
 /// Records results in batches of whatever has arrived; a recorded (or
 /// unrecordable) item's lease is no longer renewed.
 async fn write_results<Q: Queue>(queue: Arc<Q>, mut done: mpsc::Receiver<Q::Done>, held: Held) {
@@ -240,13 +252,9 @@ async fn write_results<Q: Queue>(queue: Arc<Q>, mut done: mpsc::Receiver<Q::Done
     while done.recv_many(&mut batch, 256).await > 0 {
         let results = std::mem::take(&mut batch);
         let count = results.len();
-        let ids: Vec<i64> = results.iter().map(Q::done_id).collect();
+        let leases: Vec<(i64, i64)> = results.iter().map(Q::lease_done).collect();
         let recorded = queue.record(results, now_ms()).await;
-        let mut in_hand = held.lock().unwrap_or_else(|e| e.into_inner());
-        for id in ids {
-            in_hand.remove(&id);
-        }
-        drop(in_hand);
+        release(&held, &leases);
         match recorded {
             Ok(recorded) => {
                 let count = |what: Recorded| recorded.iter().filter(|r| **r == what).count();

@@ -73,8 +73,8 @@ impl<S: Store> Queue for OutboxQueue<S> {
         (message.outbox_id, message.lease_token)
     }
 
-    fn done_id(done: &Completion) -> i64 {
-        done.outbox_id
+    fn lease_done(done: &Completion) -> (i64, i64) {
+        (done.outbox_id, done.lease_token)
     }
 
     fn renew(

@@ -35,8 +35,8 @@ impl Queue for Ids {
         (*id, 1)
     }
 
-    fn done_id(id: &i64) -> i64 {
-        *id
+    fn lease_done(id: &i64) -> (i64, i64) {
+        (*id, 1)
     }
 
     async fn renew(&self, leases: Vec<(i64, i64)>, _until_ms: i64) -> Result<u64, StoreError> {
@@ -163,4 +163,15 @@ async fn shutdown_waits_for_the_work_in_hand_and_records_it() {
     let worked = 400 - queue.due.lock().unwrap().len();
     assert!(worked > 0);
     assert_eq!(queue.recorded.lock().unwrap().len(), worked, "every claimed item recorded");
+}
+
+#[test]
+fn a_recorded_result_releases_its_own_lease_not_a_newer_claim_of_the_same_id() {
+    let held = Held::default();
+    held.lock().unwrap().extend([(1, 10), (2, 21), (3, 30)]);
+    // Item 2 was claimed again (token 21) before its first claim's (20)
+    // result was recorded.
+    release(&held, &[(1, 10), (2, 20)]);
+    let left: HashMap<i64, i64> = held.lock().unwrap().clone();
+    assert_eq!(left, HashMap::from([(2, 21), (3, 30)]));
 }
