@@ -16,16 +16,17 @@ local name, channel = ARGV[3], ARGV[4]
 local limit, window, probe_timeout = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local open_for, multiplier, max_open = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 
-local f = redis.call('HMGET', h, 'g', 'p', 't', 'ou', 'po', 'pu', 'pa', 'e', 'st')
+local f = redis.call('HMGET', h, 'g', 'p', 't', 'ou', 'po', 'pu', 'pa', 'e', 'st', 'ts', 'to')
 local r = {
   g = tonumber(f[1]) or 0, p = tonumber(f[2]) or 0, t = tonumber(f[3]) or 0, ou = tonumber(f[4]) or 0,
   po = f[5] or '', pu = tonumber(f[6]) or 0, pa = tonumber(f[7]) or 0, e = tonumber(f[8]) or 0,
-  st = tonumber(f[9]) or 0,
+  st = tonumber(f[9]) or 0, ts = tonumber(f[10]) or 0, to = f[11] or '',
 }
 if type(r.po) ~= 'string' then r.po = '' end
+if type(r.to) ~= 'string' then r.to = '' end
 local recent = {}
 for i, t in ipairs(redis.call('LRANGE', l, 0, -1)) do recent[i] = tonumber(t) end
-local before = { r.g, r.p, r.t, r.ou, r.po, r.pu, r.pa, r.e, r.st }
+local before = { r.g, r.p, r.t, r.ou, r.po, r.pu, r.pa, r.e, r.st, r.ts, r.to }
 if r.e == 0 and op ~= 'load' then r.e = now end
 local recent_changed = false
 
@@ -83,15 +84,17 @@ elseif op == 'pause' then
 elseif op == 'force' then
   local code = tonumber(ARGV[11])
   if code == 0 then reset(); r.pa = 0 else r.p = code; r.g = r.g + 1; r.po = ''; r.st = 0 end
+elseif op == 'throttle' then
+  r.ts = r.ts + 1; r.to = ARGV[11]
 end
 
 local changed = recent_changed
-local after = { r.g, r.p, r.t, r.ou, r.po, r.pu, r.pa, r.e, r.st }
-for i = 1, 9 do if before[i] ~= after[i] then changed = true end end
+local after = { r.g, r.p, r.t, r.ou, r.po, r.pu, r.pa, r.e, r.st, r.ts, r.to }
+for i = 1, 11 do if before[i] ~= after[i] then changed = true end end
 if changed then
   local n = function(x) return string.format('%.0f', x) end
   redis.call('HSET', h, 'g', n(r.g), 'p', n(r.p), 't', n(r.t), 'ou', n(r.ou), 'po', r.po, 'pu', n(r.pu),
-    'pa', n(r.pa), 'e', n(r.e), 'st', n(r.st))
+    'pa', n(r.pa), 'e', n(r.e), 'st', n(r.st), 'ts', n(r.ts), 'to', r.to)
   redis.call('DEL', l)
   for _, t in ipairs(recent) do redis.call('RPUSH', l, n(t)) end
 end
@@ -105,6 +108,7 @@ local snap = {
   probe_owner = (r.p == 2) and r.po or '',
   probe_ms = (r.p == 2) and left(r.pu) or 0,
   pause_ms = left(r.pa),
+  throttle_seq = r.ts, throttle_owner = r.to,
 }
 if changed then redis.call('PUBLISH', channel, cjson.encode(snap)) end
 snap.changed = changed

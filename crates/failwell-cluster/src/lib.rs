@@ -14,8 +14,10 @@
 //!   breaker open;
 //! - one process in the whole cluster wins the half-open probe lease per
 //!   open period; its result closes or reopens the breaker everywhere;
-//! - a provider pause (a 429's `Retry-After`, a configured pause) stops
-//!   every process;
+//! - a provider pause (persistent throttling's `Retry-After`, a configured
+//!   pause) stops every process;
+//! - a cut of a provider's sending rate after throttling is passed on, and
+//!   every other process cuts its own rate ([`SharedBreaker::follow`]);
 //! - every process reads every record again each `resync` (default 1 s), so
 //!   a lost message is repaired;
 //! - when the store cannot be reached (an error, or no answer within

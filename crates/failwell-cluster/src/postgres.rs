@@ -37,14 +37,24 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS failwell_breakers (
     pause_until bigint NOT NULL DEFAULT 0,
     epoch bigint NOT NULL DEFAULT 0,
     probe_started boolean NOT NULL DEFAULT false,
+    throttle_seq bigint NOT NULL DEFAULT 0,
+    throttle_owner text NOT NULL DEFAULT '',
     PRIMARY KEY (namespace, name)
 )";
+
+/// Columns added since the table's first version, for a table an earlier
+/// failwell made.
+const SCHEMA_ADDED: &str = "ALTER TABLE failwell_breakers
+    ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS probe_started boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS throttle_seq bigint NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS throttle_owner text NOT NULL DEFAULT ''";
 
 /// The record's columns and the server's clock (ms), as one select list.
 macro_rules! columns {
     () => {
         "epoch, probe_started, generation, phase, recent, trips, open_until, probe_owner, probe_until, pause_until,
-         (extract(epoch from clock_timestamp()) * 1000)::bigint AS now"
+         throttle_seq, throttle_owner, (extract(epoch from clock_timestamp()) * 1000)::bigint AS now"
     };
 }
 
@@ -62,6 +72,8 @@ fn record_of(row: &PgRow) -> Record {
         probe_owner: row.get("probe_owner"),
         probe_until: row.get("probe_until"),
         pause_until: row.get("pause_until"),
+        throttle_seq: u64::try_from(row.get::<i64, _>("throttle_seq")).unwrap_or(0),
+        throttle_owner: row.get("throttle_owner"),
     }
 }
 
@@ -134,13 +146,7 @@ impl PostgresBackend {
                 .execute(&mut *tx)
                 .await?;
             sqlx::query(SCHEMA).execute(&mut *tx).await?;
-            // A table made before records had these columns.
-            sqlx::query(
-                "ALTER TABLE failwell_breakers ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0,
-                 ADD COLUMN IF NOT EXISTS probe_started boolean NOT NULL DEFAULT false",
-            )
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query(SCHEMA_ADDED).execute(&mut *tx).await?;
             tx.commit().await?;
             self.ready = true;
         }
@@ -187,7 +193,7 @@ impl PostgresBackend {
                 "WITH updated AS (
                     UPDATE failwell_breakers SET generation = $3, phase = $4, recent = $5, trips = $6,
                            open_until = $7, probe_owner = $8, probe_until = $9, pause_until = $10, epoch = $13,
-                           probe_started = $14
+                           probe_started = $14, throttle_seq = $15, throttle_owner = $16
                     WHERE namespace = $1 AND name = $2 RETURNING name)
                  SELECT pg_notify($11, $12) FROM updated",
             )
@@ -205,6 +211,8 @@ impl PostgresBackend {
             .bind(serde_json::to_string(&notice).unwrap_or_default())
             .bind(record.epoch)
             .bind(record.probe_started)
+            .bind(i64::try_from(record.throttle_seq).unwrap_or(i64::MAX))
+            .bind(&record.throttle_owner)
             .execute(&mut *tx)
             .await?;
         }

@@ -175,6 +175,12 @@ pub enum Event {
     /// An operator override: `Some(ForcedOpen | ForcedClosed)`, or `None`
     /// to reset (closed, counts and pause cleared).
     Force(Option<Phase>),
+    /// The process `owner` cut the provider's sending rate after
+    /// throttling: every other process cuts its own.
+    Throttle {
+        /// The process that cut.
+        owner: String,
+    },
 }
 
 /// One breaker's shared record.
@@ -202,6 +208,10 @@ pub struct Record {
     pub probe_started: bool,
     /// End of the pause (server ms).
     pub pause_until: i64,
+    /// Cuts of the sending rate so far, cluster-wide.
+    pub throttle_seq: u64,
+    /// The process that made the last cut.
+    pub throttle_owner: String,
 }
 
 /// What a process learns about a breaker: its record as of the server's
@@ -228,6 +238,12 @@ pub struct Snapshot {
     pub probe_ms: u64,
     /// Time left in the pause, ms (0: not paused).
     pub pause_ms: u64,
+    /// Cuts of the sending rate so far ([`Record::throttle_seq`]).
+    #[serde(default)]
+    pub throttle_seq: u64,
+    /// The process that made the last cut.
+    #[serde(default)]
+    pub throttle_owner: String,
     /// Whether the event changed the record (a changed record is
     /// published).
     #[serde(default)]
@@ -305,6 +321,10 @@ impl Record {
                 self.reset(Phase::Closed);
                 self.pause_until = 0;
             }
+            Event::Throttle { owner } => {
+                self.throttle_seq += 1;
+                self.throttle_owner.clone_from(owner);
+            }
         }
         let changed = *self != before;
         self.snapshot(name, rules, now, changed)
@@ -354,6 +374,8 @@ impl Record {
             probe_owner: if self.phase == Phase::HalfOpen { self.probe_owner.clone() } else { String::new() },
             probe_ms: if self.phase == Phase::HalfOpen { left(self.probe_until) } else { 0 },
             pause_ms: left(self.pause_until),
+            throttle_seq: self.throttle_seq,
+            throttle_owner: self.throttle_owner.clone(),
             changed,
         }
     }

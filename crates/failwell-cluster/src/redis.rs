@@ -80,6 +80,7 @@ impl RedisBackend {
             }
             Event::Pause { ms } => ("pause", ms.to_string(), String::new()),
             Event::Force(phase) => ("force", phase.map_or(0, |p| p.code()).to_string(), String::new()),
+            Event::Throttle { owner } => ("throttle", owner.clone(), String::new()),
         };
         // Distinct prefixes: no breaker name makes one breaker's record
         // another's failure list.

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use failwell_policy::{BreakerConfig, BreakerState, CallOutcome, CircuitBreaker};
+use failwell_policy::{BreakerConfig, BreakerState, CallOutcome, CircuitBreaker, Throttle, ThrottleConfig};
 use proptest::prelude::*;
 use tokio::time::{Instant, sleep};
 
@@ -242,6 +242,55 @@ async fn redis_a_pause_stops_every_process() {
 #[tokio::test]
 async fn postgres_a_pause_stops_every_process() {
     a_pause_stops_every_process(Kind::Postgres).await;
+}
+
+async fn a_rate_cut_in_one_process_cuts_every_process(kind: Kind) {
+    let url = url_for(kind).await;
+    let namespace = unique();
+    let mut all = Vec::new();
+    for _ in 0..3 {
+        let cluster = Cluster::start(config(&url, &namespace)).unwrap();
+        let store = cluster.breaker("p", breaker_config(), FAILURES, Duration::from_secs(10)).unwrap();
+        let throttle = Throttle::new("p", ThrottleConfig::default()).unwrap();
+        store.follow(throttle.clone());
+        all.push((cluster, CircuitBreaker::with_store(store), throttle));
+    }
+    for (cluster, ..) in &all {
+        wait_for("connected", Duration::from_secs(5), || !cluster.degraded()).await;
+    }
+    // Every process has been sending; nobody limits anything yet.
+    for (_, _, throttle) in &all {
+        for _ in 0..50 {
+            let turn = throttle.reserve().unwrap();
+            throttle.observe(turn.booked_at, false);
+            sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(throttle.rate(), None);
+    }
+    // The first is throttled and cuts its rate; it tells the others.
+    let (_, breaker, throttle) = &all[0];
+    let cut = (0..ThrottleConfig::default().cut_after())
+        .find_map(|_| throttle.observe(throttle.reserve().unwrap().booked_at, true).cut_to)
+        .expect("cut");
+    breaker.share_throttle();
+    let after_cut = throttle.reserve().unwrap();
+    for (_, _, other) in &all[1..] {
+        wait_for("the cut everywhere", Duration::from_secs(2), || other.rate().is_some()).await;
+    }
+    // The one that cut is not cut again by its own news.
+    sleep(Duration::from_millis(300)).await;
+    assert!(throttle.holds(&after_cut), "the process that cut was cut again");
+    assert_eq!(throttle.rate(), Some(cut));
+}
+
+#[tokio::test]
+async fn redis_a_rate_cut_in_one_process_cuts_every_process() {
+    a_rate_cut_in_one_process_cuts_every_process(Kind::Redis).await;
+}
+
+#[tokio::test]
+async fn postgres_a_rate_cut_in_one_process_cuts_every_process() {
+    a_rate_cut_in_one_process_cuts_every_process(Kind::Postgres).await;
 }
 
 #[tokio::test]
@@ -616,6 +665,7 @@ fn events() -> impl Strategy<Value = Vec<(u16, Event)>> {
         (0u64..500).prop_map(|ms| Event::Pause { ms }),
         prop_oneof![Just(None), Just(Some(Phase::ForcedOpen)), Just(Some(Phase::ForcedClosed))]
             .prop_map(Event::Force),
+        prop_oneof![Just("a"), Just("b")].prop_map(|o| Event::Throttle { owner: o.to_owned() }),
     ];
     prop::collection::vec((0u16..400, event), 1..40)
 }

@@ -16,7 +16,11 @@
 //! - when the open period ends, the first call asks for the cluster-wide
 //!   **probe lease**; only the process that wins it sends the probe, the
 //!   others wait for its result;
-//! - a **pause** is written locally at once and shared.
+//! - a **pause** is written locally at once and shared;
+//! - a **cut of the sending rate** after throttling (`share_throttle`) is
+//!   counted in the record, and every other process whose view
+//!   [`follow`s](SharedBreaker::follow) the provider's adaptive rate cuts
+//!   its own when it learns of it: once per cut, never per call.
 //!
 //! While the cluster's store cannot be reached (the driver marks every view
 //! *degraded*), the view keeps the cluster's last refusal until it runs out
@@ -27,12 +31,12 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use failwell_policy::{
     BreakerConfig, BreakerConfigError, BreakerOpen, BreakerState, BreakerStore, CallOutcome, InProcess,
-    StateChange, Ticket, announce,
+    StateChange, Throttle, Ticket, announce,
 };
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
@@ -82,6 +86,8 @@ pub(crate) struct View {
     commands: mpsc::Sender<Command>,
     events: broadcast::Sender<StateChange>,
     rejected: metrics::Counter,
+    /// The provider's adaptive rate, cut when another process cuts its own.
+    throttle: OnceLock<Throttle>,
 }
 
 struct Inner {
@@ -99,6 +105,9 @@ struct Inner {
     degraded: bool,
     /// The local rules tripped and the store was told.
     local_tripped: bool,
+    /// The cluster's count of rate cuts this view has taken in (`None`:
+    /// none read yet; the cuts before it are history).
+    throttle_seq: Option<u64>,
 }
 
 impl SharedBreaker {
@@ -130,17 +139,26 @@ impl SharedBreaker {
                 claiming: false,
                 degraded: true,
                 local_tripped: false,
+                throttle_seq: None,
             }),
             local: InProcess::new(name, config)?,
             commands,
             events: broadcast::channel(64).0,
             rejected: metrics::counter!("failwell_breaker_rejected_total", "breaker" => name.to_owned()),
+            throttle: OnceLock::new(),
         };
         Ok(Self { view: Arc::new(view) })
     }
 
     pub(crate) fn view(&self) -> &Arc<View> {
         &self.view
+    }
+
+    /// Cuts `throttle` whenever another process of the cluster cuts its
+    /// sending rate for this provider (a second call is ignored: one rate
+    /// per provider).
+    pub fn follow(&self, throttle: Throttle) {
+        let _ = self.view.throttle.set(throttle);
     }
 
     /// Whether this view answers from its in-process fallback because the
@@ -336,6 +354,12 @@ impl View {
             // afresh (they may have tripped while they were the gate).
             self.local_counts_afresh(&mut inner, "shared state reachable: the cluster decides");
             inner.degraded = false;
+            if snapshot.epoch != inner.epoch && inner.throttle_seq.is_some() {
+                // A record made since this view read one (the first event
+                // made it, or the store lost the old one): every cut it
+                // counts is news.
+                inner.throttle_seq = Some(0);
+            }
             inner.epoch = snapshot.epoch;
             inner.generation = snapshot.generation;
             inner.probe_taken = false;
@@ -405,6 +429,14 @@ impl View {
         if snapshot.phase == Phase::Closed && snapshot.generation > inner.generation {
             self.local_counts_afresh(inner, "shared: closed");
         }
+        if let Some(seen) = inner.throttle_seq
+            && snapshot.throttle_seq > seen
+            && *snapshot.throttle_owner != *self.owner
+            && let Some(throttle) = self.throttle.get()
+        {
+            throttle.cut_elsewhere();
+        }
+        inner.throttle_seq = Some(inner.throttle_seq.unwrap_or(0).max(snapshot.throttle_seq));
         inner.generation = snapshot.generation;
         inner.suspect = snapshot.phase == Phase::Closed && snapshot.failures > 0;
         self.publish(inner);
@@ -532,6 +564,12 @@ impl BreakerStore for SharedBreaker {
     fn paused_for(&self) -> Option<Duration> {
         let now = Instant::now();
         self.view.lock().pause_until.filter(|u| now < *u).map(|u| u - now)
+    }
+
+    fn share_throttle(&self) {
+        if !self.view.lock().degraded {
+            self.view.send(Event::Throttle { owner: self.view.owner.to_string() });
+        }
     }
 
     fn pause(&self, duration: Duration) {

@@ -28,14 +28,15 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use failwell_policy::{
     BreakerConfig, BreakerConfigError, Bulkhead, BulkheadConfigError, CallOutcome, CircuitBreaker,
     Classification, Classifier, Classify, DynStore, InProcess, Observed, Policy, PolicyError, PolicyService,
-    Rejected, RetryBudget, RetryBudgetConfigError, TransportFailure, parse_retry_after,
+    Rejected, RetryBudget, RetryBudgetConfigError, Throttle, ThrottleConfigError, TransportFailure,
+    parse_retry_after,
 };
 use failwell_store::Operation;
 use rand::Rng;
@@ -164,8 +165,32 @@ pub struct Guards {
     pub bulkhead: Bulkhead,
     /// Bounds the retries to the provider.
     pub budget: RetryBudget,
+    /// Slows the calls down while the provider throttles them (`None`: the
+    /// provider's `[throttle]` is off).
+    pub throttle: Option<Throttle>,
     /// Transport errors in a row, for [`crate::PauseRule::after_errors`].
     errors_in_a_row: Arc<AtomicU32>,
+    /// Time this process paused the provider for, in all, ms.
+    paused_ms: Arc<AtomicU64>,
+}
+
+impl Guards {
+    /// How long this process has paused the provider in all (overlapping
+    /// pauses counted once; pauses other processes shared with it not
+    /// counted).
+    pub fn paused_total(&self) -> Duration {
+        Duration::from_millis(self.paused_ms.load(Ordering::Relaxed))
+    }
+
+    /// Pauses the provider for `duration` (if it has a breaker, which holds
+    /// pauses) and counts the time added to the pause.
+    fn pause(&self, duration: Duration) {
+        let Some(breaker) = &self.breaker else { return };
+        let before = breaker.paused_for().unwrap_or_default();
+        breaker.pause(duration);
+        let added = breaker.paused_for().unwrap_or_default().saturating_sub(before);
+        self.paused_ms.fetch_add(added.as_millis() as u64, Ordering::Relaxed);
+    }
 }
 
 /// Why a client could not be built.
@@ -186,6 +211,9 @@ pub enum ClientError {
     /// Invalid retry budget.
     #[error(transparent)]
     Budget(#[from] RetryBudgetConfigError),
+    /// Invalid adaptive-rate parameters.
+    #[error(transparent)]
+    Throttle(#[from] ThrottleConfigError),
 }
 
 /// What became of one attempt of queued work (see
@@ -198,7 +226,8 @@ pub enum Attempt {
     Deferred {
         /// How long to wait.
         wait: Duration,
-        /// Why, for metrics: `retry_budget`, `breaker_open` or `bulkhead_full`.
+        /// Why, for metrics: `retry_budget`, `breaker_open`, `bulkhead_full`
+        /// or `throttled`.
         kind: &'static str,
         /// Why, as a sentence starting with `deferred: `.
         reason: String,
@@ -251,20 +280,23 @@ impl ProviderClient {
     /// so a probe never ends as anything but a recorded call. Errors when the
     /// TLS backend cannot be initialised or a policy is invalid.
     pub fn new(spec: ProviderSpec) -> Result<Self, ClientError> {
-        Self::with_breaker_store(spec, |name, config| Ok(DynStore::new(InProcess::new(name, config)?)))
+        Self::with_breaker_store(spec, |name, config, _| Ok(DynStore::new(InProcess::new(name, config)?)))
     }
 
     /// As [`new`](Self::new), with the breaker's state in the store `make`
-    /// builds from the provider's name and breaker rules (e.g. a breaker
-    /// shared by a cluster). Errors as `new`, or with what `make` returns.
+    /// builds from the provider's name, breaker rules and adaptive rate
+    /// (e.g. a breaker shared by a cluster, which also passes rate cuts
+    /// between the processes). Errors as `new`, or with what `make`
+    /// returns.
     pub fn with_breaker_store(
         spec: ProviderSpec,
-        make: impl FnOnce(&str, BreakerConfig) -> Result<DynStore, ClientError>,
+        make: impl FnOnce(&str, BreakerConfig, Option<&Throttle>) -> Result<DynStore, ClientError>,
     ) -> Result<Self, ClientError> {
         let http = reqwest::Client::builder()
             .connect_timeout(spec.timeouts.connect)
             .pool_idle_timeout(Duration::from_secs(30))
             .build()?;
+        let throttle = spec.throttle.map(|config| Throttle::new(&spec.name, config)).transpose()?;
         let breaker = spec
             .breaker
             .clone()
@@ -272,18 +304,21 @@ impl ProviderClient {
                 let config =
                     BreakerConfig { probe_timeout: spec.timeouts.total + Duration::from_secs(1), ..config };
                 config.validate()?;
-                make(&spec.name, config).map(CircuitBreaker::with_store)
+                make(&spec.name, config, throttle.as_ref()).map(CircuitBreaker::with_store)
             })
             .transpose()?;
         let guards = Guards {
             breaker,
             bulkhead: Bulkhead::new(&spec.name, spec.bulkhead)?,
             budget: RetryBudget::new(&spec.name, spec.retry_budget)?,
+            throttle,
             errors_in_a_row: Arc::default(),
+            paused_ms: Arc::default(),
         };
         let classify = CallClassifier {
             classifier: spec.classifier.clone(),
             error_code_pointer: spec.error_code_pointer.clone(),
+            throttling: spec.throttle.is_some().then(|| spec.pause.clone()),
         };
         let sender = Sender { spec: Arc::new(spec), http };
         let policy = Policy::new()
@@ -379,6 +414,7 @@ impl ProviderClient {
                     }
                     let kind = match rejected {
                         Rejected::BulkheadFull(_) => "bulkhead_full",
+                        Rejected::Throttled(_) => "throttled",
                         _ => "breaker_open",
                     };
                     return Attempt::Deferred { wait, kind, reason: format!("deferred: {rejected}") };
@@ -400,17 +436,22 @@ impl ProviderClient {
     }
 
     /// Whether the provider is unavailable right now: its breaker refusing
-    /// calls (open, forced open, or half-open with every probe slot taken)
-    /// or its bulkhead unable to take even a waiting call (every permit
-    /// held and every waiting place taken). `Some(wait)` says when to try
-    /// again: until the breaker's next probe (a second when it gives none),
-    /// or a second for a full bulkhead. Only reads state: takes no permit,
-    /// changes and counts nothing ([`CircuitBreaker::peek`]).
+    /// calls (open, forced open, or half-open with every probe slot taken),
+    /// its adaptive rate booked further ahead than a call may wait, or its
+    /// bulkhead unable to take even a waiting call (every permit held and
+    /// every waiting place taken). `Some(wait)` says when to try again:
+    /// until the breaker's next probe (a second when it gives none), until
+    /// the rate has a turn, or a second for a full bulkhead. Only reads
+    /// state: takes no permit or turn, changes and counts nothing
+    /// ([`CircuitBreaker::peek`]).
     pub fn unavailable(&self) -> Option<Duration> {
         if let Some(breaker) = &self.guards.breaker
             && let Some(retry_in) = breaker.peek()
         {
             return Some(retry_in.unwrap_or(Duration::from_secs(1)));
+        }
+        if let Some(wait) = self.guards.throttle.as_ref().and_then(Throttle::busy_for) {
+            return Some(wait);
         }
         let bulkhead = &self.guards.bulkhead;
         let config = bulkhead.config();
@@ -419,9 +460,10 @@ impl ProviderClient {
     }
 
     /// How long a call or lookup the policy did not let out (open breaker,
-    /// full bulkhead) waits before it is tried again: until the breaker's
-    /// next probe (a second when it gives none: forced open, or every probe
-    /// slot taken), or the bulkhead's wait (at least 50 ms). The wait is
+    /// full bulkhead, no turn of the adaptive rate) waits before it is
+    /// tried again: until the breaker's next probe (a second when it gives
+    /// none: forced open, or every probe slot taken), the bulkhead's wait
+    /// (at least 50 ms), or until the rate has a turn for it. The wait is
     /// spread by up to its own length (at most a second more), so deferred
     /// work does not all come due at once, and which of it carries the next
     /// half-open probe is left to chance. `None` for a rejection that cut a
@@ -430,16 +472,19 @@ impl ProviderClient {
         let wait = match rejected {
             Rejected::BreakerOpen(open) => open.retry_in.unwrap_or(Duration::from_secs(1)),
             Rejected::BulkheadFull(_) => self.spec().bulkhead.max_wait.max(Duration::from_millis(50)),
+            Rejected::Throttled(throttled) => throttled.retry_in,
             Rejected::DeadlineExceeded(_) | Rejected::TimedOut(_) => return None,
         };
         Some(wait + rand::rng().random_range(Duration::ZERO..=wait.min(Duration::from_secs(1))))
     }
 
-    /// Pauses the provider when `result` asks for it ([`crate::PauseRule`]): a
-    /// listed status with `Retry-After`, or the `after_errors`-th transport
-    /// error in a row. Costs one atomic load on an ordinary answer.
-    fn pause_after(&self, result: &CallResult) {
-        let Some(breaker) = &self.guards.breaker else { return };
+    /// Feeds the answer to a call whose turn was booked at `sent_at`
+    /// to the adaptive rate, and pauses the provider when `result` asks for
+    /// it ([`crate::PauseRule`]): a throttling answer with `Retry-After`
+    /// when the rule's `when` says so, or the `after_errors`-th transport
+    /// error in a row. Costs one lock with the adaptive rate on, and an
+    /// atomic load otherwise, on an ordinary answer.
+    fn after_answer(&self, result: &CallResult, sent_at: Option<Duration>) {
         let spec = self.spec();
         let errors = &self.guards.errors_in_a_row;
         match &result.response {
@@ -447,27 +492,63 @@ impl ProviderClient {
                 if errors.load(Ordering::Relaxed) != 0 {
                     errors.store(0, Ordering::Relaxed);
                 }
-                if let Some(wait) = reply.retry_after
-                    && spec.pause.statuses.contains(&reply.status)
+                let throttling = spec.pause.is_throttling(reply.status, reply.retry_after.is_some());
+                let share = match (&self.guards.throttle, sent_at) {
+                    (Some(throttle), Some(sent_at)) => {
+                        let observed = throttle.observe(sent_at, throttling);
+                        if observed.cut_to.is_some()
+                            && let Some(breaker) = &self.guards.breaker
+                        {
+                            breaker.share_throttle();
+                        }
+                        Some(observed.throttled_share)
+                    }
+                    _ => None,
+                };
+                if throttling
+                    && let Some(wait) = reply.retry_after
+                    && spec.pause.pauses(share)
                 {
-                    breaker.pause(wait.min(spec.retry.max_retry_after()));
+                    self.guards.pause(wait.min(spec.retry.max_retry_after()));
                 }
             }
             Err(_) => {
-                if let Some(limit) = spec.pause.after_errors
+                if let Some(throttle) = &self.guards.throttle
+                    && let Some(sent_at) = sent_at
+                {
+                    throttle.observe(sent_at, false);
+                }
+                if self.guards.breaker.is_some()
+                    && let Some(limit) = spec.pause.after_errors
                     && errors.fetch_add(1, Ordering::Relaxed) + 1 >= limit
                 {
                     errors.store(0, Ordering::Relaxed);
-                    breaker.pause(spec.pause.duration);
+                    self.guards.pause(spec.pause.duration);
                 }
             }
         }
     }
 
+    /// Makes `request` through the policy, after waiting for its turn of the
+    /// adaptive rate (at most its `max_wait`; a turn further away is
+    /// refused with [`Rejected::Throttled`], nothing sent; a turn a cut
+    /// voided while the call waited is booked again).
     async fn through_policy(&self, request: CallRequest) -> Result<CallResult, Rejected> {
+        let sent_at = match &self.guards.throttle {
+            Some(throttle) => Some(loop {
+                let turn = throttle.reserve()?;
+                if !turn.wait.is_zero() {
+                    tokio::time::sleep(turn.wait).await;
+                }
+                if throttle.holds(&turn) {
+                    break turn.booked_at;
+                }
+            }),
+            None => None,
+        };
         match self.service.clone().oneshot(request).await {
             Ok(result) => {
-                self.pause_after(&result);
+                self.after_answer(&result, sent_at);
                 Ok(result)
             }
             Err(PolicyError::Rejected(rejected)) => Err(rejected),
@@ -478,12 +559,16 @@ impl ProviderClient {
 
 /// Judges a provider's answers for the breaker: only failures that count as
 /// an outage ([`Classifier::counts_as_outage`]) are failures; a declined card
-/// is the provider working. The relay owns retries, so nothing is retried
+/// is the provider working. With an adaptive rate, a throttling answer is
+/// neither: the provider is there and asks to slow down, which the rate
+/// (not the breaker) does. The relay owns retries, so nothing is retried
 /// here.
 #[derive(Clone, Debug)]
 struct CallClassifier {
     classifier: Classifier,
     error_code_pointer: String,
+    /// What is throttling, when the provider has an adaptive rate.
+    throttling: Option<crate::PauseRule>,
 }
 
 impl Classify<CallRequest, CallResult, PolicyError<Infallible>> for CallClassifier {
@@ -503,6 +588,14 @@ impl Classify<CallRequest, CallResult, PolicyError<Infallible>> for CallClassifi
     fn breaker_outcome(&self, result: &Result<CallResult, PolicyError<Infallible>>) -> CallOutcome {
         match result {
             Ok(call) if call.is_success() => CallOutcome::Success,
+            Ok(CallResult { response: Ok(reply), .. })
+                if self
+                    .throttling
+                    .as_ref()
+                    .is_some_and(|rule| rule.is_throttling(reply.status, reply.retry_after.is_some())) =>
+            {
+                CallOutcome::Ignored
+            }
             Ok(call) if self.classifier.counts_as_outage(call.observed(&self.error_code_pointer)) => {
                 CallOutcome::Failure
             }

@@ -32,7 +32,9 @@ pub use alerts::{
 pub use client::{CallRequest, CallResult, ClientError, Guards, ProviderClient};
 pub use compare::{CompareError, CompareSpec, Compared, Schedule, TimeUnit, compare};
 pub use forwarder::{ForwardTarget, ForwardTargets, Forwarder};
-pub use provider::{ClusterRule, Encoding, LookupSpec, OperationSpec, PauseRule, ProviderSpec, Providers};
+pub use provider::{
+    ClusterRule, Encoding, LookupSpec, OperationSpec, PauseRule, PauseWhen, ProviderSpec, Providers,
+};
 pub use pump::RelayConfig;
 pub use reconciler::{Reconciler, ReconcilerConfig};
 pub use relay::Relay;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use failwell_policy::{
     BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, Manifest, RetryBudgetConfig, RetryPolicy,
-    Timeouts,
+    ThrottleConfig, Timeouts,
 };
 use reqwest::{Method, Url};
 
@@ -88,12 +88,18 @@ impl Default for ClusterRule {
 /// When a provider is paused: every call to it, from every worker (and,
 /// with a shared breaker, every process), waits until the pause is over,
 /// without spending attempts.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PauseRule {
-    /// An answer with one of these statuses and a `Retry-After` pauses the
-    /// provider for that long (capped by the retry policy's
-    /// `max_retry_after`). Default 429 and 503.
+    /// An answer with one of these statuses and a `Retry-After` is
+    /// throttling (a 429 is, with or without one). Default 429 and 503.
     pub statuses: Vec<u16>,
+    /// When a throttling answer with `Retry-After` pauses the provider for
+    /// that long (capped by the retry policy's `max_retry_after`).
+    pub when: PauseWhen,
+    /// With [`PauseWhen::Persistent`]: the share of the last answers (the
+    /// adaptive rate's window) that must be throttling, in (0, 1]. Default
+    /// 0.5.
+    pub persistent_ratio: f64,
     /// This many transport errors in a row (connection refused or reset,
     /// timeouts) pause the provider for `duration` (`None`: never).
     pub after_errors: Option<u32>,
@@ -101,9 +107,48 @@ pub struct PauseRule {
     pub duration: Duration,
 }
 
+/// When a throttling answer pauses every call to the provider.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PauseWhen {
+    /// When throttling persists: at least `persistent_ratio` of the last
+    /// answers were throttling (the default). Without an adaptive rate,
+    /// every throttling answer pauses.
+    Persistent,
+    /// Every throttling answer pauses.
+    Always,
+    /// Throttling never pauses; the adaptive rate and each message's own
+    /// `Retry-After` slow the calls down.
+    Never,
+}
+
+impl PauseRule {
+    /// Whether an answer with `status` (and a `Retry-After` or not) is
+    /// throttling: a 429, or one of `statuses` with a `Retry-After`.
+    pub fn is_throttling(&self, status: u16, retry_after: bool) -> bool {
+        status == 429 || (retry_after && self.statuses.contains(&status))
+    }
+
+    /// Whether a throttling answer pauses the provider, given the share of
+    /// throttling among the last answers (`None`: no adaptive rate keeps
+    /// one).
+    pub fn pauses(&self, throttled_share: Option<f64>) -> bool {
+        match self.when {
+            PauseWhen::Always => true,
+            PauseWhen::Never => false,
+            PauseWhen::Persistent => throttled_share.is_none_or(|share| share >= self.persistent_ratio),
+        }
+    }
+}
+
 impl Default for PauseRule {
     fn default() -> Self {
-        Self { statuses: vec![429, 503], after_errors: None, duration: Duration::from_secs(30) }
+        Self {
+            statuses: vec![429, 503],
+            when: PauseWhen::Persistent,
+            persistent_ratio: 0.5,
+            after_errors: None,
+            duration: Duration::from_secs(30),
+        }
     }
 }
 
@@ -127,6 +172,9 @@ pub struct ProviderSpec {
     /// When every call to the provider stops for a while (needs the
     /// breaker, which holds the pause).
     pub pause: PauseRule,
+    /// The adaptive sending rate (`None`: off): throttling answers slow the
+    /// calls down ([`failwell_policy::throttle`]).
+    pub throttle: Option<ThrottleConfig>,
     /// The provider's share of concurrency.
     pub bulkhead: BulkheadConfig,
     /// How many retries may follow the provider's recent calls.

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -73,6 +74,44 @@ pub(crate) trait Queue: Send + Sync + 'static {
         done: Vec<Self::Done>,
         now_ms: i64,
     ) -> impl Future<Output = Result<Vec<Recorded>, StoreError>> + Send;
+
+    /// When a result puts its item back in the queue (a retry, a
+    /// deferral): the time it is due again, ms since the Unix epoch. The
+    /// pump claims again at that moment rather than at its next poll.
+    fn due_again_at(_done: &Self::Done) -> Option<i64> {
+        None
+    }
+
+    /// How long until work the last claim left out (a provider paused, its
+    /// breaker open, its rate booked ahead) may be claimed: the pump claims
+    /// again then rather than at its next poll. `None`: nothing was left
+    /// out.
+    fn resumes_in(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// The earliest time an item put back is due again, and a signal when it
+/// moved earlier (the first claimer then sleeps less).
+#[derive(Debug)]
+struct NextDue {
+    /// Ms since the Unix epoch (`i64::MAX`: none).
+    at_ms: AtomicI64,
+    /// Notified when `at_ms` moved earlier.
+    earlier: Notify,
+}
+
+impl NextDue {
+    fn new() -> Self {
+        Self { at_ms: AtomicI64::new(i64::MAX), earlier: Notify::new() }
+    }
+
+    /// Notes an item due again at `at_ms`.
+    fn note(&self, at_ms: i64) {
+        if self.at_ms.fetch_min(at_ms, Ordering::Relaxed) > at_ms {
+            self.earlier.notify_one();
+        }
+    }
 }
 
 /// Claims a pump keeps in flight at once. A claim is a write transaction
@@ -107,13 +146,15 @@ pub(crate) async fn pump<Q: Queue>(
         // transaction.
         min_claim: (config.batch_size as usize).min(config.concurrency).div_ceil(4).max(1),
         held: Held::default(),
+        next_due: Arc::new(NextDue::new()),
         busy: Notify::new(),
         done: done_tx,
         config,
         wake,
         shutdown,
     });
-    let writer = tokio::spawn(write_results(queue.clone(), done_rx, claims.held.clone()));
+    let writer =
+        tokio::spawn(write_results(queue.clone(), done_rx, claims.held.clone(), claims.next_due.clone()));
     let renewer = tokio::spawn(renew_leases(queue, claims.held.clone(), claims.config.lease));
     let claimers: Vec<_> = (0..CLAIMERS).map(|n| tokio::spawn(claims.clone().run(n == 0))).collect();
     for claimer in claimers {
@@ -139,6 +180,8 @@ struct Claims<Q: Queue> {
     /// The fewest free permits a claim waits for.
     min_claim: usize,
     held: Held,
+    /// When an item put back is due again (for the first claimer's sleep).
+    next_due: Arc<NextDue>,
     /// Notified when a claim came back full: more may be due.
     busy: Notify,
     wake: Arc<Notify>,
@@ -193,13 +236,38 @@ impl<Q: Queue> Claims<Q> {
                 self.busy.notify_waiters();
                 continue;
             }
-            tokio::select! {
-                _ = self.shutdown.cancelled() => return,
-                _ = self.busy.notified() => {}
-                _ = self.wake.notified(), if first => {}
-                _ = tokio::time::sleep(config.poll_interval), if first => {}
+            loop {
+                let sleep = if first { self.until_next_claim() } else { config.poll_interval };
+                tokio::select! {
+                    _ = self.shutdown.cancelled() => return,
+                    _ = self.busy.notified() => {}
+                    _ = self.wake.notified(), if first => {}
+                    _ = tokio::time::sleep(sleep), if first => {}
+                    // An item put back is due sooner: sleep again, less.
+                    _ = self.next_due.earlier.notified(), if first => continue,
+                }
+                break;
             }
         }
+    }
+
+    /// How long the first claimer sleeps: until the next poll, or sooner
+    /// when an item put back comes due or left-out work may be claimed.
+    /// An item's due time is forgotten once the claimer wakes for it.
+    fn until_next_claim(&self) -> Duration {
+        let mut sleep = self.config.poll_interval;
+        if let Some(resumes) = self.queue.resumes_in() {
+            sleep = sleep.min(resumes);
+        }
+        let due = self.next_due.at_ms.load(Ordering::Relaxed);
+        if due != i64::MAX {
+            let until = Duration::from_millis((due - now_ms()).max(0) as u64);
+            if until <= sleep {
+                self.next_due.at_ms.store(i64::MAX, Ordering::Relaxed);
+                sleep = until;
+            }
+        }
+        sleep
     }
 }
 
@@ -247,14 +315,25 @@ fn release(held: &Held, leases: &[(i64, i64)]) {
 
 /// Records results in batches of whatever has arrived; a recorded (or
 /// unrecordable) item's lease is no longer renewed.
-async fn write_results<Q: Queue>(queue: Arc<Q>, mut done: mpsc::Receiver<Q::Done>, held: Held) {
+async fn write_results<Q: Queue>(
+    queue: Arc<Q>,
+    mut done: mpsc::Receiver<Q::Done>,
+    held: Held,
+    next_due: Arc<NextDue>,
+) {
     let mut batch = Vec::new();
     while done.recv_many(&mut batch, 256).await > 0 {
         let results = std::mem::take(&mut batch);
         let count = results.len();
         let leases: Vec<(i64, i64)> = results.iter().map(Q::lease_done).collect();
+        let due_again = results.iter().filter_map(Q::due_again_at).min();
         let recorded = queue.record(results, now_ms()).await;
         release(&held, &leases);
+        if let Some(due) = due_again
+            && recorded.is_ok()
+        {
+            next_due.note(due);
+        }
         match recorded {
             Ok(recorded) => {
                 let count = |what: Recorded| recorded.iter().filter(|r| **r == what).count();

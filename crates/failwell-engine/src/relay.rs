@@ -127,6 +127,21 @@ impl<S: Store> Queue for OutboxQueue<S> {
     ) -> impl Future<Output = Result<Vec<Recorded>, StoreError>> + Send {
         self.store.complete(done, now_ms)
     }
+
+    fn due_again_at(done: &Completion) -> Option<i64> {
+        match done.transition {
+            Transition::Retry { available_at_ms, .. } | Transition::Defer { available_at_ms, .. } => {
+                Some(available_at_ms)
+            }
+            _ => None,
+        }
+    }
+
+    /// The earliest moment a provider left out of claims (paused, breaker
+    /// open, rate booked ahead, bulkhead full) can take a call again.
+    fn resumes_in(&self) -> Option<Duration> {
+        self.providers.values().filter_map(ProviderClient::unavailable).min()
+    }
 }
 
 /// Makes one attempt for a claimed message and says what follows.

@@ -470,6 +470,11 @@ pub trait BreakerStore: Send + Sync + 'static {
     fn peek(&self) -> Option<Option<Duration>> {
         matches!(self.state(), BreakerState::Open | BreakerState::ForcedOpen).then_some(None)
     }
+    /// Tells the other processes sharing this store that this process cut
+    /// the provider's sending rate after throttling ([`crate::throttle`]),
+    /// so they cut theirs. The default (a store of one process) tells
+    /// no one.
+    fn share_throttle(&self) {}
 }
 
 /// A store chosen at run time (in-process, or shared by a cluster): every
@@ -521,6 +526,9 @@ impl BreakerStore for DynStore {
     }
     fn paused_for(&self) -> Option<Duration> {
         self.0.paused_for()
+    }
+    fn share_throttle(&self) {
+        self.0.share_throttle()
     }
 }
 
@@ -611,6 +619,12 @@ impl<S: BreakerStore> CircuitBreaker<S> {
     /// Time left in a pause, if paused.
     pub fn paused_for(&self) -> Option<Duration> {
         self.store.paused_for()
+    }
+
+    /// Tells the processes sharing the store that the sending rate was cut
+    /// here (see [`BreakerStore::share_throttle`]).
+    pub fn share_throttle(&self) {
+        self.store.share_throttle();
     }
 
     /// State changes from now on (a bounded channel: a slow receiver loses

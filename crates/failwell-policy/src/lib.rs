@@ -14,7 +14,8 @@
 //!
 //! The stateful policies keep what a decision needs across calls: the
 //! [`breaker`] (closed / open / half-open), the [`bulkhead`] (concurrency
-//! limit), the retry [`budget`] and the [`deadline`] of a call. They read
+//! limit), the retry [`budget`], the adaptive sending rate ([`throttle`])
+//! and the [`deadline`] of a call. They read
 //! tokio's clock ([`clock`]), so tests pause and advance time, and they do
 //! no other I/O. [`layer`] makes each of them a `tower::Layer`, composes them
 //! as a [`Policy`], and offers the same policy as `reqwest-middleware`
@@ -35,6 +36,7 @@ pub mod ledger;
 pub mod manifest;
 pub mod outcome;
 pub mod retry_after;
+pub mod throttle;
 
 pub use backoff::{Backoff, BackoffError, Jitter};
 pub use breaker::{
@@ -61,3 +63,6 @@ pub use manifest::{
 };
 pub use outcome::Outcome;
 pub use retry_after::parse_retry_after;
+pub use throttle::{
+    AdaptiveRate, Observation, Throttle, ThrottleConfig, ThrottleConfigError, Throttled, Turn,
+};

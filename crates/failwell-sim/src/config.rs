@@ -136,6 +136,10 @@ pub struct SimConfig {
     /// Where to deliver webhook events (default `None`: no events are sent).
     /// See [`planned_webhooks`] for how deliveries misbehave.
     pub webhooks: Option<WebhookTarget>,
+    /// The rate-limit mode (default `None`: no limit): requests over the
+    /// limit get `429` with `Retry-After` before anything else happens to
+    /// them (see [`crate::RateLimit`]).
+    pub rate_limit: Option<crate::RateLimit>,
 }
 
 /// The receiver of the simulator's webhooks.
@@ -155,7 +159,7 @@ pub struct WebhookTarget {
 impl SimConfig {
     /// A configuration with the given profile and seed and the documented defaults:
     /// `key_ttl` 24 h, `decline_suffix` 2, `hang` 30 s, `retry_after_secs` 1, `outage` 3 s,
-    /// `webhooks` `None` (no events sent).
+    /// `webhooks` `None` (no events sent), `rate_limit` `None`.
     pub fn new(profile: Profile, seed: u64) -> Self {
         SimConfig {
             profile,
@@ -166,6 +170,7 @@ impl SimConfig {
             retry_after_secs: 1,
             outage: Duration::from_secs(3),
             webhooks: None,
+            rate_limit: None,
         }
     }
 }

@@ -13,7 +13,7 @@ use axum::Router;
 use axum::body::{Bytes, to_bytes};
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::Deserialize;
@@ -50,6 +50,15 @@ fn unavailable() -> Reply {
     )
 }
 
+/// A `429 rate_limit` answer with `Retry-After: retry_after_secs`.
+fn rate_limited(retry_after_secs: u64) -> Response {
+    let mut response =
+        Reply::error(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "rate_limit", "Too many requests.")
+            .into_response();
+    response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(retry_after_secs));
+    response
+}
+
 /// The answer of a pre-commit fault, if `fault` is one.
 fn pre_commit_reply(state: &SimState, fault: Fault) -> Option<Response> {
     let reply = match fault {
@@ -64,15 +73,8 @@ fn pre_commit_reply(state: &SimState, fault: Fault) -> Option<Response> {
         Fault::Error502 => Reply::error(StatusCode::BAD_GATEWAY, "api_error", "bad_gateway", "Bad gateway."),
         Fault::Error503 => unavailable(),
         Fault::RateLimited => {
-            let mut response = Reply::error(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limit_error",
-                "rate_limit",
-                "Too many requests.",
-            )
-            .into_response();
-            response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(state.config.retry_after_secs));
-            return Some(response);
+            state.count_rate_limited();
+            return Some(rate_limited(state.config.retry_after_secs));
         }
     };
     Some(reply.into_response())
@@ -80,6 +82,10 @@ fn pre_commit_reply(state: &SimState, fault: Fault) -> Option<Response> {
 
 async fn create_charge(State(state): State<Arc<SimState>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
+    // 0. The rate-limit mode: refused before anything is counted per order.
+    if let Err(retry_after) = state.admit_rate(&parts.headers, true) {
+        return rate_limited(retry_after);
+    }
     let content_type = parts.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
     let key = parts
         .headers
@@ -177,8 +183,10 @@ async fn commit_and_answer(
     response
 }
 
-/// Lookup latency, then 503 if down or in the outage window.
-async fn lookup_gate(state: &SimState) -> Result<(), Response> {
+/// The rate-limit mode, lookup latency, then 503 if down or in the outage
+/// window.
+async fn lookup_gate(state: &SimState, headers: &HeaderMap) -> Result<(), Response> {
+    state.admit_rate(headers, false).map_err(rate_limited)?;
     tokio::time::sleep(state.next_lookup_latency()).await;
     if state.refuse() {
         return Err(unavailable().into_response());
@@ -186,8 +194,12 @@ async fn lookup_gate(state: &SimState) -> Result<(), Response> {
     Ok(())
 }
 
-async fn get_charge(State(state): State<Arc<SimState>>, Path(id): Path<String>) -> Response {
-    if let Err(response) = lookup_gate(&state).await {
+async fn get_charge(
+    State(state): State<Arc<SimState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if let Err(response) = lookup_gate(&state, &headers).await {
         return response;
     }
     match state.charge(&id) {
@@ -207,8 +219,12 @@ fn no_such_charge(id: &str) -> Response {
     .into_response()
 }
 
-async fn list_charges(State(state): State<Arc<SimState>>, RawQuery(query): RawQuery) -> Response {
-    if let Err(response) = lookup_gate(&state).await {
+async fn list_charges(
+    State(state): State<Arc<SimState>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    if let Err(response) = lookup_gate(&state, &headers).await {
         return response;
     }
     let query = decode_form(query.unwrap_or_default().as_bytes());

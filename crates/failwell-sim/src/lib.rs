@@ -44,6 +44,7 @@
 mod api;
 mod config;
 mod handlers;
+mod limit;
 mod params;
 mod server;
 mod state;
@@ -54,6 +55,7 @@ mod webhooks;
 pub use config::{
     Fault, Profile, SimConfig, UnknownProfile, WebhookPlan, WebhookTarget, planned, planned_webhooks,
 };
+pub use limit::{RateLimit, RateScope};
 pub use server::{Simulator, serve};
 pub use state::{Effects, ReferenceEffects};
 pub use webhooks::WebhookStats;

@@ -11,12 +11,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::api::{Charge, Reply, derived_id};
 use crate::config::{Fault, Profile, SimConfig, lookup_latency, planned};
+use crate::limit::Limiter;
 use crate::webhooks::{WebhookStats, Webhooks};
 
 /// Counters of what the simulator did, as served by `GET /_sim/effects` and
@@ -37,6 +38,10 @@ pub struct Effects {
     /// down (down mode or the outage window).
     #[serde(default)]
     pub refused: u64,
+    /// Requests (calls and lookups) answered 429: the profile's random
+    /// rate-limit faults and the rate-limit mode's refusals.
+    #[serde(default)]
+    pub rate_limited: u64,
 }
 
 /// Per-reference counters inside [`Effects`].
@@ -133,6 +138,8 @@ pub(crate) struct SimState {
     run: u64,
     down: AtomicBool,
     lookups: AtomicU64,
+    /// The rate-limit mode's buckets, if [`SimConfig::rate_limit`] is set.
+    limiter: Option<Limiter>,
     inner: Mutex<Inner>,
 }
 
@@ -140,14 +147,35 @@ impl SimState {
     /// Fresh state sending webhooks with `webhooks`; the outage window starts now.
     pub fn new(config: SimConfig, webhooks: Option<Arc<Webhooks>>) -> Self {
         SimState {
-            config,
             webhooks,
             started: Instant::now(),
             run: rand::random(),
             down: AtomicBool::new(false),
             lookups: AtomicU64::new(0),
+            limiter: config.rate_limit.clone().map(Limiter::new),
+            config,
             inner: Mutex::new(Inner::default()),
         }
+    }
+
+    /// The rate-limit mode's verdict on a request with `headers`:
+    /// `Err(retry_after_secs)` when its bucket is empty (counted as a 429
+    /// and, for a charge, as a request). Always `Ok` without the mode.
+    pub fn admit_rate(&self, headers: &HeaderMap, charge: bool) -> Result<(), u64> {
+        let Some(limiter) = &self.limiter else { return Ok(()) };
+        let key = limiter.header().and_then(|h| headers.get(h)).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let verdict = limiter.admit(key, Instant::now());
+        if verdict.is_err() {
+            let mut inner = self.lock();
+            inner.effects.rate_limited += 1;
+            inner.effects.requests += u64::from(charge);
+        }
+        verdict
+    }
+
+    /// Counts an answer 429 of the profile's random faults.
+    pub fn count_rate_limited(&self) {
+        self.lock().effects.rate_limited += 1;
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -508,7 +508,9 @@ async fn providers<S: Store>(State(state): State<Arc<AppState<S>>>) -> Response 
                 "breaker": guards.breaker.as_ref().map(|b| json!({
                     "state": b.state().as_str(),
                     "paused_ms": b.paused_for().map_or(0, |d| d.as_millis() as u64),
+                    "paused_total_ms": guards.paused_total().as_millis() as u64,
                 })),
+                "throttle": guards.throttle.as_ref().map(|t| json!({"rate_per_s": t.rate()})),
                 "bulkhead": {
                     "in_flight": guards.bulkhead.in_flight(),
                     "max_concurrent": guards.bulkhead.config().max_concurrent,

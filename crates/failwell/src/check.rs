@@ -10,7 +10,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use failwell_engine::{OperationSpec, ProviderSpec};
+use failwell_engine::{OperationSpec, PauseWhen, ProviderSpec};
 use failwell_policy::{Answer, OnUnavailable, Reconcile, RetryOwner, Severity};
 
 use crate::config::Config;
@@ -80,19 +80,37 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
         }
         _ => breaker,
     };
-    let breaker = match (&spec.breaker, spec.pause.statuses.is_empty(), spec.pause.after_errors) {
-        (None, ..) => breaker,
-        (Some(_), true, None) => breaker,
-        (Some(_), statuses_empty, after_errors) => {
+    let throttled = match &spec.throttle {
+        Some(t) => format!(
+            "a 429{} slows the calls (rate cut to 70 % when {} of the last {} answers throttle)",
+            throttling_statuses(&spec.pause.statuses),
+            t.cut_after(),
+            t.window
+        ),
+        None => "no adaptive rate".to_owned(),
+    };
+    let breaker = match (&spec.breaker, spec.pause.when, spec.pause.after_errors) {
+        (None, ..) => format!("{breaker}; {throttled}"),
+        (Some(_), when, after_errors) => {
             let mut pauses = Vec::new();
-            if !statuses_empty {
-                let statuses: Vec<String> = spec.pause.statuses.iter().map(u16::to_string).collect();
-                pauses.push(format!("a {} with Retry-After", statuses.join("/")));
+            match (when, &spec.throttle) {
+                (PauseWhen::Never, _) => {}
+                (PauseWhen::Always, _) | (PauseWhen::Persistent, None) => {
+                    pauses.push("every throttling answer with Retry-After".to_owned())
+                }
+                (PauseWhen::Persistent, Some(t)) => pauses.push(format!(
+                    "a Retry-After when {} % of the last {} answers throttle",
+                    (spec.pause.persistent_ratio * 100.0).round(),
+                    t.window
+                )),
             }
             if let Some(n) = after_errors {
                 pauses.push(format!("{n} transport errors in a row ({})", ms(spec.pause.duration)));
             }
-            format!("{breaker}; paused by {}", pauses.join(" or "))
+            match pauses.is_empty() {
+                true => format!("{breaker}; {throttled}"),
+                false => format!("{breaker}; {throttled}; paused by {}", pauses.join(" or ")),
+            }
         }
     };
     let unavailable = match (m.on_unavailable, op.max_stale) {
@@ -234,4 +252,13 @@ fn operation_report(out: &mut String, spec: &ProviderSpec, name: &str, op: &Oper
 /// One labelled line of an operation's report.
 fn line(out: &mut String, label: &str, text: String) {
     let _ = writeln!(out, "  {label:<22}{text}");
+}
+
+/// ` or a 503 with Retry-After` for the pause's statuses other than 429.
+fn throttling_statuses(statuses: &[u16]) -> String {
+    let others: Vec<String> = statuses.iter().filter(|s| **s != 429).map(u16::to_string).collect();
+    match others.is_empty() {
+        true => String::new(),
+        false => format!(" or a {} with Retry-After", others.join("/")),
+    }
 }

@@ -52,7 +52,8 @@ pub enum StartError {
 /// The providers (and the forward targets, which are providers too) with
 /// their breakers shared through `cluster`: the same clients, each breaker's
 /// state in the cluster's store under the provider's name, tripped by the
-/// provider's [`failwell_engine::ClusterRule`]. Errors: a provider's client
+/// provider's [`failwell_engine::ClusterRule`], and each adaptive rate cut
+/// when another process cuts its own. Errors: a provider's client
 /// cannot be rebuilt.
 fn share(
     providers: &Providers,
@@ -63,9 +64,14 @@ fn share(
     for (name, client) in providers {
         let spec = client.spec().clone();
         let rule = spec.cluster_rule;
-        let client = ProviderClient::with_breaker_store(spec, |name, config| {
+        let client = ProviderClient::with_breaker_store(spec, |name, config, throttle| {
             match cluster.breaker(name, config, rule.failures, rule.window) {
-                Ok(store) => Ok(failwell_policy::DynStore::new(store)),
+                Ok(store) => {
+                    if let Some(throttle) = throttle {
+                        store.follow(throttle.clone());
+                    }
+                    Ok(failwell_policy::DynStore::new(store))
+                }
                 Err(e) => Err(failwell_engine::ClientError::Store(Box::new(e))),
             }
         })?;
@@ -106,6 +112,7 @@ pub fn prometheus() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
 pub struct Server {
     addr: SocketAddr,
     store: AnyStore,
+    providers: Arc<Providers>,
     engine: Engine,
     /// Keeps the shared breakers' driver running.
     cluster: Option<Cluster>,
@@ -196,6 +203,7 @@ impl Server {
             )));
         }
         let bulkhead = Bulkhead::new("api", config.api.bulkhead).map_err(StartError::Limits)?;
+        let providers = state.providers.clone();
         let app = api::router(state, config.max_body_bytes, bulkhead, config.api.request_timeout);
         let stop_http = CancellationToken::new();
         let stop = stop_http.clone();
@@ -203,7 +211,7 @@ impl Server {
             axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await
         });
         tracing::info!(%addr, "failwell is serving");
-        Ok(Self { addr, store, engine, cluster, http, stop_http, watchers, stop_watchers })
+        Ok(Self { addr, store, providers, engine, cluster, http, stop_http, watchers, stop_watchers })
     }
 
     /// The API's address.
@@ -215,6 +223,12 @@ impl Server {
     /// messages in one transaction ([`failwell_store::Outbox::enqueue`]).
     pub fn store(&self) -> &AnyStore {
         &self.store
+    }
+
+    /// The providers' clients, with their breakers, bulkheads, retry
+    /// budgets and adaptive rates.
+    pub fn providers(&self) -> &Providers {
+        &self.providers
     }
 
     /// Wakes the relay after messages were enqueued directly.

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use failwell::demo::{self, DemoArgs};
-use failwell_sim::{Profile, SimConfig, WebhookTarget};
+use failwell_sim::{Profile, RateLimit, RateScope, SimConfig, WebhookTarget};
 use tokio::net::TcpListener;
 
 /// Integrations that fail well: no double charges, no lost events, no
@@ -55,6 +55,14 @@ enum Command {
         /// The secret the webhooks are signed with (Stripe scheme, e.g. whsec_...).
         #[arg(long, requires = "webhook_url")]
         webhook_secret: Option<String>,
+        /// Rate-limit mode: requests over this many per second get 429 with
+        /// Retry-After (besides the profile's random 429s).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        rate_limit: Option<u32>,
+        /// With --rate-limit: one limit per value of this request header
+        /// (e.g. authorization) instead of one for all requests.
+        #[arg(long, requires = "rate_limit")]
+        rate_limit_by: Option<String>,
     },
     /// Deliver N orders through a faulty provider with failwell and with a
     /// naive client, and compare.
@@ -74,6 +82,10 @@ enum Command {
         /// Provider calls in flight at once (both clients).
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
+        /// The provider also limits requests to this many per second (429
+        /// with Retry-After), for both clients.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        rate_limit: Option<u32>,
     },
     /// Webhook tools.
     Webhook {
@@ -214,13 +226,26 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             server.shutdown().await;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Sim { listen, profile, seed, key_ttl_ms, webhook_url, webhook_secret } => {
+        Command::Sim {
+            listen,
+            profile,
+            seed,
+            key_ttl_ms,
+            webhook_url,
+            webhook_secret,
+            rate_limit,
+            rate_limit_by,
+        } => {
             let listener =
                 TcpListener::bind(&listen).await.with_context(|| format!("cannot listen on {listen}"))?;
             let mut config = SimConfig::new(profile, seed);
             config.key_ttl = std::time::Duration::from_millis(key_ttl_ms);
             config.webhooks =
                 webhook_url.zip(webhook_secret).map(|(url, secret)| WebhookTarget { url, secret });
+            config.rate_limit = rate_limit.map(|per_second| RateLimit {
+                per_second,
+                scope: rate_limit_by.map_or(RateScope::Global, |h| RateScope::Header(h.to_ascii_lowercase())),
+            });
             eprintln!("provider simulator ({profile}, seed {seed}) on http://{}", listener.local_addr()?);
             failwell_sim::serve(config, listener).await.context("simulator failed")?;
             Ok(ExitCode::SUCCESS)
@@ -243,7 +268,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::Demo { orders, seed, profile, json, concurrency } => {
+        Command::Demo { orders, seed, profile, json, concurrency, rate_limit } => {
             anyhow::ensure!(orders > 0, "--orders must be at least 1");
             anyhow::ensure!((1..=10_000).contains(&concurrency), "--concurrency must be between 1 and 10000");
             // Fail now, not after the run, when the report cannot be written.
@@ -255,7 +280,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .transpose()?;
             // Ctrl-C drops the run, which removes its temporary database.
             let report = tokio::select! {
-                report = demo::run(DemoArgs { orders, seed, profile, concurrency }) => report?,
+                report = demo::run(DemoArgs { orders, seed, profile, concurrency, rate_limit }) => report?,
                 _ = shutdown_signal() => anyhow::bail!("interrupted"),
             };
             println!("{}", report.table());

@@ -142,6 +142,7 @@ fn provider_client(
         breaker: None,
         cluster_rule: Default::default(),
         pause: Default::default(),
+        throttle: None,
         bulkhead: BulkheadConfig::default(),
         retry_budget: RetryBudgetConfig::default(),
         retry,

@@ -52,6 +52,7 @@ fn client_with(keys: bool, retry_budget: RetryBudgetConfig) -> ProviderClient {
         breaker: Some(BreakerConfig::default()),
         cluster_rule: Default::default(),
         pause: Default::default(),
+        throttle: None,
         bulkhead: BulkheadConfig::default(),
         retry_budget,
         retry,

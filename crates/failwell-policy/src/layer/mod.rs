@@ -66,6 +66,10 @@ pub enum Rejected {
     /// The deadline cannot fit an attempt or a wait.
     #[error(transparent)]
     DeadlineExceeded(#[from] DeadlineExceeded),
+    /// The provider's adaptive sending rate has no turn for the call within
+    /// its longest wait ([`crate::Throttle`]).
+    #[error(transparent)]
+    Throttled(#[from] crate::Throttled),
     /// One attempt took longer than its timeout (the duration given).
     #[error("the attempt timed out after {} ms", .0.as_millis())]
     TimedOut(Duration),

@@ -320,6 +320,8 @@ pub(super) struct RawProvider {
     pub(super) retry_budget: RawRetryBudget,
     #[serde(default)]
     pub(super) pause: RawPause,
+    #[serde(default)]
+    pub(super) throttle: RawThrottle,
     pub(super) lookup: Option<RawLookup>,
     pub(super) compare: Option<RawCompare>,
     #[serde(default)]
@@ -369,13 +371,39 @@ pub(super) struct RawBreaker {
 #[serde(deny_unknown_fields, default)]
 pub(super) struct RawPause {
     pub(super) statuses: Vec<u16>,
+    /// `"persistent"`, `"always"` or `"never"`.
+    pub(super) when: String,
+    pub(super) persistent_ratio: f64,
     pub(super) after_errors: u32,
     pub(super) for_ms: u64,
 }
 
 impl Default for RawPause {
     fn default() -> Self {
-        Self { statuses: vec![429, 503], after_errors: 0, for_ms: 30_000 }
+        Self {
+            statuses: vec![429, 503],
+            when: "persistent".into(),
+            persistent_ratio: 0.5,
+            after_errors: 0,
+            for_ms: 30_000,
+        }
+    }
+}
+
+/// `[providers.NAME.throttle]`: the adaptive sending rate.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawThrottle {
+    pub(super) enabled: bool,
+    pub(super) window: u32,
+    pub(super) cut_ratio: f64,
+    pub(super) min_rate_per_s: f64,
+    pub(super) max_wait_ms: u64,
+}
+
+impl Default for RawThrottle {
+    fn default() -> Self {
+        Self { enabled: true, window: 100, cut_ratio: 0.1, min_rate_per_s: 0.5, max_wait_ms: 1_000 }
     }
 }
 

@@ -6,18 +6,19 @@ use std::sync::Arc;
 
 use failwell_engine::{
     ClusterRule, CompareSpec, Encoding, ForwardTarget, ForwardTargets, LookupSpec, OperationSpec, PauseRule,
-    ProviderClient, ProviderSpec, Providers, ReconcilerConfig, RelayConfig, RetentionConfig, Schedule,
-    TimeUnit,
+    PauseWhen, ProviderClient, ProviderSpec, Providers, ReconcilerConfig, RelayConfig, RetentionConfig,
+    Schedule, TimeUnit,
 };
 use failwell_policy::{
     Answer, Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, Manifest, Offers,
-    OnUnavailable, RetryBudgetConfig, RetryPolicy, SlidingWindow, Timeouts, TimeoutsError,
+    OnUnavailable, RetryBudgetConfig, RetryPolicy, SlidingWindow, ThrottleConfig, ThrottleConfigError,
+    Timeouts, TimeoutsError,
 };
 use failwell_store::{Backend, Synchronous};
 
 use super::raw::{
     RawAlerts, RawBreaker, RawBulkhead, RawCluster, RawCompare, RawConfig, RawForward, RawLedger,
-    RawOperation, RawPause, RawProvider, RawRelay, RawRetention, RawRetryBudget, RawWebhook,
+    RawOperation, RawPause, RawProvider, RawRelay, RawRetention, RawRetryBudget, RawThrottle, RawWebhook,
 };
 use super::{ApiLimits, Checker, Config, ConfigError, MAX_CONCURRENCY};
 
@@ -372,6 +373,7 @@ fn provider(c: &Checker<'_>, name: &str, p: RawProvider) -> Result<ProviderSpec,
             window: c.positive(&key("breaker.cluster_window_ms"), p.breaker.cluster_window_ms)?,
         },
         pause: pause(c, name, &p.pause, p.breaker.enabled)?,
+        throttle: throttle(c, name, &p.throttle)?,
         bulkhead: bulkhead(c, &format!("providers.{name}.bulkhead"), &p.bulkhead)?,
         retry_budget: retry_budget(c, name, &p.retry_budget)?,
         retry,
@@ -392,8 +394,24 @@ fn pause(c: &Checker<'_>, name: &str, p: &RawPause, breaker: bool) -> Result<Pau
     if let Some(bad) = p.statuses.iter().find(|s| !(400..=599).contains(*s)) {
         return Err(c.invalid(key("statuses"), format!("{bad} is not an error status (400-599)")));
     }
+    let when = match p.when.as_str() {
+        "persistent" => PauseWhen::Persistent,
+        "always" => PauseWhen::Always,
+        "never" => PauseWhen::Never,
+        other => {
+            return Err(c.invalid(
+                key("when"),
+                format!("{other:?} is not one of \"persistent\", \"always\", \"never\""),
+            ));
+        }
+    };
+    if !(p.persistent_ratio > 0.0 && p.persistent_ratio <= 1.0) {
+        return Err(c.invalid(key("persistent_ratio"), "must be above 0 and at most 1"));
+    }
     let rule = PauseRule {
         statuses: p.statuses.clone(),
+        when,
+        persistent_ratio: p.persistent_ratio,
         after_errors: (p.after_errors > 0).then_some(p.after_errors),
         duration: c.positive(&key("for_ms"), p.for_ms)?,
     };
@@ -404,6 +422,27 @@ fn pause(c: &Checker<'_>, name: &str, p: &RawPause, breaker: bool) -> Result<Pau
         ));
     }
     Ok(rule)
+}
+
+fn throttle(c: &Checker<'_>, name: &str, p: &RawThrottle) -> Result<Option<ThrottleConfig>, ConfigError> {
+    if !p.enabled {
+        return Ok(None);
+    }
+    let config = ThrottleConfig {
+        window: p.window,
+        cut_ratio: p.cut_ratio,
+        min_rate: p.min_rate_per_s,
+        max_wait: std::time::Duration::from_millis(p.max_wait_ms),
+    };
+    config.validate().map_err(|e| {
+        let k = match e {
+            ThrottleConfigError::Window(_) => "window",
+            ThrottleConfigError::CutRatio(_) => "cut_ratio",
+            ThrottleConfigError::MinRate(_) => "min_rate_per_s",
+        };
+        c.invalid(format!("providers.{name}.throttle.{k}"), e.to_string())
+    })?;
+    Ok(Some(config))
 }
 
 fn cluster(

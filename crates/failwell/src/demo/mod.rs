@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use failwell_sim::{Effects, Profile, SimConfig, Simulator, WebhookTarget};
+use failwell_sim::{Effects, Profile, RateLimit, RateScope, SimConfig, Simulator, WebhookTarget};
 use failwell_store::{Message, Operation, OperationStatus, Outbox, Store};
 use hdrhistogram::Histogram;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
@@ -40,6 +40,9 @@ pub struct DemoArgs {
     pub profile: Profile,
     /// Provider calls in flight at once, for both clients.
     pub concurrency: usize,
+    /// The provider's rate limit, requests per second (`None`: only the
+    /// profile's random 429s).
+    pub rate_limit: Option<u32>,
 }
 
 /// One order of the demo shop.
@@ -151,12 +154,9 @@ pub fn orders(count: usize, seed: u64) -> Vec<Order> {
 
 /// A simulator; `webhooks_to` is failwell's address for the provider's
 /// signed webhooks (none for the naive client).
-async fn simulator(
-    profile: Profile,
-    seed: u64,
-    webhooks_to: Option<SocketAddr>,
-) -> anyhow::Result<Simulator> {
-    let mut config = SimConfig::new(profile, seed);
+async fn simulator(args: &DemoArgs, webhooks_to: Option<SocketAddr>) -> anyhow::Result<Simulator> {
+    let mut config = SimConfig::new(args.profile, args.seed);
+    config.rate_limit = args.rate_limit.map(|per_second| RateLimit { per_second, scope: RateScope::Global });
     config.webhooks = webhooks_to.map(|addr| WebhookTarget {
         url: format!("http://{addr}/webhooks/sim"),
         secret: WEBHOOK_SECRET.into(),
@@ -184,9 +184,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     let database_url = format!("sqlite://{}", dir.path().join("demo.db").display());
     let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind the API")?;
     let api = listener.local_addr().context("cannot read the API's address")?;
-    let sim_failwell = simulator(args.profile, args.seed, Some(api)).await?;
+    let sim_failwell = simulator(&args, Some(api)).await?;
+    let limit = args.rate_limit.map_or(String::new(), |n| format!(", at most {n} requests/s"));
     eprintln!(
-        "failwell demo: {} orders, profile {}, seed {}; both clients time out after {TIMEOUT_MS} ms; \
+        "failwell demo: {} orders, profile {}{limit}, seed {}; both clients time out after {TIMEOUT_MS} ms; \
          the provider also sends failwell signed webhooks (duplicated, reordered, delayed)",
         args.orders, args.profile, args.seed
     );
@@ -242,9 +243,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     for order in &orders {
         operations.push((order, store.operation(&order.reference).await?));
     }
+    let paused = server.providers().values().map(|c| c.guards().paused_total()).sum::<Duration>();
     server.shutdown().await;
     let effects = sim_failwell.effects();
-    let failwell = failwell_figures(&operations, &effects, counts.attempts, failwell_elapsed);
+    let mut failwell = failwell_figures(&operations, &effects, counts.attempts, failwell_elapsed);
+    failwell.paused_s = paused.as_secs_f64();
     let accepted = effects.webhooks.deliveries.saturating_sub(effects.webhooks.refused);
     let webhooks = WebhookFigures {
         sent: effects.webhooks.events,
@@ -255,7 +258,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     };
 
     // Started now, so an outage window hits the naive client as it hit failwell.
-    let sim_naive = simulator(args.profile, args.seed, None).await?;
+    let sim_naive = simulator(&args, None).await?;
     let start = Instant::now();
     let tick = naive_bar.clone();
     let results = naive::run(
@@ -323,6 +326,7 @@ fn failwell_figures(
         provider_effects: effects.charges,
         double_effects: effects.double_effects(),
         attempts,
+        rate_limited: effects.rate_limited,
         elapsed_s: elapsed.as_secs_f64(),
         ..Figures::default()
     };
@@ -358,6 +362,7 @@ fn naive_figures(results: &[NaiveResult], effects: &Effects, elapsed: Duration) 
         provider_effects: effects.charges,
         double_effects: effects.double_effects(),
         attempts: results.iter().map(|r| u64::from(r.attempts)).sum(),
+        rate_limited: effects.rate_limited,
         elapsed_s: elapsed.as_secs_f64(),
         ..Figures::default()
     };

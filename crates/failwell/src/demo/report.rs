@@ -18,6 +18,9 @@ use serde::Serialize;
 /// - `declined`: intents refused for good (402 `card_declined`);
 /// - `dead_letters`: intents parked for a human after retries ran out;
 /// - `attempts`: HTTP calls that may have an effect (lookups excluded);
+/// - `rate_limited`: requests the provider answered 429 (calls and lookups);
+/// - `paused_s`: how long the client stopped every call to the provider,
+///   in s (the naive client never does);
 /// - `p95_ms`: 95th percentile of the time from placing an order to its
 ///   final outcome, in ms (HDR histogram);
 /// - `elapsed_s`: wall time until every order had its final outcome, in s.
@@ -39,6 +42,10 @@ pub struct Figures {
     pub dead_letters: u64,
     /// Provider calls made.
     pub attempts: u64,
+    /// Requests answered 429.
+    pub rate_limited: u64,
+    /// Time every call to the provider was stopped, s.
+    pub paused_s: f64,
     /// p95 time to final outcome, ms.
     pub p95_ms: u64,
     /// Wall time, s.
@@ -89,7 +96,7 @@ impl Report {
     /// The side-by-side table printed at the end of the demo.
     pub fn table(&self) -> String {
         let (f, n) = (&self.failwell, &self.naive);
-        let rows: [(&str, String, String); 10] = [
+        let rows: [(&str, String, String); 12] = [
             ("intents", f.intents.to_string(), n.intents.to_string()),
             ("provider effects", f.provider_effects.to_string(), n.provider_effects.to_string()),
             ("double effects", f.double_effects.to_string(), n.double_effects.to_string()),
@@ -98,6 +105,8 @@ impl Report {
             ("declined", f.declined.to_string(), n.declined.to_string()),
             ("dead letters", f.dead_letters.to_string(), n.dead_letters.to_string()),
             ("attempts", f.attempts.to_string(), n.attempts.to_string()),
+            ("answered 429", f.rate_limited.to_string(), n.rate_limited.to_string()),
+            ("provider paused (s)", format!("{:.1}", f.paused_s), format!("{:.1}", n.paused_s)),
             ("p95 to outcome (ms)", f.p95_ms.to_string(), n.p95_ms.to_string()),
             ("elapsed (s)", format!("{:.2}", f.elapsed_s), format!("{:.2}", n.elapsed_s)),
         ];

@@ -263,7 +263,8 @@ async fn providers_show_their_breaker_bulkhead_and_budget() {
         body,
         json!({"providers": [{
             "name": "payments",
-            "breaker": {"state": "closed", "paused_ms": 0},
+            "breaker": {"state": "closed", "paused_ms": 0, "paused_total_ms": 0},
+            "throttle": {"rate_per_s": null},
             "bulkhead": {"in_flight": 0, "max_concurrent": 7},
             "retry_budget": {"available": 100},
         }]})

@@ -37,13 +37,17 @@ fn cluster_section(url: &str, namespace: &str) -> String {
 }
 
 async fn start_cluster(sim: &Simulator, url: &str) -> Vec<Gateway> {
+    start_cluster_with(sim, url, "").await
+}
+
+/// As [`start_cluster`], with `extra` lines in `[providers.payments]`.
+async fn start_cluster_with(sim: &Simulator, url: &str, extra: &str) -> Vec<Gateway> {
     let namespace = format!("it-{}", free_port());
+    let settings = format!("{}\n{extra}", provider_settings());
     let mut gateways = Vec::new();
     for _ in 0..PROCESSES {
-        gateways.push(
-            Gateway::start_with(&sim.base_url(), &provider_settings(), &cluster_section(url, &namespace))
-                .await,
-        );
+        gateways
+            .push(Gateway::start_with(&sim.base_url(), &settings, &cluster_section(url, &namespace)).await);
     }
     gateways
 }
@@ -313,10 +317,12 @@ async fn redis_stopped_mid_run_degrades_and_recovers_without_losing_a_message() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rate_limit_pauses_every_process_without_spending_attempts() {
+async fn a_pause_asked_for_stops_every_process_without_spending_attempts() {
     let sim = simulator(|config| config.retry_after_secs = 2).await;
     sim.script("rl-first", vec![failwell_sim::Fault::RateLimited]);
-    let gateways = start_cluster(&sim, &redis_url()).await;
+    // By default one 429 holds back only its own message; this
+    // configuration asks for a pause of every call on each one.
+    let gateways = start_cluster_with(&sim, &redis_url(), "pause = { when = \"always\" }").await;
     let limited = gateways[0].charge("rl-first", 100).await;
     assert!(limited.status().is_success());
     let started = Instant::now();

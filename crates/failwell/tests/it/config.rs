@@ -581,7 +581,13 @@ fn check_describes_a_shared_breaker() {
         ),
         "{text}"
     );
-    assert!(text.contains("paused by a 429/503 with Retry-After"), "{text}");
+    assert!(
+        text.contains(
+            "a 429 or a 503 with Retry-After slows the calls (rate cut to 70 % when 10 of the last 100"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("paused by a Retry-After when 50 % of the last 100 answers throttle"), "{text}");
 }
 
 #[test]

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::helpers::binary;
 
-const KEYS: [&str; 10] = [
+const KEYS: [&str; 12] = [
     "intents",
     "provider_effects",
     "double_effects",
@@ -14,6 +14,8 @@ const KEYS: [&str; 10] = [
     "declined",
     "dead_letters",
     "attempts",
+    "rate_limited",
+    "paused_s",
     "p95_ms",
     "elapsed_s",
 ];
@@ -90,6 +92,20 @@ async fn outage_demo_recovers_without_loss() {
     assert_eq!(code, Some(0), "{report:#}");
     assert_eq!(report["failwell"]["unknown_remaining"], 0);
     assert_eq!(report["failwell"]["double_effects"], 0);
+}
+
+#[tokio::test]
+async fn against_a_rate_limit_failwell_slows_down_while_the_naive_client_keeps_hitting_it() {
+    let args = ["--orders", "400", "--seed", "3", "--profile", "calm", "--rate-limit", "100"];
+    let (code, report) = demo(&args).await;
+    assert_eq!(code, Some(0), "{report:#}");
+    let (f, n) = (&report["failwell"], &report["naive"]);
+    assert_eq!(f["double_effects"], 0);
+    assert_eq!(f["provider_effects"].as_u64().unwrap() + f["declined"].as_u64().unwrap(), 400, "{f:#}");
+    let (f_429, n_429) = (f["rate_limited"].as_u64().unwrap(), n["rate_limited"].as_u64().unwrap());
+    assert!(n_429 > 0, "the naive client met the limit: {n:#}");
+    assert!(f_429 < n_429, "failwell met the limit less often ({f_429}) than the naive client ({n_429})");
+    assert_eq!(n["paused_s"], 0.0, "the naive client never pauses");
 }
 
 #[test]

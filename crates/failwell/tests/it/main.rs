@@ -12,4 +12,5 @@ mod manifest;
 mod operator;
 mod processing;
 mod scale_out;
+mod throttling;
 mod webhook;

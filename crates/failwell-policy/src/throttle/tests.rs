@@ -1,0 +1,246 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::*;
+
+fn s(secs: f64) -> Duration {
+    Duration::from_secs_f64(secs)
+}
+
+/// Throttling answers in a row that cut the rate with the defaults.
+fn signal() -> u32 {
+    ThrottleConfig::default().cut_after() as u32
+}
+
+/// 100 answers in the first second, then a throttling signal: cut.
+fn cut_after_a_second() -> AdaptiveRate {
+    let mut r = rate();
+    answer(&mut r, 0.0, 1.0, 100, 0);
+    for i in 0..signal() {
+        r.observe(s(1.0), s(1.0 + 0.001 * f64::from(i)), true);
+    }
+    r
+}
+
+fn rate() -> AdaptiveRate {
+    AdaptiveRate::new(ThrottleConfig::default(), Duration::ZERO).unwrap()
+}
+
+/// Answers `n` calls evenly over `secs` from `from`, every `every`-th one
+/// throttled (0: none); each call's answer arrives 1 ms after it was sent.
+fn answer(r: &mut AdaptiveRate, from: f64, secs: f64, n: usize, every: usize) -> Vec<Observation> {
+    (0..n)
+        .map(|i| {
+            let at = from + secs * i as f64 / n as f64;
+            r.observe(s(at), s(at + 0.001), every > 0 && i % every == every - 1)
+        })
+        .collect()
+}
+
+#[test]
+fn invalid_parameters_are_refused() {
+    let bad = |c: ThrottleConfig| AdaptiveRate::new(c, Duration::ZERO).unwrap_err();
+    let d = ThrottleConfig::default();
+    assert_eq!(bad(ThrottleConfig { window: 0, ..d }), ThrottleConfigError::Window(0));
+    assert_eq!(bad(ThrottleConfig { cut_ratio: 0.0, ..d }), ThrottleConfigError::CutRatio(0.0));
+    assert_eq!(bad(ThrottleConfig { cut_ratio: 1.5, ..d }), ThrottleConfigError::CutRatio(1.5));
+    assert!(matches!(bad(ThrottleConfig { min_rate: f64::NAN, ..d }), ThrottleConfigError::MinRate(_)));
+    assert_eq!(d.cut_after(), 10);
+    assert_eq!(ThrottleConfig { window: 3, cut_ratio: 0.1, ..d }.cut_after(), 1);
+}
+
+#[test]
+fn nothing_is_limited_before_a_cut() {
+    let mut r = rate();
+    for i in 0..10_000 {
+        assert_eq!(r.reserve(s(i as f64 * 1e-6)).unwrap().wait, Duration::ZERO);
+    }
+    assert_eq!(r.rate(), None);
+    assert_eq!(r.busy_for(s(1.0)), None);
+}
+
+#[test]
+fn scattered_throttling_never_cuts_the_rate() {
+    // One answer in 20 throttled (5 %), 1,000 calls per second for 20 s:
+    // never 10 in any 100.
+    let mut r = rate();
+    let cuts = answer(&mut r, 0.0, 20.0, 20_000, 20).iter().filter(|o| o.cut_to.is_some()).count();
+    assert_eq!(cuts, 0);
+    assert_eq!(r.rate(), None);
+}
+
+#[test]
+fn a_throttling_signal_cuts_to_beta_of_the_accepted_rate() {
+    let mut r = rate();
+    // 1,000 calls per second, then every other answer throttled.
+    answer(&mut r, 0.0, 2.0, 2_000, 0);
+    let observed = answer(&mut r, 2.0, 0.02, 20, 2);
+    let cut = observed.iter().find_map(|o| o.cut_to).expect("the rate was cut");
+    // 10 of the last 100 answers throttled: 90 % of ~1,000/s was accepted,
+    // and β of that is kept.
+    assert!((600.0..660.0).contains(&cut), "cut to {cut}");
+    assert_eq!(r.rate(), Some(cut));
+    assert_eq!(observed.iter().filter(|o| o.cut_to.is_some()).count(), 1);
+}
+
+#[test]
+fn answers_to_calls_sent_before_a_cut_do_not_cut_again() {
+    let mut r = rate();
+    answer(&mut r, 0.0, 1.0, 1_000, 0);
+    let first =
+        (0..signal()).find_map(|i| r.observe(s(1.0), s(1.0 + 0.001 * f64::from(i)), true).cut_to).unwrap();
+    // Sent before the cut, answered after it: the same event.
+    for i in 0..100 {
+        let o = r.observe(s(1.0), s(1.01 + 0.001 * f64::from(i)), true);
+        assert_eq!(o.cut_to, None);
+    }
+    assert_eq!(r.rate(), Some(first));
+    // Sent after it and throttled again: a second cut.
+    let second =
+        (0..signal()).find_map(|i| r.observe(s(1.2), s(1.2 + 0.001 * f64::from(i)), true).cut_to).unwrap();
+    assert!(second < first, "{second} < {first}");
+}
+
+#[test]
+fn the_rate_grows_back_along_the_cubic_curve() {
+    let mut r = rate();
+    answer(&mut r, 0.0, 1.0, 200, 0);
+    // 200/s, then every fifth answer throttled until 10 of the last 100 are.
+    let cut = answer(&mut r, 1.0, 0.25, 50, 5).iter().find_map(|o| o.cut_to).unwrap();
+    let w_max = cut / BETA;
+    let k = (w_max * (1.0 - BETA) / SCALE).cbrt();
+    let cut_at = 1.0 + 0.25 * 49.0 / 50.0 + 0.001;
+    let curve = |t: f64| SCALE * (t - k).powi(3) + w_max;
+    // Answers keep coming at 200/s (so twice the measured rate does not
+    // bind); halfway to K the rate is on the concave part of the curve,
+    // nearer W_max than the cut; at K it is W_max.
+    answer(&mut r, cut_at, k / 2.0, (100.0 * k) as usize, 0);
+    let half = r.rate().unwrap();
+    assert!(half > (cut + w_max) / 2.0 && half < w_max, "{cut} < {half} < {w_max}");
+    assert!((half - curve(k / 2.0)).abs() < 1.0, "{half} vs {}", curve(k / 2.0));
+    answer(&mut r, cut_at + k / 2.0, k / 2.0 + 0.01, (100.0 * k) as usize + 2, 0);
+    let at_k = r.rate().unwrap();
+    assert!((at_k - w_max).abs() < 1.0, "{at_k} vs {w_max}");
+}
+
+#[test]
+fn reserved_turns_follow_the_rate_and_refuse_past_max_wait() {
+    let mut r = cut_after_a_second();
+    let rate = r.rate().unwrap();
+    let now = s(1.1);
+    // The bucket holds at most one second of the rate; past that, turns are
+    // booked 1/rate apart up to max_wait (1 s), then refused.
+    let mut waits = Vec::new();
+    loop {
+        match r.reserve(now) {
+            Ok(turn) => waits.push(turn.wait),
+            Err(retry_in) => {
+                assert!(retry_in > Duration::ZERO);
+                break;
+            }
+        }
+        assert!(waits.len() < 10_000);
+    }
+    let last = waits.last().unwrap().as_secs_f64();
+    assert!(last <= 1.0 && last > 1.0 - 2.0 / rate, "last wait {last} at {rate}/s");
+    let booked = waits.iter().filter(|w| !w.is_zero()).count() as f64;
+    assert!((booked - rate).abs() <= 2.0, "{booked} booked in one second at {rate}/s");
+    assert!(r.busy_for(now).is_some());
+    // One refused call booked nothing: a second later there is room again.
+    assert_eq!(r.busy_for(now + s(1.0)), None);
+}
+
+#[test]
+fn the_limit_turns_itself_off_after_probing_far_above_the_cut() {
+    let mut r = cut_after_a_second();
+    assert!(r.rate().is_some());
+    // Answers keep coming at 100/s with no throttling; the curve passes
+    // 2 × W_max after K + ∛(W_max / C) seconds.
+    answer(&mut r, 1.1, 30.0, 3_000, 0);
+    assert_eq!(r.rate(), None);
+}
+
+/// A provider that allows `limit` calls per second (a token bucket holding
+/// one second of them) and a sender with a backlog that sends whenever the
+/// adaptive rate lets it, answered 5 ms after sending: the rate settles just
+/// under the limit and few calls are refused. Time in µs, events in order.
+#[test]
+fn against_a_rate_limited_provider_the_rate_settles_just_under_the_limit() {
+    let limit = 200.0;
+    let mut r = rate();
+    let (mut provider_tokens, mut provider_at) = (limit, 0.0f64);
+    let end: u64 = 60_000_000;
+    let mut booked: BTreeMap<(u64, u64), Turn> = BTreeMap::new(); // (send at, seq)
+    let mut answers: BTreeMap<(u64, u64), (u64, bool)> = BTreeMap::new(); // (answer at, seq) → (sent, throttled)
+    let (mut sent, mut throttled) = ([0u32; 2], [0u32; 2]); // [all, after 10 s]
+    let mut seq = 0;
+    let us = |t: u64| Duration::from_micros(t);
+    // A sender of at most 2,000 calls per second with a backlog.
+    for now in (0..end).step_by(500) {
+        while let Some((&(at, n), &turn)) = booked.first_key_value().filter(|(k, _)| k.0 <= now) {
+            booked.remove(&(at, n));
+            if !r.holds(&turn) {
+                // A cut voided the turn: book again (or leave it to the backlog).
+                if let Ok(again) = r.reserve(us(now)) {
+                    seq += 1;
+                    booked.insert((now + again.wait.as_micros() as u64, seq), again);
+                }
+                continue;
+            }
+            let from = turn.booked_at.as_micros() as u64;
+            let t = at as f64 / 1e6;
+            provider_tokens = (provider_tokens + (t - provider_at) * limit).min(limit);
+            provider_at = t;
+            let refused = provider_tokens < 1.0;
+            if !refused {
+                provider_tokens -= 1.0;
+            }
+            answers.insert((at + 5_000, n), (from, refused));
+            let after = usize::from(at >= 10_000_000);
+            for i in 0..=after {
+                sent[i] += 1;
+                throttled[i] += u32::from(refused);
+            }
+        }
+        while let Some((&(at, n), &(from, refused))) = answers.first_key_value().filter(|(k, _)| k.0 <= now) {
+            answers.remove(&(at, n));
+            r.observe(us(from), us(at), refused);
+        }
+        if let Ok(turn) = r.reserve(us(now)) {
+            seq += 1;
+            booked.insert((now + turn.wait.as_micros() as u64, seq), turn);
+        }
+    }
+    let accepted_rate = f64::from(sent[1] - throttled[1]) / 50.0;
+    assert!(accepted_rate >= 0.9 * limit && accepted_rate <= limit * 1.01, "accepted {accepted_rate}/s");
+    for (what, i) in [("after 10 s", 1), ("in all", 0)] {
+        let share = f64::from(throttled[i]) / f64::from(sent[i]);
+        assert!(share < 0.05, "{:.1} % of calls throttled {what}", share * 100.0);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shared_throttle_reads_tokio_time() {
+    let t = Throttle::new("p", ThrottleConfig::default()).unwrap();
+    for _ in 0..100 {
+        let turn = t.reserve().unwrap();
+        assert_eq!(turn.wait, Duration::ZERO);
+        tokio::time::advance(Duration::from_millis(10)).await;
+        t.observe(turn.booked_at, false);
+    }
+    let booked = t.reserve().unwrap();
+    for _ in 0..signal() {
+        let turn = t.reserve().unwrap();
+        t.observe(turn.booked_at, true);
+    }
+    assert!(!t.holds(&booked), "a cut voids the turns booked before it");
+    let rate = t.rate().expect("cut");
+    assert!(rate < 100.0, "{rate}");
+    // Drain the bucket, then the next turn is refused with a wait.
+    while t.reserve().is_ok() {}
+    let refused = t.reserve().unwrap_err();
+    assert_eq!(refused.name, "p");
+    assert!(t.busy_for().is_some());
+    tokio::time::advance(refused.retry_in + Duration::from_millis(1)).await;
+    assert!(t.reserve().is_ok());
+}
