@@ -358,9 +358,8 @@ fn push(window: &mut VecDeque<bool>, value: bool, len: usize) {
 
 /// A provider's adaptive rate shared by every task calling it; cheap to
 /// clone (clones share the rate). Reads tokio's clock, so tests pause and
-/// advance time. Metrics: `failwell_throttle_rate{provider}` (calls per
-/// second, 0 while nothing is limited) and
-/// `failwell_throttle_cuts_total{provider}`.
+/// advance time. Metrics: `failwell_throttle_calls_per_second{provider}`
+/// (0 while nothing is limited) and `failwell_throttle_cuts_total{provider}`.
 #[derive(Clone)]
 pub struct Throttle {
     inner: Arc<ThrottleInner>,
@@ -386,7 +385,7 @@ impl Throttle {
     pub fn new(name: &str, config: ThrottleConfig) -> Result<Self, ThrottleConfigError> {
         let clock = Clock::new();
         let state = AdaptiveRate::new(config, Duration::ZERO)?;
-        let rate = metrics::gauge!("failwell_throttle_rate", "provider" => name.to_owned());
+        let rate = metrics::gauge!("failwell_throttle_calls_per_second", "provider" => name.to_owned());
         rate.set(0.0);
         Ok(Self {
             inner: Arc::new(ThrottleInner {
