@@ -125,7 +125,7 @@ impl PauseRule {
     /// Whether an answer with `status` (and a `Retry-After` or not) is
     /// throttling: a 429, or one of `statuses` with a `Retry-After`.
     pub fn is_throttling(&self, status: u16, retry_after: bool) -> bool {
-        status == 429 || (retry_after && self.statuses.contains(&status))
+        failwell_policy::throttle::is_throttling(status, retry_after, &self.statuses)
     }
 
     /// Whether a throttling answer pauses the provider, given the share of

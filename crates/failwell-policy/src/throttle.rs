@@ -67,6 +67,14 @@ pub const BETA: f64 = 0.7;
 /// `cubic.py`).
 pub const SCALE: f64 = 0.4;
 
+/// Whether an answer asks the client to slow down: a `429 Too Many
+/// Requests` (RFC 6585 §4), with or without `Retry-After`, or an answer
+/// with one of `statuses` and a `Retry-After` (e.g. `503` with
+/// `Retry-After`, RFC 9110 §15.6.4 and §10.2.3).
+pub fn is_throttling(status: u16, has_retry_after: bool, statuses: &[u16]) -> bool {
+    status == 429 || (has_retry_after && statuses.contains(&status))
+}
+
 /// An adaptive rate's parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ThrottleConfig {

@@ -38,6 +38,22 @@ fn answer(r: &mut AdaptiveRate, from: f64, secs: f64, n: usize, every: usize) ->
 }
 
 #[test]
+fn throttling_answers_are_429s_and_listed_statuses_with_retry_after() {
+    let statuses = [429, 503];
+    for (status, retry_after, throttling) in [
+        (429, false, true),
+        (429, true, true),
+        (503, true, true),
+        (503, false, false),
+        (500, true, false),
+        (200, true, false),
+    ] {
+        assert_eq!(is_throttling(status, retry_after, &statuses), throttling, "{status} {retry_after}");
+    }
+    assert!(!is_throttling(503, true, &[]), "503 is throttling only when listed");
+}
+
+#[test]
 fn invalid_parameters_are_refused() {
     let bad = |c: ThrottleConfig| AdaptiveRate::new(c, Duration::ZERO).unwrap_err();
     let d = ThrottleConfig::default();
