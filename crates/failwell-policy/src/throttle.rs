@@ -22,15 +22,18 @@
 //!
 //! The limiter is off until the first cut (a provider that never throttles
 //! costs one lock per answer, to measure the rate), and turns itself off
-//! again once the curve has probed to twice `W_max` without another cut.
+//! again once the curve has probed to twice `W_max` and a whole window of
+//! answers came without throttling.
 //!
 //! failwell departs from the SDKs in four ways, each for a reason:
 //! - **A cut needs a signal, not one answer.** The SDKs cut on every
 //!   throttling answer; a provider that throttles a few random calls (lock
 //!   contention, a noisy neighbour) would then drive the rate to its floor.
 //!   failwell cuts when at least `cut_ratio` of the last `window` answers
-//!   were throttling (by default 10 of 100): a limit the sending rate
-//!   exceeds throttles most calls past it, random throttling rarely does.
+//!   were throttling (by default 10 of 100), or 5 of the last 10: a limit
+//!   the sending rate exceeds throttles most calls past it (at a low limit
+//!   the second rule sees it within a few calls), random throttling rarely
+//!   does.
 //! - **One cut per round trip**, as TCP reacts once per window: only
 //!   answers to calls sent after the last cut count towards the next one,
 //!   so the answers already on their way when the rate was cut do not cut
@@ -63,6 +66,12 @@ use crate::clock::Clock;
 
 /// `β`: the share of `W_max` a cut keeps (AWS SDKs, botocore `cubic.py`).
 pub const BETA: f64 = 0.7;
+/// The quick throttling signal: this many throttling answers among the
+/// last [`QUICK_WINDOW`] (a random 3 % of throttling makes 5 of 10 about
+/// once in 200,000 answers).
+const QUICK_SIGNAL: usize = 5;
+/// See [`QUICK_SIGNAL`].
+const QUICK_WINDOW: usize = 10;
 /// `C`: how fast the CUBIC curve grows, in calls/s per s³ (botocore
 /// `cubic.py`).
 pub const SCALE: f64 = 0.4;
@@ -83,10 +92,11 @@ pub struct ThrottleConfig {
     /// Share of the window's answers that must be throttling to cut the
     /// rate, in (0, 1]. Default 0.1 (10 of 100).
     pub cut_ratio: f64,
-    /// The lowest rate, calls per second, > 0. Default 0.5.
+    /// The lowest rate, calls per second, 0.01–1,000,000. Default 0.5.
     pub min_rate: f64,
-    /// The longest a call waits for its turn; a call whose turn is further
-    /// away is refused with [`Throttled`]. Default 1 s.
+    /// The longest a call waits for its turn, at most an hour; a call whose
+    /// turn is further away is refused with [`Throttled`] (zero: a call
+    /// never waits, it goes with a free token or is refused). Default 1 s.
     pub max_wait: Duration,
 }
 
@@ -105,9 +115,12 @@ pub enum ThrottleConfigError {
     /// `cut_ratio` outside (0, 1].
     #[error("cut_ratio must be above 0 and at most 1, got {0}")]
     CutRatio(f64),
-    /// `min_rate` not a positive number.
-    #[error("min_rate must be above 0 calls per second, got {0}")]
+    /// `min_rate` outside 0.01–1,000,000 calls per second.
+    #[error("min_rate_per_s must be between 0.01 and 1000000 calls per second, got {0}")]
     MinRate(f64),
+    /// `max_wait` over an hour.
+    #[error("max_wait_ms must be at most 3600000 (an hour), got {0}")]
+    MaxWait(u128),
 }
 
 impl ThrottleConfig {
@@ -119,8 +132,11 @@ impl ThrottleConfig {
         if !(self.cut_ratio > 0.0 && self.cut_ratio <= 1.0) {
             return Err(ThrottleConfigError::CutRatio(self.cut_ratio));
         }
-        if !(self.min_rate > 0.0 && self.min_rate.is_finite()) {
+        if !(0.01..=1e6).contains(&self.min_rate) {
             return Err(ThrottleConfigError::MinRate(self.min_rate));
+        }
+        if self.max_wait > Duration::from_secs(3600) {
+            return Err(ThrottleConfigError::MaxWait(self.max_wait.as_millis()));
         }
         Ok(())
     }
@@ -190,12 +206,20 @@ pub struct AdaptiveRate {
     /// Whether each of the last `window` answers to calls sent since the
     /// last cut was throttling.
     since_cut: VecDeque<bool>,
+    /// Answers in a row that were not throttling.
+    clean: usize,
     /// The last `window` answers: when (s), and whether throttling.
     recent: VecDeque<(f64, bool)>,
 }
 
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
+}
+
+/// `secs` seconds as a duration, saturating (never a panic on a huge or
+/// odd value).
+fn duration(secs: f64) -> Duration {
+    Duration::try_from_secs_f64(secs).unwrap_or(if secs > 0.0 { Duration::MAX } else { Duration::ZERO })
 }
 
 impl AdaptiveRate {
@@ -213,6 +237,7 @@ impl AdaptiveRate {
             k: 0.0,
             cut_at: f64::NEG_INFINITY,
             cuts: 0,
+            clean: 0,
             since_cut: VecDeque::with_capacity(config.window as usize),
             recent: VecDeque::with_capacity(config.window as usize),
         })
@@ -236,12 +261,10 @@ impl AdaptiveRate {
         self.refill(secs(now));
         let wait = if self.tokens >= 1.0 { 0.0 } else { (1.0 - self.tokens) / self.rate };
         if wait > secs(self.config.max_wait) {
-            return Err(
-                Duration::from_secs_f64(wait - secs(self.config.max_wait)).max(Duration::from_millis(1))
-            );
+            return Err(duration(wait - secs(self.config.max_wait)).max(Duration::from_millis(1)));
         }
         self.tokens -= 1.0;
-        Ok(turn(Duration::from_secs_f64(wait)))
+        Ok(turn(duration(wait)))
     }
 
     /// Whether `turn` still holds: no cut since it was booked. A turn a
@@ -258,7 +281,7 @@ impl AdaptiveRate {
         self.refill(secs(now));
         let wait = if self.tokens >= 1.0 { 0.0 } else { (1.0 - self.tokens) / self.rate };
         let over = wait - secs(self.config.max_wait);
-        (over > 0.0).then(|| Duration::from_secs_f64(over))
+        (over > 0.0).then(|| duration(over))
     }
 
     /// Takes the answer at `now` to a call whose turn was booked at
@@ -274,26 +297,44 @@ impl AdaptiveRate {
         self.recent.push_back((now, throttled));
         let throttled_count = self.recent.iter().filter(|(_, t)| *t).count();
         let throttled_share = throttled_count as f64 / window as f64;
+        self.clean = if throttled { 0 } else { self.clean.saturating_add(1) };
         let mut cut_to = None;
         if sent_at >= self.cut_at {
             push(&mut self.since_cut, throttled, window);
-            let hits = self.since_cut.iter().filter(|t| **t).count();
-            if throttled && hits >= self.config.cut_after() {
+            if throttled && self.signal() {
                 cut_to = Some(self.cut(now));
             }
         }
         if cut_to.is_none() && self.enabled && !throttled {
             let t = now - self.cut_at;
             let curve = SCALE * (t - self.k).powi(3) + self.w_max;
-            if curve >= 2.0 * self.w_max {
+            if curve >= 2.0 * self.w_max && self.clean >= window {
+                // A whole window without throttling, the curve far above
+                // the rate of the last cut: the limit is gone.
                 self.enabled = false;
                 self.rate = f64::INFINITY;
             } else {
-                let answered = self.rate_of(self.recent.len(), now);
-                self.set_rate(curve.min(2.0 * answered), now);
+                self.set_rate(curve.min(2.0 * self.answered(now)), now);
             }
         }
         Observation { cut_to, throttled_share }
+    }
+
+    /// Whether the answers to calls sent since the last cut are a
+    /// throttling signal: `cut_after` of the last `window`, or
+    /// [`QUICK_SIGNAL`] of the last [`QUICK_WINDOW`] (a low limit throttles
+    /// most calls past it, long before a whole window has been answered).
+    fn signal(&self) -> bool {
+        let hits = |n: usize| self.since_cut.iter().rev().take(n).filter(|t| **t).count();
+        hits(self.since_cut.len()) >= self.config.cut_after() || hits(QUICK_WINDOW) >= QUICK_SIGNAL
+    }
+
+    /// The rate of answers, per second: over the time the window spans,
+    /// or over the last second when that is higher (after a quiet spell
+    /// the window still spans it).
+    fn answered(&self, now: f64) -> f64 {
+        let last_second = self.recent.iter().rev().take_while(|(at, _)| now - at < 1.0).count() as f64;
+        self.rate_of(self.recent.len(), now).max(last_second)
     }
 
     /// Another process sharing the provider cut its rate at `now`: this

@@ -61,7 +61,7 @@ enum Command {
         rate_limit: Option<u32>,
         /// With --rate-limit: one limit per value of this request header
         /// (e.g. authorization) instead of one for all requests.
-        #[arg(long, requires = "rate_limit")]
+        #[arg(long, requires = "rate_limit", value_parser = header_name)]
         rate_limit_by: Option<String>,
     },
     /// Deliver N orders through a faulty provider with failwell and with a
@@ -244,7 +244,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 webhook_url.zip(webhook_secret).map(|(url, secret)| WebhookTarget { url, secret });
             config.rate_limit = rate_limit.map(|per_second| RateLimit {
                 per_second,
-                scope: rate_limit_by.map_or(RateScope::Global, |h| RateScope::Header(h.to_ascii_lowercase())),
+                scope: rate_limit_by.map_or(RateScope::Global, RateScope::Header),
             });
             eprintln!("provider simulator ({profile}, seed {seed}) on http://{}", listener.local_addr()?);
             failwell_sim::serve(config, listener).await.context("simulator failed")?;
@@ -292,6 +292,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(if report.failwell_held() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
     }
+}
+
+/// A request header's name, lowercase (for `sim --rate-limit-by`).
+fn header_name(name: &str) -> Result<String, String> {
+    axum::http::HeaderName::from_bytes(name.as_bytes())
+        .map(|h| h.as_str().to_owned())
+        .map_err(|_| format!("{name:?} is not a header name"))
 }
 
 /// Resolves on Ctrl-C (SIGINT) or SIGTERM.

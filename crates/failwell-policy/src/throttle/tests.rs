@@ -61,6 +61,11 @@ fn invalid_parameters_are_refused() {
     assert_eq!(bad(ThrottleConfig { cut_ratio: 0.0, ..d }), ThrottleConfigError::CutRatio(0.0));
     assert_eq!(bad(ThrottleConfig { cut_ratio: 1.5, ..d }), ThrottleConfigError::CutRatio(1.5));
     assert!(matches!(bad(ThrottleConfig { min_rate: f64::NAN, ..d }), ThrottleConfigError::MinRate(_)));
+    assert!(matches!(bad(ThrottleConfig { min_rate: 1e-27, ..d }), ThrottleConfigError::MinRate(_)));
+    assert_eq!(
+        bad(ThrottleConfig { max_wait: Duration::from_secs(3601), ..d }),
+        ThrottleConfigError::MaxWait(3_601_000)
+    );
     assert_eq!(d.cut_after(), 10);
     assert_eq!(ThrottleConfig { window: 3, cut_ratio: 0.1, ..d }.cut_after(), 1);
 }
@@ -90,11 +95,11 @@ fn a_throttling_signal_cuts_to_beta_of_the_accepted_rate() {
     let mut r = rate();
     // 1,000 calls per second, then every other answer throttled.
     answer(&mut r, 0.0, 2.0, 2_000, 0);
-    let observed = answer(&mut r, 2.0, 0.02, 20, 2);
+    let observed = answer(&mut r, 2.0, 0.01, 10, 2);
     let cut = observed.iter().find_map(|o| o.cut_to).expect("the rate was cut");
-    // 10 of the last 100 answers throttled: 90 % of ~1,000/s was accepted,
-    // and β of that is kept.
-    assert!((600.0..660.0).contains(&cut), "cut to {cut}");
+    // 5 of the last 10 answers throttled (the quick signal), 5 of the last
+    // 100: 95 % of ~1,000/s was accepted, and β of that is kept.
+    assert!((640.0..700.0).contains(&cut), "cut to {cut}");
     assert_eq!(r.rate(), Some(cut));
     assert_eq!(observed.iter().filter(|o| o.cut_to.is_some()).count(), 1);
 }
@@ -176,22 +181,30 @@ fn the_limit_turns_itself_off_after_probing_far_above_the_cut() {
     assert_eq!(r.rate(), None);
 }
 
-/// A provider that allows `limit` calls per second (a token bucket holding
-/// one second of them) and a sender with a backlog that sends whenever the
-/// adaptive rate lets it, answered 5 ms after sending: the rate settles just
-/// under the limit and few calls are refused. Time in µs, events in order.
-#[test]
-fn against_a_rate_limited_provider_the_rate_settles_just_under_the_limit() {
-    let limit = 200.0;
+/// What a sender with a backlog met from a provider that allows `limit`
+/// calls per second (a token bucket holding one second of them), sending
+/// whenever the adaptive rate lets it (at most 2,000 calls a second),
+/// answered 5 ms after sending; time in µs, events in order.
+struct Met {
+    /// Calls the provider accepted per second, after the first 10 s.
+    accepted_rate: f64,
+    /// Share of the calls after the first 10 s that were throttled.
+    share_after_10s: f64,
+    /// Share of all calls that were throttled.
+    share: f64,
+    /// Times the limit turned itself off after the first 10 s.
+    turned_off: u32,
+}
+
+fn against_a_limit(limit: f64, seconds: u64) -> Met {
     let mut r = rate();
     let (mut provider_tokens, mut provider_at) = (limit, 0.0f64);
-    let end: u64 = 60_000_000;
+    let end = seconds * 1_000_000;
     let mut booked: BTreeMap<(u64, u64), Turn> = BTreeMap::new(); // (send at, seq)
-    let mut answers: BTreeMap<(u64, u64), (u64, bool)> = BTreeMap::new(); // (answer at, seq) → (sent, throttled)
+    let mut answers: BTreeMap<(u64, u64), (u64, bool)> = BTreeMap::new(); // (answer at, seq) → (booked, throttled)
     let (mut sent, mut throttled) = ([0u32; 2], [0u32; 2]); // [all, after 10 s]
-    let mut seq = 0;
+    let (mut seq, mut turned_off, mut limiting) = (0, 0, false);
     let us = |t: u64| Duration::from_micros(t);
-    // A sender of at most 2,000 calls per second with a backlog.
     for now in (0..end).step_by(500) {
         while let Some((&(at, n), &turn)) = booked.first_key_value().filter(|(k, _)| k.0 <= now) {
             booked.remove(&(at, n));
@@ -222,16 +235,43 @@ fn against_a_rate_limited_provider_the_rate_settles_just_under_the_limit() {
             answers.remove(&(at, n));
             r.observe(us(from), us(at), refused);
         }
+        if limiting && r.rate().is_none() && now >= 10_000_000 {
+            turned_off += 1;
+        }
+        limiting = r.rate().is_some();
         if let Ok(turn) = r.reserve(us(now)) {
             seq += 1;
             booked.insert((now + turn.wait.as_micros() as u64, seq), turn);
         }
     }
-    let accepted_rate = f64::from(sent[1] - throttled[1]) / 50.0;
-    assert!(accepted_rate >= 0.9 * limit && accepted_rate <= limit * 1.01, "accepted {accepted_rate}/s");
-    for (what, i) in [("after 10 s", 1), ("in all", 0)] {
-        let share = f64::from(throttled[i]) / f64::from(sent[i]);
-        assert!(share < 0.05, "{:.1} % of calls throttled {what}", share * 100.0);
+    Met {
+        accepted_rate: f64::from(sent[1] - throttled[1]) / (seconds - 10) as f64,
+        share_after_10s: f64::from(throttled[1]) / f64::from(sent[1]),
+        share: f64::from(throttled[0]) / f64::from(sent[0]),
+        turned_off,
+    }
+}
+
+/// Against a provider's limit the rate settles just under it and few calls
+/// are refused, at a high limit and at a low one. At a few calls per second
+/// each probe above the limit costs the 5 throttled answers of the quick
+/// signal, a larger share of the few calls between two cuts.
+#[test]
+fn against_a_rate_limited_provider_the_rate_settles_just_under_the_limit() {
+    for (limit, seconds, share_at_most) in [(200.0, 60, 0.05), (20.0, 120, 0.1), (3.0, 180, 0.3)] {
+        let met = against_a_limit(limit, seconds);
+        assert!(
+            met.accepted_rate >= 0.9 * limit && met.accepted_rate <= limit * 1.01,
+            "accepted {}/s at a limit of {limit}/s",
+            met.accepted_rate
+        );
+        assert!(
+            met.share_after_10s < share_at_most,
+            "{:.1} % throttled at {limit}/s",
+            met.share_after_10s * 100.0
+        );
+        assert!(met.share < share_at_most, "{:.1} % of all calls throttled at {limit}/s", met.share * 100.0);
+        assert_eq!(met.turned_off, 0, "the limit turned itself off at {limit}/s");
     }
 }
 

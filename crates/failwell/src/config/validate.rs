@@ -415,11 +415,16 @@ fn pause(c: &Checker<'_>, name: &str, p: &RawPause, breaker: bool) -> Result<Pau
         after_errors: (p.after_errors > 0).then_some(p.after_errors),
         duration: c.positive(&key("for_ms"), p.for_ms)?,
     };
-    if !breaker && (c.is_set(&key("statuses")) || rule.after_errors.is_some()) {
-        return Err(c.invalid(
-            key(if rule.after_errors.is_some() { "after_errors" } else { "statuses" }),
-            "a pause is held by the provider's breaker: it needs breaker.enabled = true",
-        ));
+    if !breaker {
+        let set = ["after_errors", "statuses", "when", "persistent_ratio"]
+            .into_iter()
+            .find(|k| c.is_set(&key(k)) || (*k == "after_errors" && rule.after_errors.is_some()));
+        if let Some(k) = set {
+            return Err(c.invalid(
+                key(k),
+                "a pause is held by the provider's breaker: it needs breaker.enabled = true",
+            ));
+        }
     }
     Ok(rule)
 }
@@ -439,6 +444,7 @@ fn throttle(c: &Checker<'_>, name: &str, p: &RawThrottle) -> Result<Option<Throt
             ThrottleConfigError::Window(_) => "window",
             ThrottleConfigError::CutRatio(_) => "cut_ratio",
             ThrottleConfigError::MinRate(_) => "min_rate_per_s",
+            ThrottleConfigError::MaxWait(_) => "max_wait_ms",
         };
         c.invalid(format!("providers.{name}.throttle.{k}"), e.to_string())
     })?;

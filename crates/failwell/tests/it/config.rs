@@ -562,6 +562,48 @@ fn invalid_cluster_and_pause_settings_name_the_key() {
         &[],
         &["providers.payments.pause.after_errors", "needs breaker.enabled = true"],
     );
+    refused(
+        |t| {
+            t.replace(
+                "breaker = { open_ms = 300, max_open_ms = 1000 }",
+                "breaker = { enabled = false }\npause = { when = \"always\" }",
+            )
+        },
+        &[],
+        &["providers.payments.pause.when", "needs breaker.enabled = true"],
+    );
+    refused(
+        |t| {
+            t.replace(
+                "[providers.payments.lookup]",
+                "[providers.payments.pause]\nwhen = \"sometimes\"\n\n[providers.payments.lookup]",
+            )
+        },
+        &[],
+        &["providers.payments.pause.when", "\"sometimes\" is not one of"],
+    );
+    refused(
+        |t| t,
+        &[("FAILWELL_PROVIDERS__PAYMENTS__THROTTLE__MIN_RATE_PER_S", "0.000000000000000000000000001")],
+        &["providers.payments.throttle.min_rate_per_s", "between 0.01 and 1000000"],
+    );
+    refused(
+        |t| {
+            t.replace("[providers.payments.lookup]", "[providers.payments.throttle]\nmax_wait_ms = 9223372036854775807\n\n[providers.payments.lookup]")
+        },
+        &[],
+        &["providers.payments.throttle.max_wait_ms", "at most 3600000"],
+    );
+    refused(
+        |t| {
+            t.replace(
+                "[providers.payments.lookup]",
+                "[providers.payments.throttle]\nwindow = 0\n\n[providers.payments.lookup]",
+            )
+        },
+        &[],
+        &["providers.payments.throttle.window", "between 1 and 1000"],
+    );
 }
 
 #[test]
