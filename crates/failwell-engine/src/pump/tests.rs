@@ -177,26 +177,28 @@ fn a_recorded_result_releases_its_own_lease_not_a_newer_claim_of_the_same_id() {
 }
 
 /// A queue whose one item is put back once, due again `AGAIN_MS` later
-/// (a deferral or retry), then done.
+/// (a deferral or retry), then done. Due times are wall-clock ms, as the
+/// store keeps them: a result carries its item's next due time, and a claim
+/// takes what is due by `now_ms()`.
 #[derive(Default)]
 struct PutBack {
-    due: Mutex<Vec<(tokio::time::Instant, i64)>>,
+    due: Mutex<Vec<(i64, i64)>>,
     claimed_at: Mutex<Vec<tokio::time::Instant>>,
 }
 
-const AGAIN_MS: u64 = 100;
+const AGAIN_MS: i64 = 100;
 
 impl Queue for PutBack {
     type Item = i64;
-    /// The item, and whether it is put back.
-    type Done = (i64, bool);
+    /// The item, and when it is due again if it is put back.
+    type Done = (i64, Option<i64>);
     const WHAT: &'static str = "put-back ids";
 
     fn lease_of(id: &i64) -> (i64, i64) {
         (*id, 1)
     }
 
-    fn lease_done(done: &(i64, bool)) -> (i64, i64) {
+    fn lease_done(done: &(i64, Option<i64>)) -> (i64, i64) {
         (done.0, 1)
     }
 
@@ -204,54 +206,49 @@ impl Queue for PutBack {
         Ok(leases.len() as u64)
     }
 
-    async fn claim(&self, _now_ms: i64, limit: u32, _lease_ms: u64) -> Result<Vec<i64>, StoreError> {
-        let now = tokio::time::Instant::now();
+    async fn claim(&self, now_ms: i64, limit: u32, _lease_ms: u64) -> Result<Vec<i64>, StoreError> {
         let mut due = self.due.lock().unwrap();
-        let (ready, later): (Vec<_>, Vec<_>) = due.drain(..).partition(|(at, _)| *at <= now);
+        let (ready, later): (Vec<_>, Vec<_>) = due.drain(..).partition(|(at, _)| *at <= now_ms);
         *due = later;
         let ready: Vec<i64> = ready.into_iter().take(limit as usize).map(|(_, id)| id).collect();
         if !ready.is_empty() {
-            self.claimed_at.lock().unwrap().push(now);
+            self.claimed_at.lock().unwrap().push(tokio::time::Instant::now());
         }
         Ok(ready)
     }
 
-    async fn work(self: Arc<Self>, id: i64) -> (i64, bool) {
-        (id, self.claimed_at.lock().unwrap().len() == 1)
+    async fn work(self: Arc<Self>, id: i64) -> (i64, Option<i64>) {
+        let first = self.claimed_at.lock().unwrap().len() == 1;
+        (id, first.then(|| now_ms() + AGAIN_MS))
     }
 
-    async fn record(&self, done: Vec<(i64, bool)>, _now_ms: i64) -> Result<Vec<Recorded>, StoreError> {
-        let again = tokio::time::Instant::now() + Duration::from_millis(AGAIN_MS);
+    async fn record(&self, done: Vec<(i64, Option<i64>)>, _now_ms: i64) -> Result<Vec<Recorded>, StoreError> {
         let mut due = self.due.lock().unwrap();
-        due.extend(done.iter().filter(|(_, back)| *back).map(|(id, _)| (again, *id)));
+        due.extend(done.iter().filter_map(|(id, again)| again.map(|at| (at, *id))));
         Ok(vec![Recorded::Applied; done.len()])
     }
 
-    fn due_again_at((_, back): &(i64, bool)) -> Option<i64> {
-        back.then(|| now_ms() + AGAIN_MS as i64)
+    fn due_again_at((_, again): &(i64, Option<i64>)) -> Option<i64> {
+        *again
     }
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn an_item_put_back_is_claimed_when_it_comes_due_not_at_the_next_poll() {
-    let queue =
-        Arc::new(PutBack { due: Mutex::new(vec![(tokio::time::Instant::now(), 7)]), ..Default::default() });
+    let queue = Arc::new(PutBack { due: Mutex::new(vec![(0, 7)]), ..Default::default() });
     let (wake, shutdown) = (Arc::new(Notify::new()), CancellationToken::new());
     let pump =
         tokio::spawn(pump(queue.clone(), config(4, 4, Duration::from_secs(10)), wake, shutdown.clone()));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
     while queue.claimed_at.lock().unwrap().len() < 2 {
         assert!(tokio::time::Instant::now() < deadline, "the item put back was not claimed again");
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let claimed = queue.claimed_at.lock().unwrap().clone();
     let gap = claimed[1] - claimed[0];
-    // Due again 100 ms after it was recorded (by the wall clock, which runs
-    // on a little while tokio's is paused); the poll would come after 10 s.
-    assert!(
-        gap >= Duration::from_millis(AGAIN_MS - 20) && gap < Duration::from_millis(AGAIN_MS + 50),
-        "claimed again {gap:?} after the first claim"
-    );
+    // Due again 100 ms after its first claim's work; the poll would come
+    // after 10 s.
+    assert!(gap >= Duration::from_millis(AGAIN_MS as u64 - 1), "claimed again {gap:?} after the first claim");
     shutdown.cancel();
     pump.await.unwrap();
 }
