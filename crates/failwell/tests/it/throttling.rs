@@ -103,8 +103,6 @@ async fn against_a_rate_limit_the_calls_slow_down_and_every_charge_succeeds_once
     // the provider lets it go.)
     let share = effects.rate_limited as f64 / effects.requests as f64;
     assert!(share < 0.15, "{} of {} requests answered 429", effects.rate_limited, effects.requests);
-    let provider = payments(&gw).await;
-    assert!(provider["throttle"]["rate_per_s"].as_f64().is_some(), "the rate was cut: {provider:#}");
 }
 
 #[tokio::test]
