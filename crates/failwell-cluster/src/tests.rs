@@ -246,18 +246,15 @@ async fn postgres_a_pause_stops_every_process() {
 
 async fn a_rate_cut_in_one_process_cuts_every_process(kind: Kind) {
     let url = url_for(kind).await;
-    let namespace = unique();
-    let mut all = Vec::new();
-    for _ in 0..3 {
-        let cluster = Cluster::start(config(&url, &namespace)).unwrap();
-        let store = cluster.breaker("p", breaker_config(), FAILURES, Duration::from_secs(10)).unwrap();
-        let throttle = Throttle::new("p", ThrottleConfig::default()).unwrap();
-        store.follow(throttle.clone());
-        all.push((cluster, CircuitBreaker::with_store(store), throttle));
-    }
-    for (cluster, ..) in &all {
-        wait_for("connected", Duration::from_secs(5), || !cluster.degraded()).await;
-    }
+    let all: Vec<_> = processes(&url, &unique(), 3)
+        .await
+        .into_iter()
+        .map(|(cluster, breaker)| {
+            let throttle = Throttle::new("p", ThrottleConfig::default()).unwrap();
+            breaker.store().follow(throttle.clone());
+            (cluster, breaker, throttle)
+        })
+        .collect();
     // Every process has been sending; nobody limits anything yet.
     for (_, _, throttle) in &all {
         for _ in 0..50 {

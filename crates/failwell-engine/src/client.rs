@@ -537,9 +537,11 @@ impl ProviderClient {
         let sent_at = match &self.guards.throttle {
             Some(throttle) => Some(loop {
                 let turn = throttle.reserve()?;
-                if !turn.wait.is_zero() {
-                    tokio::time::sleep(turn.wait).await;
+                // A turn that is now cannot have been voided by a cut.
+                if turn.wait.is_zero() {
+                    break turn.booked_at;
                 }
+                tokio::time::sleep(turn.wait).await;
                 if throttle.holds(&turn) {
                     break turn.booked_at;
                 }

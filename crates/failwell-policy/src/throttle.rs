@@ -203,13 +203,54 @@ pub struct AdaptiveRate {
     cut_at: f64,
     /// Cuts so far.
     cuts: u64,
-    /// Whether each of the last `window` answers to calls sent since the
-    /// last cut was throttling.
-    since_cut: VecDeque<bool>,
+    /// The last `window` answers to calls sent since the last cut.
+    since_cut: Answers,
+    /// The last [`QUICK_WINDOW`] of them.
+    quick: Answers,
     /// Answers in a row that were not throttling.
     clean: usize,
-    /// The last `window` answers: when (s), and whether throttling.
-    recent: VecDeque<(f64, bool)>,
+    /// The last `window` answers.
+    recent: Answers,
+}
+
+/// The last answers (at most `cap`): when each came (s) and whether it was
+/// throttling, with the count of throttling ones kept as they come and go,
+/// so an answer costs no scan.
+#[derive(Clone, Debug)]
+struct Answers {
+    entries: VecDeque<(f64, bool)>,
+    cap: usize,
+    throttled: usize,
+}
+
+impl Answers {
+    fn new(cap: usize) -> Self {
+        Self { entries: VecDeque::with_capacity(cap), cap, throttled: 0 }
+    }
+
+    fn push(&mut self, at: f64, throttled: bool) {
+        if self.entries.len() == self.cap
+            && let Some((_, gone)) = self.entries.pop_front()
+        {
+            self.throttled -= usize::from(gone);
+        }
+        self.entries.push_back((at, throttled));
+        self.throttled += usize::from(throttled);
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.throttled = 0;
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// When the oldest answer came, s.
+    fn since(&self) -> Option<f64> {
+        self.entries.front().map(|(at, _)| *at)
+    }
 }
 
 fn secs(d: Duration) -> f64 {
@@ -238,8 +279,9 @@ impl AdaptiveRate {
             cut_at: f64::NEG_INFINITY,
             cuts: 0,
             clean: 0,
-            since_cut: VecDeque::with_capacity(config.window as usize),
-            recent: VecDeque::with_capacity(config.window as usize),
+            since_cut: Answers::new(config.window as usize),
+            quick: Answers::new(QUICK_WINDOW),
+            recent: Answers::new(config.window as usize),
         })
     }
 
@@ -258,8 +300,7 @@ impl AdaptiveRate {
         if !self.enabled {
             return Ok(turn(Duration::ZERO));
         }
-        self.refill(secs(now));
-        let wait = if self.tokens >= 1.0 { 0.0 } else { (1.0 - self.tokens) / self.rate };
+        let wait = self.wait(secs(now));
         if wait > secs(self.config.max_wait) {
             return Err(duration(wait - secs(self.config.max_wait)).max(Duration::from_millis(1)));
         }
@@ -278,9 +319,7 @@ impl AdaptiveRate {
         if !self.enabled {
             return None;
         }
-        self.refill(secs(now));
-        let wait = if self.tokens >= 1.0 { 0.0 } else { (1.0 - self.tokens) / self.rate };
-        let over = wait - secs(self.config.max_wait);
+        let over = self.wait(secs(now)) - secs(self.config.max_wait);
         (over > 0.0).then(|| duration(over))
     }
 
@@ -291,16 +330,13 @@ impl AdaptiveRate {
     pub fn observe(&mut self, sent_at: Duration, now: Duration, throttled: bool) -> Observation {
         let (sent_at, now) = (secs(sent_at), secs(now));
         let window = self.config.window as usize;
-        if self.recent.len() == window {
-            self.recent.pop_front();
-        }
-        self.recent.push_back((now, throttled));
-        let throttled_count = self.recent.iter().filter(|(_, t)| *t).count();
-        let throttled_share = throttled_count as f64 / window as f64;
+        self.recent.push(now, throttled);
+        let throttled_share = self.recent.throttled as f64 / window as f64;
         self.clean = if throttled { 0 } else { self.clean.saturating_add(1) };
         let mut cut_to = None;
         if sent_at >= self.cut_at {
-            push(&mut self.since_cut, throttled, window);
+            self.since_cut.push(now, throttled);
+            self.quick.push(now, throttled);
             if throttled && self.signal() {
                 cut_to = Some(self.cut(now));
             }
@@ -325,15 +361,15 @@ impl AdaptiveRate {
     /// [`QUICK_SIGNAL`] of the last [`QUICK_WINDOW`] (a low limit throttles
     /// most calls past it, long before a whole window has been answered).
     fn signal(&self) -> bool {
-        let hits = |n: usize| self.since_cut.iter().rev().take(n).filter(|t| **t).count();
-        hits(self.since_cut.len()) >= self.config.cut_after() || hits(QUICK_WINDOW) >= QUICK_SIGNAL
+        self.since_cut.throttled >= self.config.cut_after() || self.quick.throttled >= QUICK_SIGNAL
     }
 
     /// The rate of answers, per second: over the time the window spans,
     /// or over the last second when that is higher (after a quiet spell
     /// the window still spans it).
     fn answered(&self, now: f64) -> f64 {
-        let last_second = self.recent.iter().rev().take_while(|(at, _)| now - at < 1.0).count() as f64;
+        let last_second =
+            self.recent.entries.iter().rev().take_while(|(at, _)| now - at < 1.0).count() as f64;
         self.rate_of(self.recent.len(), now).max(last_second)
     }
 
@@ -350,12 +386,13 @@ impl AdaptiveRate {
     /// more than the rate in force), and starts the curve again from it.
     /// Returns the new rate.
     fn cut(&mut self, now: f64) -> f64 {
-        let accepted = self.rate_of(self.recent.iter().filter(|(_, t)| !*t).count(), now);
+        let accepted = self.rate_of(self.recent.len() - self.recent.throttled, now);
         let accepted = if self.enabled { accepted.min(self.rate) } else { accepted };
         self.w_max = accepted.max(self.config.min_rate);
         self.k = (self.w_max * (1.0 - BETA) / SCALE).cbrt();
         self.cut_at = now;
         self.since_cut.clear();
+        self.quick.clear();
         self.enabled = true;
         // Turns booked at the old rate are void (`holds`): booked again.
         self.cuts += 1;
@@ -380,8 +417,13 @@ impl AdaptiveRate {
     /// `count` answers over the time the last `window` answers span, per
     /// second (the span at least 1 ms).
     fn rate_of(&self, count: usize, now: f64) -> f64 {
-        let since = self.recent.front().map_or(now, |(at, _)| *at);
-        count as f64 / (now - since).max(0.001)
+        count as f64 / (now - self.recent.since().unwrap_or(now)).max(0.001)
+    }
+
+    /// Seconds from `now` until the next free token (the bucket refilled).
+    fn wait(&mut self, now: f64) -> f64 {
+        self.refill(now);
+        if self.tokens >= 1.0 { 0.0 } else { (1.0 - self.tokens) / self.rate }
     }
 
     fn capacity(&self) -> f64 {
@@ -396,13 +438,6 @@ impl AdaptiveRate {
             self.refilled_at = now;
         }
     }
-}
-
-fn push(window: &mut VecDeque<bool>, value: bool, len: usize) {
-    if window.len() == len {
-        window.pop_front();
-    }
-    window.push_back(value);
 }
 
 /// A provider's adaptive rate shared by every task calling it; cheap to

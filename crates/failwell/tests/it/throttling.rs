@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use failwell_sim::{Fault, RateLimit, RateScope};
+use failwell_sim::{Fault, RateLimit, RateScope, Simulator};
 use serde_json::Value;
 
 use crate::helpers::{Gateway, SETTLE, calls, simulator};
@@ -44,12 +44,20 @@ async fn until(within: Duration, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-#[tokio::test]
-async fn a_single_429_holds_back_only_its_own_message() {
-    let sim = simulator(|c| c.retry_after_secs = 5).await;
-    let gw = Gateway::start(&sim.base_url(), "max_retry_after_ms = 10000").await;
+/// A simulator whose 429s ask for `retry_after_secs`, failwell with the
+/// provider lines `extra`, and a charge `limited` the provider answers 429
+/// once.
+async fn one_429(retry_after_secs: u64, extra: &str) -> (Simulator, Gateway) {
+    let sim = simulator(|c| c.retry_after_secs = retry_after_secs).await;
+    let gw = Gateway::start(&sim.base_url(), extra).await;
     sim.script("limited", vec![Fault::RateLimited]);
     assert_eq!(gw.charge("limited", 1_000).await.status(), 201);
+    (sim, gw)
+}
+
+#[tokio::test]
+async fn a_single_429_holds_back_only_its_own_message() {
+    let (sim, gw) = one_429(5, "max_retry_after_ms = 10000").await;
     until(Duration::from_secs(10), "the 429 was never answered", || sim.effects().rate_limited == 1).await;
     let keys: Vec<String> = (0..10).map(|i| format!("other-{i}")).collect();
     for (i, key) in keys.iter().enumerate() {
@@ -122,10 +130,7 @@ async fn throttling_that_persists_pauses_the_provider() {
 
 #[tokio::test]
 async fn pause_when_always_pauses_on_every_throttling_answer() {
-    let sim = simulator(|c| c.retry_after_secs = 2).await;
-    let gw = Gateway::start(&sim.base_url(), "pause = { when = \"always\" }").await;
-    sim.script("limited", vec![Fault::RateLimited]);
-    assert_eq!(gw.charge("limited", 1_000).await.status(), 201);
+    let (_sim, gw) = one_429(2, "pause = { when = \"always\" }").await;
     let total = paused_total_ms(&gw, Duration::from_secs(10)).await;
     assert!((1_500..=2_000).contains(&total), "paused {total} ms for a Retry-After of 2 s");
     assert_eq!(gw.settled("limited", SETTLE).await["status"], "succeeded");
