@@ -15,14 +15,22 @@
 //!   `postgres://postgres@127.0.0.1:5432/postgres`); each run creates and
 //!   drops the database `bench_failwell` there.
 //! - `N` messages per drain (default 50000), `REPS` runs of each
-//!   configuration, interleaved (default 3), `WORKERS` the relay processes
-//!   of each configuration (default `1,2,4`).
-//! - `RELAY_CONCURRENCY` messages worked at once and `RELAY_BATCH` per
-//!   claim of each process (`[relay] concurrency` and `batch_size`, default
-//!   64 and 64, as in failwell's own defaults); `SINK_BULKHEAD` calls the
-//!   sink's provider takes at once (its `bulkhead.max_concurrent`, default
-//!   64 as in failwell's defaults; `max_waiting` is `RELAY_CONCURRENCY`, so
-//!   no claimed message is deferred for want of a place to wait).
+//!   configuration, interleaved (default 3).
+//! - `CONFIGS`: failwell's configurations, comma-separated, each
+//!   `PROCESSESxCONCURRENCY/BATCH/BULKHEAD`: relay processes, messages
+//!   worked at once and per claim by each (`[relay] concurrency` and
+//!   `batch_size`), and calls the sink's provider takes at once (its
+//!   `bulkhead.max_concurrent`; `max_waiting` is the concurrency, so no
+//!   claimed message is deferred for want of a place to wait). failwell's
+//!   own defaults are `1x64/64/64`. Without `CONFIGS`: `WORKERS` process
+//!   counts (default `1,2,4`), each with `RELAY_CONCURRENCY`, `RELAY_BATCH`
+//!   and `SINK_BULKHEAD` (default 64 each).
+//! - `SINK=nginx`: deliver to nginx (Debian's `nginx-light`, one worker,
+//!   `return 200`, no access log) instead of this process's own sink, so
+//!   that no sink code of the project is in the comparison. A drain then
+//!   ends when no message is pending, and is checked in the database (every
+//!   operation succeeded with exactly one call); there is no latency phase,
+//!   and the sink's CPU is nginx's.
 //! - `LATENCY_RATE` messages/s and `LATENCY_SECONDS` of the latency phase
 //!   (default 1000 for 5 s), `FAILWELL_BIN` (default
 //!   `target/release/failwell`).
@@ -145,13 +153,107 @@ struct Process {
     dir: tempfile::TempDir,
 }
 
-async fn start_process(binary: &PathBuf, database_url: &str, sink_url: &str) -> Process {
+/// One of failwell's configurations (see `CONFIGS`).
+#[derive(Clone, Copy, Debug)]
+struct Config {
+    processes: usize,
+    concurrency: u32,
+    batch: u32,
+    bulkhead: usize,
+}
+
+impl Config {
+    /// `PROCESSESxCONCURRENCY/BATCH/BULKHEAD`.
+    fn parse(text: &str) -> Self {
+        let parse = || {
+            let (processes, rest) = text.trim().split_once('x')?;
+            let mut numbers = rest.split('/');
+            let mut next = || numbers.next()?.parse::<u32>().ok();
+            Some(Self {
+                processes: processes.parse().ok()?,
+                concurrency: next()?,
+                batch: next()?,
+                bulkhead: next()? as usize,
+            })
+        };
+        parse().unwrap_or_else(|| panic!("CONFIGS: {text:?} is not PROCESSESxCONCURRENCY/BATCH/BULKHEAD"))
+    }
+
+    /// `CONFIGS`, or `WORKERS` with the three single settings.
+    fn from_env() -> Vec<Self> {
+        if let Ok(configs) = std::env::var("CONFIGS") {
+            return configs.split(',').map(Self::parse).collect();
+        }
+        env_or("WORKERS", "1,2,4".to_owned())
+            .split(',')
+            .map(|w| Self {
+                processes: w.trim().parse().expect("WORKERS: a comma-separated list of process counts"),
+                concurrency: env_or("RELAY_CONCURRENCY", 64),
+                batch: env_or("RELAY_BATCH", 64),
+                bulkhead: env_or("SINK_BULKHEAD", 64),
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Display for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}/{}/{}", self.processes, self.concurrency, self.batch, self.bulkhead)
+    }
+}
+
+/// nginx from Debian as the sink: one worker answering 200 to everything,
+/// on a free port, with its config and pid in a directory of its own.
+struct Nginx {
+    master: Child,
+    /// Its config, pid and error log; removed when the sink is dropped.
+    _dir: tempfile::TempDir,
+    url: String,
+}
+
+impl Nginx {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let d = dir.path().display();
+        let config = format!(
+            "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{ worker_connections 4096; }}\n\
+             http {{ access_log off; keepalive_requests 100000; client_body_temp_path {d};\n\
+             server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"ok\"; }} }} }}\n"
+        );
+        std::fs::write(dir.path().join("nginx.conf"), config).unwrap();
+        let master = Command::new("/usr/sbin/nginx")
+            .args(["-p"])
+            .arg(dir.path())
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start /usr/sbin/nginx: {e} (apt-get install nginx-light)"));
+        let url = format!("http://127.0.0.1:{port}/hook");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while reqwest::Client::new().post(&url).send().await.is_err() {
+            assert!(Instant::now() < deadline, "nginx did not answer");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Self { master, _dir: dir, url }
+    }
+
+    /// The master's and workers' pids.
+    fn pids(&self) -> Vec<u32> {
+        let master = self.master.id().unwrap_or(0);
+        let children =
+            std::fs::read_to_string(format!("/proc/{master}/task/{master}/children")).unwrap_or_default();
+        std::iter::once(master).chain(children.split_whitespace().filter_map(|p| p.parse().ok())).collect()
+    }
+}
+
+async fn start_process(binary: &PathBuf, database_url: &str, sink_url: &str, config: Config) -> Process {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let base = sink_url.trim_end_matches("/hook");
-    let concurrency: u32 = env_or("RELAY_CONCURRENCY", 64);
-    let batch: u32 = env_or("RELAY_BATCH", 64);
-    let bulkhead: usize = env_or("SINK_BULKHEAD", 64);
+    let Config { concurrency, batch, bulkhead, .. } = config;
     let config = format!(
         "database_url = \"{database_url}\"\nlisten = \"127.0.0.1:{port}\"\n\n\
          [relay]\nconcurrency = {concurrency}\nbatch_size = {batch}\n\n\
@@ -242,8 +344,9 @@ fn cpu_ms(pid: u32) -> u64 {
 }
 
 /// CPU used so far (ms) by each process that counts, keyed by pid, with its
-/// place in [`Cpu`] (0 failwell, 1 PostgreSQL, 2 this process).
-async fn cpu_now(pool: &PgPool, processes: &[Process]) -> HashMap<u32, (usize, u64)> {
+/// place in [`Cpu`] (0 failwell, 1 PostgreSQL, 2 the sink: this process,
+/// or the `sink` processes when given).
+async fn cpu_now(pool: &PgPool, processes: &[Process], sink: &[u32]) -> HashMap<u32, (usize, u64)> {
     let backends: Vec<i32> = sqlx::query_scalar(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name <> $1",
     )
@@ -253,9 +356,10 @@ async fn cpu_now(pool: &PgPool, processes: &[Process]) -> HashMap<u32, (usize, u
     .unwrap();
     let failwell = processes.iter().filter_map(|p| p.child.id()).map(|pid| (pid, 0));
     let postgres = backends.into_iter().map(|pid| (pid as u32, 1));
+    let sink: Vec<u32> = if sink.is_empty() { vec![std::process::id()] } else { sink.to_vec() };
     failwell
         .chain(postgres)
-        .chain([(std::process::id(), 2)])
+        .chain(sink.into_iter().map(|pid| (pid, 2)))
         .map(|(pid, who)| (pid, (who, cpu_ms(pid))))
         .collect()
 }
@@ -300,21 +404,23 @@ async fn run_peers(dir: &std::path::Path, sink_url: &str, admin_url: &str, n: u6
         .collect()
 }
 
-/// One drain of `n` messages by `workers` processes, then the latency phase.
+/// One drain of `n` messages by `config`'s processes, then (with our own
+/// sink) the latency phase.
 async fn run(
     binary: &PathBuf,
     admin_url: &str,
-    sink: &Arc<Sink>,
-    sink_url: &str,
-    workers: usize,
+    (sink, sink_url): (&Arc<Sink>, &str),
+    nginx: Option<&Nginx>,
+    config: Config,
     n: u64,
 ) -> Run {
+    let sink_pids = nginx.map_or(Vec::new(), Nginx::pids);
     admin(admin_url, &format!("DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")).await;
     admin(admin_url, &format!("CREATE DATABASE {DATABASE}")).await;
     let url = database_url(admin_url, DATABASE);
     let mut processes = Vec::new();
-    for _ in 0..workers {
-        processes.push(start_process(binary, &url, sink_url).await);
+    for _ in 0..config.processes {
+        processes.push(start_process(binary, &url, sink_url, config).await);
     }
     let options: PgConnectOptions = url.parse().unwrap();
     let pool = PgPool::connect_with(options.application_name(BENCH_APPLICATION)).await.unwrap();
@@ -333,19 +439,39 @@ async fn run(
     tx.commit().await.unwrap();
     let enqueue = enqueue_started.elapsed();
     let started = Instant::now();
-    let cpu_at_start = cpu_now(&pool, &processes).await;
-    while sink.requests.load(Ordering::Relaxed) < n {
+    let cpu_at_start = cpu_now(&pool, &processes, &sink_pids).await;
+    while nginx.is_none() && sink.requests.load(Ordering::Relaxed) < n {
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(started.elapsed() < Duration::from_secs(600), "the drain took over 10 minutes");
     }
     while pending(&pool).await > 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(started.elapsed() < Duration::from_secs(600), "the drain took over 10 minutes");
     }
     let drain = started.elapsed();
-    let cpu = Cpu::between(&cpu_at_start, &cpu_now(&pool, &processes).await, n);
-    check(&pool, sink, n, "the drain").await;
+    let cpu = Cpu::between(&cpu_at_start, &cpu_now(&pool, &processes, &sink_pids).await, n);
+    check(&pool, nginx.is_none().then_some(&**sink), n, "the drain").await;
+    let mut latency = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).unwrap();
+    if nginx.is_none() {
+        latency_phase(&pool, sink, n, &mut latency).await;
+    }
+    pool.close().await;
+    for process in processes {
+        process.stop().await;
+    }
+    admin(admin_url, &format!("DROP DATABASE {DATABASE}")).await;
+    Run {
+        enqueue_msgs_s: n as f64 / enqueue.as_secs_f64(),
+        drain_msgs_s: n as f64 / drain.as_secs_f64(),
+        cpu,
+        latency,
+    }
+}
 
-    // Latency: one message per transaction at a steady rate.
+/// The latency phase after a drain of `n`: one message per transaction at
+/// `LATENCY_RATE` for `LATENCY_SECONDS`, each from its commit to its
+/// arrival at our sink, into `latency` (µs).
+async fn latency_phase(pool: &PgPool, sink: &Arc<Sink>, n: u64, latency: &mut Histogram<u64>) {
     let rate: u64 = env_or("LATENCY_RATE", 1_000);
     let count = rate * env_or::<u64>("LATENCY_SECONDS", 5);
     sink.timing.store(true, Ordering::SeqCst);
@@ -373,39 +499,31 @@ async fn run(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     sink.timing.store(false, Ordering::SeqCst);
-    while pending(&pool).await > 0 {
+    while pending(pool).await > 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    check(&pool, sink, n + count, "the latency phase").await;
-    let mut latency = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).unwrap();
-    {
-        let arrivals = sink.arrivals.lock().unwrap();
-        for (seq, committed) in commits.lock().unwrap().iter() {
-            let us = arrivals[seq].saturating_duration_since(*committed).as_micros() as u64;
-            latency.record(us.max(1)).unwrap();
-        }
-    }
-
-    pool.close().await;
-    for process in processes {
-        process.stop().await;
-    }
-    admin(admin_url, &format!("DROP DATABASE {DATABASE}")).await;
-    Run {
-        enqueue_msgs_s: n as f64 / enqueue.as_secs_f64(),
-        drain_msgs_s: n as f64 / drain.as_secs_f64(),
-        cpu,
-        latency,
+    check(pool, Some(sink), n + count, "the latency phase").await;
+    let arrivals = sink.arrivals.lock().unwrap();
+    for (seq, committed) in commits.lock().unwrap().iter() {
+        let us = arrivals[seq].saturating_duration_since(*committed).as_micros() as u64;
+        latency.record(us.max(1)).unwrap();
     }
 }
 
-/// Every one of the `total` messages succeeded and reached the sink once.
-async fn check(pool: &PgPool, sink: &Sink, total: u64, what: &str) {
+/// Every one of the `total` messages succeeded with one call, and reached
+/// our sink (when it is the sink) once.
+async fn check(pool: &PgPool, sink: Option<&Sink>, total: u64, what: &str) {
     let succeeded: i64 = sqlx::query_scalar("SELECT count(*) FROM operations WHERE status = 'succeeded'")
         .fetch_one(pool)
         .await
         .unwrap();
     assert_eq!(succeeded as u64, total, "{what}: operations that succeeded");
+    let calls: i64 = sqlx::query_scalar("SELECT count(*) FROM attempts WHERE kind = 'call'")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(calls as u64, total, "{what}: calls made");
+    let Some(sink) = sink else { return };
     let seen = sink.seen.lock().unwrap();
     let twice = seen.values().filter(|n| **n > 1).count();
     assert_eq!((seen.len() as u64, twice), (total, 0), "{what}: messages the sink saw, and saw twice");
@@ -425,19 +543,24 @@ async fn main() {
     let admin_url: String = env_or("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
     let n: u64 = env_or("N", 50_000);
     let reps: usize = env_or("REPS", 3);
-    let workers: Vec<usize> = env_or("WORKERS", "1,2,4".to_owned())
-        .split(',')
-        .map(|w| w.trim().parse().expect("WORKERS: a comma-separated list of process counts"))
-        .collect();
+    let configs = Config::from_env();
     let binary = std::env::var_os("FAILWELL_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/release/failwell")));
     let sink = Arc::new(Sink::default());
-    let sink_url = start_sink(sink.clone()).await;
+    let nginx = match std::env::var("SINK").as_deref() {
+        Ok("nginx") => Some(Nginx::start().await),
+        Ok(other) => panic!("SINK: {other:?}; only \"nginx\", or unset for this process's own sink"),
+        Err(_) => None,
+    };
+    let sink_url = match &nginx {
+        Some(nginx) => nginx.url.clone(),
+        None => start_sink(sink.clone()).await,
+    };
     println!("sink {sink_url}, N = {n}, {reps} runs of each configuration, interleaved");
 
     let peers_dir = std::env::var_os("PEERS_DIR").map(PathBuf::from);
-    let mut results: Vec<(Vec<f64>, Histogram<u64>, Vec<Cpu>)> = workers
+    let mut results: Vec<(Vec<f64>, Histogram<u64>, Vec<Cpu>)> = configs
         .iter()
         .map(|_| (Vec::new(), Histogram::new_with_bounds(1, 600_000_000, 3).unwrap(), Vec::new()))
         .collect();
@@ -454,10 +577,10 @@ async fn main() {
             rep_peers = run_peers(dir, &sink_url, &admin_url, n).await;
         }
         let mut best = 0f64;
-        for (i, w) in workers.iter().enumerate() {
-            let r = run(&binary, &admin_url, &sink, &sink_url, *w, n).await;
+        for (i, config) in configs.iter().enumerate() {
+            let r = run(&binary, &admin_url, (&sink, &sink_url), nginx.as_ref(), *config, n).await;
             println!(
-                "rep={rep} failwell processes={w} enqueue_msgs_s={:.0} drain_msgs_s={:.0} latency_p50_ms={:.2} \
+                "rep={rep} failwell config={config} enqueue_msgs_s={:.0} drain_msgs_s={:.0} latency_p50_ms={:.2} \
                  latency_p99_ms={:.2} cpu_us_per_msg failwell={:.0} postgres={:.0} sink={:.0}",
                 r.enqueue_msgs_s,
                 r.drain_msgs_s,
@@ -492,14 +615,14 @@ async fn main() {
         "\nsummary, messages/s delivered end to end (median of {reps}, range), commit-to-delivery latency, \
          CPU per message in the drain (median µs: failwell, PostgreSQL, sink):"
     );
-    for (w, (rates, latency, cpu)) in workers.iter().zip(results.iter_mut()) {
+    for (config, (rates, latency, cpu)) in configs.iter().zip(results.iter_mut()) {
         let median = |of: fn(&Cpu) -> f64| {
             let mut values: Vec<f64> = cpu.iter().map(of).collect();
             values.sort_by(f64::total_cmp);
             values[values.len() / 2]
         };
         println!(
-            "failwell, {w} relay process(es): {} msgs/s   p50 {:.2} ms  p99 {:.2} ms   cpu {:.0} / {:.0} / {:.0} µs",
+            "failwell {config}: {} msgs/s   p50 {:.2} ms  p99 {:.2} ms   cpu {:.0} / {:.0} / {:.0} µs",
             median_range(rates),
             latency.value_at_quantile(0.5) as f64 / 1000.0,
             latency.value_at_quantile(0.99) as f64 / 1000.0,

@@ -33,8 +33,9 @@ fn closed_breaker(c: &mut Criterion) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let _entered = runtime.enter();
     let namespace = format!("bench-{}", std::process::id());
-    let cluster = Cluster::start(ClusterConfig { namespace: namespace.clone(), ..ClusterConfig::new(&redis_url()) })
-        .expect("a Redis URL");
+    let cluster =
+        Cluster::start(ClusterConfig { namespace: namespace.clone(), ..ClusterConfig::new(&redis_url()) })
+            .expect("a Redis URL");
     let store = cluster.breaker("bench", BreakerConfig::default(), 20, Duration::from_secs(10)).unwrap();
     let started = Instant::now();
     while store.degraded() {
