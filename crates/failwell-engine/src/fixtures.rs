@@ -27,5 +27,6 @@ pub(crate) fn operation() -> Operation {
         created_at_ms: 0,
         delivery_started_at_ms: 0,
         updated_at_ms: 0,
+        unreadable: None,
     }
 }

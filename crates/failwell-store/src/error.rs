@@ -27,6 +27,16 @@ pub enum StoreError {
         /// `provider`, `operation`, `idempotency_key` or `reference`.
         field: &'static str,
     },
+    /// A payload given to [`crate::Outbox::enqueue`] or
+    /// [`crate::Store::submit`] that failwell could not store and read back
+    /// on every store: it nests arrays and objects deeper than 127 levels
+    /// (the outermost counting as 1), or a string or key holds U+0000
+    /// (PostgreSQL's `jsonb` cannot). Nothing was written.
+    #[error("payload {reason}")]
+    InvalidPayload {
+        /// What is wrong, e.g. `nests arrays and objects 130 levels deep; at most 127`.
+        reason: String,
+    },
     /// The database could not be opened or a statement failed.
     #[error("database error: {context}")]
     Database {

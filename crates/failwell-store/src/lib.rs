@@ -21,6 +21,7 @@ mod postgres;
 mod rows;
 mod sqlite;
 mod store;
+mod stored;
 mod writes;
 
 #[cfg(test)]
@@ -54,7 +55,9 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Returns [`Submitted::Replayed`] with the stored operation when the
     /// idempotency key exists with the same request, and
     /// [`StoreError::KeyReused`] when it exists with a different one; in
-    /// both cases nothing is written.
+    /// both cases nothing is written. A payload failwell could not read back
+    /// is refused before anything is written
+    /// ([`StoreError::InvalidPayload`]).
     fn submit(
         &self,
         op: NewOperation,

@@ -92,7 +92,9 @@ pub struct Operation {
     pub operation: String,
     /// Business reference for status lookups.
     pub reference: Option<String>,
-    /// Request payload.
+    /// Request payload, as stored: numbers as written, keys in their order.
+    /// When the stored text cannot be read as JSON, that text as a JSON
+    /// string, and [`Operation::unreadable`] says why.
     pub payload: Value,
     /// Current status.
     pub status: OperationStatus,
@@ -130,6 +132,13 @@ pub struct Operation {
     pub delivery_started_at_ms: i64,
     /// Last change, ms since epoch.
     pub updated_at_ms: i64,
+    /// Why a stored JSON value of this operation cannot be read, naming the
+    /// column and the place (e.g. `payload: recursion limit exceeded at
+    /// line 1 column 129`); `None` for every operation failwell wrote. The
+    /// relay never sends such an operation: its claim dead-letters the
+    /// message alone and the others go on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<String>,
 }
 
 /// What [`crate::Store::submit`] did.

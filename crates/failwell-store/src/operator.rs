@@ -454,9 +454,9 @@ pub(crate) fn dead_letter_from_row<R: OperatorRow>(row: &R) -> Result<DeadLetter
     let kind: String = row.value("kind").context(CONTEXT)?;
     let bytes: Vec<u8> = row.value("payload").context(CONTEXT)?;
     let payload = if row.value::<bool>("json_payload").context(CONTEXT)? {
-        // We wrote the request as JSON: anything else is damage.
-        serde_json::from_slice(&bytes)
-            .map_err(|e| StoreError::Corrupt { what: "payload", detail: e.to_string() })?
+        // We wrote the request as JSON: anything else is damage, shown as
+        // its text (the dead letter's last error says why it was set aside).
+        crate::stored::json_or_text(String::from_utf8_lossy(&bytes).into_owned()).0
     } else {
         // A webhook body is whatever the provider sent.
         serde_json::from_slice(&bytes)
@@ -512,8 +512,7 @@ pub(crate) fn report_from_row<R: OperatorRow>(row: &R) -> Result<Report, StoreEr
         ours: row.value::<i64>("ours").context(CONTEXT)? as u64,
         theirs: row.value::<i64>("theirs").context(CONTEXT)? as u64,
         discrepancies: row.value::<i64>("discrepancies").context(CONTEXT)? as u64,
-        report: serde_json::from_str(&report)
-            .map_err(|e| StoreError::Corrupt { what: "report", detail: e.to_string() })?,
+        report: crate::stored::json_or_text(report).0,
         text: row.value("text").context(CONTEXT)?,
         alerted_at_ms: row.value("alerted_at_ms").context(CONTEXT)?,
         alert_error: row.value("alert_error").context(CONTEXT)?,
@@ -564,8 +563,7 @@ pub(crate) fn alert_from_row<R: OperatorRow>(row: &R) -> Result<Alert, StoreErro
             let details: String = row.value("details").context(CONTEXT)?;
             AlertBody::Message {
                 text: row.value("text").context(CONTEXT)?,
-                details: serde_json::from_str(&details)
-                    .map_err(|e| StoreError::Corrupt { what: "alert details", detail: e.to_string() })?,
+                details: crate::stored::json_or_text(details).0,
             }
         }
     };

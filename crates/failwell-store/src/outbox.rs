@@ -66,7 +66,8 @@ impl Outbox {
     /// request), [`StoreError::ReferenceReused`] (another operation of the
     /// provider holds the reference), [`StoreError::InvalidMessage`] (an
     /// empty or blank provider, operation, key or reference; checked before
-    /// anything is written), [`StoreError::Database`].
+    /// anything is written), [`StoreError::InvalidPayload`] (the payload
+    /// nests too deep or holds U+0000), [`StoreError::Database`].
     pub async fn enqueue<C: OutboxConnection>(
         conn: &mut C,
         message: &Message,
@@ -82,6 +83,7 @@ impl Outbox {
                 return Err(StoreError::InvalidMessage { field });
             }
         }
+        crate::stored::check_payload(&message.payload)?;
         let idempotency_key = match &message.idempotency_key {
             Some(key) => key.clone(),
             None => conn.derived_key(&message.provider, &message.operation, &message.payload).await?,
@@ -183,11 +185,15 @@ mod sealed {
 }
 
 /// SQLite's request hash: SHA-256 (hex) over the canonical JSON of
-/// `[provider, operation, payload]` (serde_json sorts object keys, so key
-/// order in the caller's JSON does not matter). PostgreSQL computes its own
-/// in SQL (`failwell_request_hash`), so plain-SQL applications get the same.
+/// `[provider, operation, payload]`, object keys sorted at every level (key
+/// order in the caller's JSON does not matter; numbers count as written, so
+/// `1.50` and `1.5` are different requests, as they are different bytes to
+/// the provider). PostgreSQL computes its own in SQL
+/// (`failwell_request_hash`), so plain-SQL applications get the same.
 pub(crate) fn request_hash(provider: &str, operation: &str, payload: &Value) -> String {
-    let canonical = serde_json::json!([provider, operation, payload]).to_string();
+    let mut canonical = serde_json::json!([provider, operation, payload]);
+    canonical.sort_all_objects();
+    let canonical = canonical.to_string();
     hex::encode(Sha256::digest(canonical.as_bytes()))
 }
 

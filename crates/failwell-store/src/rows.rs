@@ -60,23 +60,38 @@ macro_rules! operation_row {
 operation_row!(sqlx::sqlite::SqliteRow);
 operation_row!(sqlx::postgres::PgRow);
 
-fn json_column<R: OperationRow>(row: &R, column: &'static str) -> Result<Option<Value>, StoreError> {
-    row.text_or_null(column)?
-        .map(|t| serde_json::from_str(&t))
-        .transpose()
-        .map_err(|e| StoreError::Corrupt { what: column, detail: e.to_string() })
+/// The stored JSON of `column`, or its text as a JSON string and why it
+/// cannot be read (`column: what serde_json says, with line and column`).
+fn json_column<R: OperationRow>(
+    row: &R,
+    column: &'static str,
+    unreadable: &mut Option<String>,
+) -> Result<Option<Value>, StoreError> {
+    Ok(row.text_or_null(column)?.map(|text| {
+        let (value, error) = crate::stored::json_or_text(text);
+        if let Some(e) = error {
+            unreadable.get_or_insert_with(|| format!("{column}: {e}"));
+        }
+        value
+    }))
 }
 
+/// An operation from a row of [`select_operation`]'s columns. A JSON
+/// column that cannot be read does not fail the read: the operation comes
+/// back with [`Operation::unreadable`] set (so one damaged row never fails
+/// a list or a claim of many). Errors: a column missing or of another type,
+/// a status outside the schema's own `CHECK`.
 pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, StoreError> {
     let get = |c: &'static str| row.int(c);
     let status = row.text("status")?;
+    let mut unreadable = None;
     Ok(Operation {
         id: get("id")?,
         idempotency_key: row.text("idempotency_key")?,
         provider: row.text("provider")?,
         operation: row.text("operation")?,
         reference: row.text_or_null("reference")?,
-        payload: json_column(row, "payload")?.unwrap_or(Value::Null),
+        payload: json_column(row, "payload", &mut unreadable)?.unwrap_or(Value::Null),
         status: OperationStatus::parse(&status)
             .ok_or(StoreError::Corrupt { what: "status", detail: status.clone() })?,
         key_group: get("key_group")? as u32,
@@ -84,7 +99,7 @@ pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, 
         key_first_sent_at_ms: row.int_or_null("key_first_sent_at_ms")?,
         attempts: get("attempts")? as u32,
         provider_ref: row.text_or_null("provider_ref")?,
-        response: json_column(row, "response")?,
+        response: json_column(row, "response", &mut unreadable)?,
         last_error: row.text_or_null("last_error")?,
         dead_letter: row.flag_or_null("dead_letter")?.unwrap_or(false),
         reconcile_attempts: get("reconcile_attempts")? as u32,
@@ -93,5 +108,6 @@ pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, 
         created_at_ms: get("created_at_ms")?,
         delivery_started_at_ms: get("delivery_started_at_ms")?,
         updated_at_ms: get("updated_at_ms")?,
+        unreadable,
     })
 }

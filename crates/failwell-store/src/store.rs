@@ -33,6 +33,7 @@ macro_rules! store_impl {
 
         impl Store for $store {
             async fn submit(&self, op: NewOperation, now_ms: i64) -> Result<Submitted, StoreError> {
+                crate::stored::check_payload(&op.payload)?;
                 let mut tx = self.begin().await?;
                 let submitted = tx.record(&op, now_ms, "api").await?;
                 if matches!(submitted, Submitted::Created(_)) {
@@ -51,8 +52,17 @@ macro_rules! store_impl {
                 let mut tx = self.begin().await?;
                 let token = self.tokens.fetch_add(1, Ordering::Relaxed);
                 let until_ms = crate::inbox::lease_until(now_ms, lease_ms);
-                let claimed = lease_due(&mut tx, now_ms, limit, until_ms, token, scope).await?;
-                if !claimed.is_empty() {
+                let (claimed, unreadable): (Vec<Claimed>, Vec<Claimed>) =
+                    lease_due(&mut tx, now_ms, limit, until_ms, token, scope)
+                        .await?
+                        .into_iter()
+                        .partition(|c| c.operation.unreadable.is_none());
+                if !unreadable.is_empty() {
+                    let set_aside: Vec<Completion> =
+                        unreadable.iter().map(|c| crate::stored::set_aside(c, now_ms)).collect();
+                    complete_batch(&mut tx, &set_aside, now_ms).await?;
+                }
+                if !claimed.is_empty() || !unreadable.is_empty() {
                     tx.commit().await.context("committing a claim")?;
                 }
                 Ok(claimed)

@@ -8,6 +8,8 @@
 //! scheme carries one) or says precisely why not ([`VerifyError`]). Nothing
 //! here parses or re-serialises the body: the signature covers the bytes,
 //! so emoji, CJK, `\u2028` escapes and long numbers verify as sent.
+//! [`JsonFields`] then reads single fields (the event id, a reference) from
+//! any valid JSON body, without parsing the rest.
 //!
 //! Signatures are compared in constant time (`hmac::Mac::verify_slice`).
 //!
@@ -29,7 +31,10 @@
 //! tolerance on **both** sides of `now`: stale and future deliveries are
 //! refused alike.
 
+mod fields;
 mod signature;
+
+pub use fields::{FieldError, JsonFields};
 
 pub use signature::{
     Encoding, Scheme, SecretError, Verified, Verifier, VerifyError, standard_webhooks_signature,

@@ -201,6 +201,9 @@ impl From<StoreError> for Problem {
                      the provider's record could not be told apart from it."
                 ),
             ),
+            StoreError::InvalidPayload { reason } => {
+                Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-body", format!("`payload` {reason}."))
+            }
             other => {
                 tracing::error!(error = ?other, "store error");
                 Problem::new(

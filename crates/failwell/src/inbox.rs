@@ -21,7 +21,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use failwell_policy::{Outcome, Reported};
 use failwell_store::{EventReport, NewEvent, Received, Store, StoredEvent};
-use failwell_webhook::{Verifier, VerifyError};
+use failwell_webhook::{JsonFields, Verifier, VerifyError};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -80,23 +80,25 @@ impl LedgerMapping {
     /// What the event `body` reports, or why it reports nothing this
     /// mapping can apply (not JSON, a field missing, an unmapped status).
     pub fn report(&self, body: &[u8]) -> Result<EventReport, String> {
-        let event: Value =
-            serde_json::from_slice(body).map_err(|e| format!("not applicable: not JSON ({e})"))?;
-        let field = |pointer: &str| {
-            event.pointer(pointer).ok_or_else(|| format!("not applicable: nothing at {pointer:?}"))
+        let event = JsonFields::new(body);
+        let field = |pointer: &str| match event.at(pointer) {
+            Ok(Some(value)) => Ok(value),
+            Ok(None) => Err(format!("not applicable: nothing at {pointer:?}")),
+            Err(e) => Err(format!("not applicable: {e}")),
         };
-        let text = |pointer: &str| {
-            field(pointer)?.as_str().ok_or_else(|| format!("not applicable: {pointer:?} is not a string"))
+        let text = |pointer: &str| match field(pointer)? {
+            Value::String(s) => Ok(s),
+            _ => Err(format!("not applicable: {pointer:?} is not a string")),
         };
         if !self.types.is_empty() {
             let kind = text(&self.type_pointer)?;
-            if !self.types.iter().any(|t| t == kind) {
+            if !self.types.contains(&kind) {
                 return Err(format!("not applicable: event type {kind:?} is not in types"));
             }
         }
         // A reference may be an integer, as in `POST /v1/operations`.
         let reference = match field(&self.reference_pointer)? {
-            Value::String(s) => s.clone(),
+            Value::String(s) => s,
             Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
             _ => {
                 return Err(format!(
@@ -112,7 +114,7 @@ impl LedgerMapping {
             .as_i64()
             .or_else(|| version.as_str().filter(|v| digits(v)).and_then(|v| v.parse().ok()))
             .ok_or_else(|| format!("not applicable: {:?} is not an integer version", self.version_pointer))?;
-        let listed = |list: &[String]| list.iter().any(|s| s == status);
+        let listed = |list: &[String]| list.contains(&status);
         let reported = if listed(&self.succeeded) {
             Reported::Settled(Outcome::Succeeded)
         } else if listed(&self.failed) {
@@ -122,7 +124,10 @@ impl LedgerMapping {
         } else {
             return Err(format!("not applicable: status {status:?} is not mapped"));
         };
-        let provider_ref = event.pointer(&self.id_pointer).and_then(Value::as_str).map(str::to_owned);
+        let provider_ref = match event.at(&self.id_pointer) {
+            Ok(Some(Value::String(id))) => Some(id),
+            _ => None,
+        };
         Ok(EventReport { provider: self.provider.clone(), reference, reported, version, provider_ref })
     }
 }
@@ -260,17 +265,19 @@ pub(crate) async fn receive<S: Store>(
     })?;
     let event_id = match verified.event_id {
         Some(id) => id,
-        None => serde_json::from_slice::<Value>(&body)
-            .ok()
-            .and_then(|v| v.pointer(&source.event_id_pointer).and_then(Value::as_str).map(str::to_owned))
-            .ok_or_else(|| {
+        None => {
+            let pointer = &source.event_id_pointer;
+            let missing = match JsonFields::new(&body).at(pointer) {
+                Ok(Some(Value::String(id))) => Ok(id),
+                Ok(Some(other)) => Err(format!("The event id at {pointer:?} is not a string but {other}.")),
+                Ok(None) => Err(format!("The body has no event id at {pointer:?}.")),
+                Err(e) => Err(format!("The body has no event id at {pointer:?}: {e}.")),
+            };
+            missing.map_err(|detail| {
                 refused("missing_event_id");
-                Problem::new(
-                    StatusCode::BAD_REQUEST,
-                    "missing-event-id",
-                    format!("The body has no event id (a string) at {:?}.", source.event_id_pointer),
-                )
-            })?,
+                Problem::new(StatusCode::BAD_REQUEST, "missing-event-id", detail)
+            })?
+        }
     };
     // The id is a key in URLs (`/v1/events/{integration}/{id}`) and the
     // `webhook-id` of every forward: visible ASCII, like every provider's.
@@ -457,7 +464,7 @@ mod tests {
         let quoted = mapping(&[]).report(&event("charge.pending", "pending", "\"42\"")).unwrap();
         assert_eq!((quoted.reported, quoted.version), (Reported::InProgress, 42));
         let refused = [
-            (mapping(&[]).report(b"not json"), "not applicable: not JSON"),
+            (mapping(&[]).report(b"not json"), "not applicable: the body is not JSON"),
             (
                 mapping(&[]).report(&event("x", "refunded", "1")),
                 "not applicable: status \"refunded\" is not mapped",
@@ -487,5 +494,19 @@ mod tests {
             let why = result.unwrap_err();
             assert!(why.starts_with(reason), "{why:?} does not start with {reason:?}");
         }
+    }
+
+    #[test]
+    fn any_valid_json_event_reports() {
+        let deep = format!("{}{}", "[".repeat(1000), "]".repeat(1000));
+        let body = format!(
+            "\u{feff}{{\"extra\":{deep},\"amount\":1e400,\"type\":\"x\",\"created\":7,\
+             \"data\":{{\"object\":{{\"reference\":\"o-1\",\"status\":\"failed\",\"id\":\"ch_1\"}}}}}}"
+        );
+        let report = mapping(&[]).report(body.as_bytes()).unwrap();
+        assert_eq!(
+            (report.reference.as_str(), report.reported, report.version, report.provider_ref.as_deref()),
+            ("o-1", Reported::Settled(Outcome::Failed), 7, Some("ch_1"))
+        );
     }
 }

@@ -301,6 +301,11 @@ pub fn timeline_text(op: &Operation, history: &[HistoryEntry]) -> String {
         op.attempts,
         op.provider_ref.as_deref().unwrap_or("-"),
     );
+    if let Some(why) = &op.unreadable {
+        // The stored text, which failwell cannot read as JSON, as it is.
+        let stored = op.payload.as_str().unwrap_or_default();
+        let _ = writeln!(out, "stored {why}; the stored payload is:\n{stored}");
+    }
     for h in history {
         let _ = write!(out, "{}  {:<12} {:<9} {}", rfc3339(h.at_ms), h.actor, h.subject, h.change);
         if let Some(detail) = &h.detail {

@@ -82,6 +82,7 @@ fn claimed(attempts: u32, key_age_ms: i64, interrupted: bool) -> Claimed {
             created_at_ms: now - key_age_ms,
             delivery_started_at_ms: now - key_age_ms,
             updated_at_ms: now,
+            unreadable: None,
             ..crate::fixtures::operation()
         },
     }

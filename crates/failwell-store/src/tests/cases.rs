@@ -64,6 +64,69 @@ macro_rules! store_tests {
             assert_eq!(counts.pending, 1);
         }
 
+        /// A stored row failwell cannot read back (written by another
+        /// program) is dead-lettered alone by the claim that meets it, with
+        /// why as its last error; the messages around it are claimed once,
+        /// and every view still shows it, with its stored text.
+        #[tokio::test]
+        async fn a_row_that_cannot_be_read_is_set_aside_and_the_others_go_on() {
+            let (_d, s) = store().await;
+            for key in ["before", "not-json", "too-deep", "after"] {
+                s.submit(new_op(key, 100), 1).await.unwrap();
+            }
+            let deep = format!("{{\"a\":{}{}}}", "[".repeat(200), "]".repeat(200));
+            for (key, text) in [("not-json", "{\"amount\": "), ("too-deep", deep.as_str())] {
+                sqlx::query("UPDATE operations SET payload = $1 WHERE idempotency_key = $2")
+                    .bind(text)
+                    .bind(key)
+                    .execute(s.pool())
+                    .await
+                    .unwrap();
+            }
+            let claimed = s.claim(10, 10, 1_000, &ClaimScope::All).await.unwrap();
+            let keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
+            assert_eq!(keys, ["before", "after"]);
+            assert!(claimed.iter().all(|c| c.attempts == 1 && !c.interrupted));
+            for (key, text, says) in [
+                ("not-json", "{\"amount\": ", "payload: EOF while parsing a value at line 1 column 11"),
+                ("too-deep", deep.as_str(), "payload: recursion limit exceeded at line 1 column 132"),
+            ] {
+                let op = s.operation(key).await.unwrap().unwrap();
+                assert_eq!((op.status, op.dead_letter, op.attempts), (OperationStatus::Failed, true, 0), "{key}");
+                assert_eq!(op.unreadable.as_deref(), Some(says));
+                assert_eq!(op.payload, json!(text));
+                assert_eq!(op.last_error, Some(format!("stored {says}; never sent")));
+            }
+            let dead = s.dead_letters(DeadLetterFilter::default(), 10).await.unwrap();
+            let mut dead: Vec<(&str, &serde_json::Value)> = dead.iter().map(|d| (d.key.as_str(), &d.payload)).collect();
+            dead.sort_by_key(|(key, _)| *key);
+            assert_eq!(dead, [("not-json", &json!("{\"amount\": ")), ("too-deep", &json!(deep))]);
+            assert!(s.claim(20, 10, 1_000, &ClaimScope::All).await.unwrap().is_empty());
+        }
+
+        /// A payload failwell could not read back once stored is refused
+        /// before anything is written, on both ways in.
+        #[tokio::test]
+        async fn a_payload_that_could_not_be_read_back_is_refused() {
+            let (_d, s) = store().await;
+            let mut deep = json!("bottom");
+            for _ in 0..128 {
+                deep = json!([deep]);
+            }
+            for payload in [json!({"a": deep}), json!({"a": "nul \u{0}"})] {
+                let mut op = new_op("refused", 1);
+                op.payload = payload.clone();
+                let error = s.submit(op, 1).await.unwrap_err();
+                assert!(matches!(error, StoreError::InvalidPayload { .. }), "{error:?}");
+                let mut m = message("refused", 1);
+                m.payload = payload;
+                let mut tx = s.begin().await.unwrap();
+                let error = Outbox::enqueue(&mut tx, &m, 1).await.unwrap_err();
+                assert!(matches!(error, StoreError::InvalidPayload { .. }), "{error:?}");
+            }
+            assert_eq!(s.counts().await.unwrap().pending, 0);
+        }
+
         #[tokio::test]
         async fn enqueue_shares_the_callers_transaction() {
             let (_d, s) = store().await;

@@ -226,6 +226,91 @@ mod postgres {
             assert_eq!(count, 0);
         }
 
+        /// What the application inserts is what failwell stores and sends:
+        /// numbers with all their digits and their notation, keys in their
+        /// order, whitespace included (the column is `json`); a `jsonb`
+        /// value still inserts. What failwell could not read back (nesting
+        /// deeper than 127, `\u0000`) is refused at the insert.
+        #[tokio::test]
+        async fn the_sql_contract_stores_the_payload_as_written() {
+            let (_schema, s) = store().await;
+            let exact = r#"{"z": 1e-400, "a":123456789012345678901234567890,"m":0.1000000000000000055511151231257827,"n":-9223372036854775809,"big":1e309,"s":"\u00e9"}"#;
+            sqlx::query(
+                "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key) \
+                 VALUES ('payments', 'charge', $1::json, 'exact'), ('payments', 'charge', $2::jsonb, 'binary')",
+            )
+            .bind(exact)
+            .bind(r#"{"b": 1, "a": 2}"#)
+            .execute(s.pool())
+            .await
+            .unwrap();
+            let stored: String =
+                sqlx::query_scalar("SELECT payload FROM operations WHERE idempotency_key = 'exact'")
+                    .fetch_one(s.pool())
+                    .await
+                    .unwrap();
+            assert_eq!(stored, exact);
+            let op = s.operation("exact").await.unwrap().unwrap();
+            assert_eq!(op.unreadable, None);
+            assert_eq!(
+                op.payload.to_string(),
+                r#"{"z":1e-400,"a":123456789012345678901234567890,"m":0.1000000000000000055511151231257827,"n":-9223372036854775809,"big":1e+309,"s":"é"}"#
+            );
+            assert_eq!(s.operation("binary").await.unwrap().unwrap().payload.to_string(), r#"{"a":2,"b":1}"#);
+            // The same request with its keys in another order is a replay.
+            sqlx::query(
+                "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key) \
+                 VALUES ('payments', 'charge', '{\"a\": 2, \"b\": 1}', 'binary')",
+            )
+            .execute(s.pool())
+            .await
+            .unwrap();
+
+            let nested =
+                |depth: usize| format!("{{\"a\":{}{}}}", "[".repeat(depth - 1), "]".repeat(depth - 1));
+            sqlx::query("INSERT INTO failwell_outbox (provider, operation, payload) VALUES ('payments', 'charge', $1::json)")
+                .bind(nested(127))
+                .execute(s.pool())
+                .await
+                .unwrap();
+            for (payload, says) in [
+                (nested(128), "payload nests arrays and objects deeper than 127 levels"),
+                (r#"{"a": "nul \u0000"}"#.to_string(), "unsupported Unicode escape sequence"),
+            ] {
+                let error = sqlx::query(
+                    "INSERT INTO failwell_outbox (provider, operation, payload) VALUES ('payments', 'charge', $1::json)",
+                )
+                .bind(&payload)
+                .execute(s.pool())
+                .await
+                .unwrap_err();
+                assert!(error.to_string().contains(says), "{error}");
+            }
+            let claimed = s.claim(i64::MAX / 2, 10, 1_000, &ClaimScope::All).await.unwrap();
+            assert_eq!(claimed.len(), 3, "every stored message reads back");
+            assert!(claimed.iter().all(|c| c.operation.unreadable.is_none()));
+        }
+
+        /// A row another program damaged reads through the view as the
+        /// JSON string of its text, and the other rows still read.
+        #[tokio::test]
+        async fn the_view_shows_a_damaged_row_as_its_text() {
+            let (_schema, s) = store().await;
+            Outbox::enqueue(&mut *s.pool().acquire().await.unwrap(), &charge("fine"), 1).await.unwrap();
+            Outbox::enqueue(&mut *s.pool().acquire().await.unwrap(), &charge("damaged"), 1).await.unwrap();
+            sqlx::query("UPDATE operations SET payload = '{\"amount\": ' WHERE idempotency_key = 'damaged'")
+                .execute(s.pool())
+                .await
+                .unwrap();
+            let rows: Vec<(String, serde_json::Value)> =
+                sqlx::query_as("SELECT idempotency_key, payload::jsonb FROM failwell_outbox ORDER BY id")
+                    .fetch_all(s.pool())
+                    .await
+                    .unwrap();
+            assert_eq!(rows[0].1["reference"], "fine");
+            assert_eq!(rows[1], ("damaged".to_string(), json!("{\"amount\": ")));
+        }
+
         /// The SQL key derivation (for applications inserting with plain
         /// SQL) is the Rust one.
         #[tokio::test]

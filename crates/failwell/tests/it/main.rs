@@ -4,9 +4,11 @@
 mod api;
 mod cluster;
 mod config;
+mod contract_fuzz;
 mod crash;
 mod demo;
 mod faults;
+mod hardening;
 mod helpers;
 mod manifest;
 mod operator;

@@ -175,13 +175,31 @@ max_body_bytes = 1024
         problem(stripe(now - 600, event).await.unwrap(), 401, "stale-timestamp").await;
         problem(stripe(now + 600, event).await.unwrap(), 401, "future-timestamp").await;
         problem(stripe(now, &[b' '; 2000]).await.unwrap(), 413, "body-too-large").await;
-        problem(stripe(now, b"{\"no\":\"id\"}").await.unwrap(), 400, "missing-event-id").await;
+        let missing = problem(stripe(now, b"{\"no\":\"id\"}").await.unwrap(), 400, "missing-event-id").await;
+        assert_eq!(missing["detail"], "The body has no event id at \"/id\".");
+        let not_json = problem(stripe(now, b"{\"id\":").await.unwrap(), 400, "missing-event-id").await;
+        assert!(not_json["detail"].as_str().unwrap().contains("the body is not JSON"), "{not_json}");
         let unknown = gw.http.post(format!("{}/webhooks/nope", gw.base)).body("{}").send().await.unwrap();
         problem(unknown, 404, "unknown-integration").await;
         assert_eq!(gw.counts().await["inbox_events"], 0);
         // The Stripe event id comes from the body; a rotated-in secret verifies.
         let ok: Value = stripe(now, event).await.unwrap().json().await.unwrap();
         assert_eq!((ok["event_id"].as_str(), ok["received"].as_str()), (Some("evt_1"), Some("new")));
+        // Any valid JSON body has its id read: with a byte order mark, with
+        // numbers beyond every machine type, nested deeper than a full parse
+        // allows (within the body limit).
+        let deep = format!(r#"{{"nested":{}{},"id":"evt_deep"}}"#, "[".repeat(450), "]".repeat(450));
+        let deep: &'static [u8] = Box::leak(deep.into_bytes().into_boxed_slice());
+        for (body, id) in [
+            (&b"\xEF\xBB\xBF{\"id\":\"evt_bom\"}"[..], "evt_bom"),
+            (&b"{\"amount\":1e400,\"tiny\":-1e-400,\"id\":\"evt_huge\"}"[..], "evt_huge"),
+            (deep, "evt_deep"),
+        ] {
+            let r = stripe(now, body).await.unwrap();
+            assert_eq!(r.status(), 200, "{id}: {}", r.text().await.unwrap());
+            let ok: Value = r.json().await.unwrap();
+            assert_eq!(ok["event_id"], id);
+        }
     }
 }
 
@@ -286,8 +304,9 @@ mod conformance {
                         "no matching signature",
                         "{what}"
                     );
+                    // As a proxy that reformats JSON would pass it on.
                     let reserialised =
-                        serde_json::to_vec(&serde_json::from_slice::<Value>(body).unwrap()).unwrap();
+                        serde_json::to_vec_pretty(&serde_json::from_slice::<Value>(body).unwrap()).unwrap();
                     assert_ne!(reserialised, body, "the payloads are chosen to change when re-serialised");
                     assert_eq!(
                         check(case, secret, &reserialised, now).unwrap_err(),
