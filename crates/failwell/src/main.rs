@@ -1,6 +1,7 @@
 //! The `failwell` command: `serve`, `sim`, `demo`, `webhook verify`. A thin layer over the
 //! library; errors are printed with their causes and mapped to exit codes.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -17,6 +18,20 @@ use tokio::net::TcpListener;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines are written to stderr: `text` (coloured only when
+    /// stderr is a terminal) or `json` (one object per line, for log
+    /// shippers). Which lines: `RUST_LOG` (e.g. `failwell=debug,warn`).
+    #[arg(long, global = true, env = "FAILWELL_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+}
+
+/// The `--log-format` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -167,12 +182,36 @@ fn main() -> ExitCode {
         | Command::Ops { .. } => "warn",
         Command::Serve { .. } | Command::Sim { .. } => "failwell=info,warn",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // The demo's report stays clean: what failwell logs while it runs goes
+    // to a file, whose path the demo prints at its end.
+    let demo_log = matches!(cli.command, Command::Demo { .. })
+        .then(|| std::env::temp_dir().join(format!("failwell-demo-{}.log", std::process::id())));
+    let filter =
+        || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter());
+    let installed = match (&demo_log, cli.log_format) {
+        (Some(path), format) => match std::fs::File::create(path) {
+            Ok(file) => {
+                let logs = logs.with_ansi(false).with_writer(std::sync::Mutex::new(file));
+                match format {
+                    LogFormat::Text => logs.try_init(),
+                    LogFormat::Json => logs.json().try_init(),
+                }
+            }
+            Err(e) => {
+                eprintln!("error: cannot write the demo's log {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+        (None, LogFormat::Text) => {
+            logs.with_ansi(std::io::stderr().is_terminal()).with_writer(std::io::stderr).try_init()
+        }
+        (None, LogFormat::Json) => logs.json().with_writer(std::io::stderr).try_init(),
+    };
+    if let Err(e) = installed {
+        eprintln!("error: cannot set up logging: {e}");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -180,7 +219,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, demo_log)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -189,7 +228,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+async fn run(cli: Cli, demo_log: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     // Before any configuration is loaded: see `failwell::prometheus`.
     failwell::prometheus();
     match cli.command {
@@ -284,6 +323,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 _ = shutdown_signal() => anyhow::bail!("interrupted"),
             };
             println!("{}", report.table());
+            if let Some(path) = &demo_log {
+                let lines = std::fs::read_to_string(path).map_or(0, |log| log.lines().count());
+                eprintln!("failwell's log of this run ({lines} lines): {}", path.display());
+            }
             if let (Some(mut file), Some(path)) = (json_file, json) {
                 let text = serde_json::to_string_pretty(&report)? + "\n";
                 std::io::Write::write_all(&mut file, text.as_bytes())

@@ -33,6 +33,19 @@ async fn demo(args: &[&str]) -> (Option<i32>, Value) {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("double effects"), "the table is printed: {stdout}");
+    // Written to a file or a pipe, the report holds no colour codes and no
+    // log lines: what failwell logged is in a file whose path it names.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for text in [&stdout, &stderr] {
+        assert!(!text.contains('\x1b'), "no escape codes: {text}");
+        assert!(!text.contains(" WARN ") && !text.contains(" INFO "), "no log lines: {text}");
+    }
+    let log = stderr
+        .lines()
+        .find_map(|l| l.split_once("lines): ").map(|(_, path)| path.to_string()))
+        .unwrap_or_else(|| panic!("the log's path is printed: {stderr}"));
+    assert!(std::path::Path::new(&log).is_file(), "{log}");
+    std::fs::remove_file(log).unwrap();
     let report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     (out.status.code(), report)
 }

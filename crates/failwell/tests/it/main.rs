@@ -10,6 +10,7 @@ mod demo;
 mod faults;
 mod hardening;
 mod helpers;
+mod logs;
 mod manifest;
 mod operator;
 mod processing;

@@ -605,7 +605,7 @@ impl ChromeDriver {
             .unwrap_or_else(|e| {
                 panic!(
                     "cannot start {program:?} ({e}): the dashboard test needs Debian's chromium and \
-                     chromium-driver (`apt-get install chromium chromium-driver`; .ci/run installs them)"
+                     chromium-driver (`apt-get install chromium chromium-driver`; `cargo xtask test` installs them)"
                 )
             });
         let url = format!("http://127.0.0.1:{port}");
