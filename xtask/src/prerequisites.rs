@@ -116,6 +116,12 @@ pub const TOOLS: &[Tool] = &[
         check: ("chromium", &["--version"], ""),
     },
     Tool {
+        name: "promtool",
+        needed_by: "the metrics test checks GET /metrics with Prometheus' own linter",
+        packages: &["prometheus"],
+        check: ("promtool", &["--version"], ""),
+    },
+    Tool {
         name: "chromedriver",
         needed_by: "the dashboard test drives a real browser",
         packages: &["chromium-driver"],

@@ -220,10 +220,21 @@ fn not_found(client: &ProviderClient, op: &Operation, now: i64) -> (Resolution, 
             format!("not found at provider: deliver again (key group {key_group})"),
         )
     };
+    // Found nowhere, and what was stored cannot be sent again: the relay
+    // would only set it aside once more.
+    let resend = |key_group: u32| match &op.unreadable {
+        Some(why) => (
+            Resolution::DeadLetter {
+                error: format!("not found at the provider, and the stored {why}: never sent again"),
+            },
+            "not found at provider; its stored payload cannot be read: dead letter".into(),
+        ),
+        None => requeue(key_group),
+    };
     let (retry, idempotency) = spec.policies_of(&op.operation);
     match after_not_found(retry, idempotency, seen) {
-        AfterNotFound::ResendSameKey => requeue(op.key_group),
-        AfterNotFound::ResendNewKey => requeue(op.key_group + 1),
+        AfterNotFound::ResendSameKey => resend(op.key_group),
+        AfterNotFound::ResendNewKey => resend(op.key_group + 1),
         AfterNotFound::Confirm => (
             Resolution::Confirm { retry_at_ms: now + spec.reconcile_after.as_millis() as i64 },
             "not found at provider yet: look again before delivering again".into(),

@@ -132,9 +132,10 @@ pub struct Operation {
     pub delivery_started_at_ms: i64,
     /// Last change, ms since epoch.
     pub updated_at_ms: i64,
-    /// Why a stored JSON value of this operation cannot be read, naming the
-    /// column and the place (e.g. `payload: recursion limit exceeded at
-    /// line 1 column 129`); `None` for every operation failwell wrote. The
+    /// Why the stored payload cannot be read, with the place (e.g. `payload:
+    /// recursion limit exceeded at line 1 column 129`); `None` for every
+    /// operation failwell wrote. (A damaged `response` is shown as its text
+    /// and decides nothing.) The
     /// relay never sends such an operation: its claim dead-letters the
     /// message alone and the others go on.
     #[serde(skip_serializing_if = "Option::is_none")]

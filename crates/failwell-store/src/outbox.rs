@@ -185,15 +185,14 @@ mod sealed {
 }
 
 /// SQLite's request hash: SHA-256 (hex) over the canonical JSON of
-/// `[provider, operation, payload]`, object keys sorted at every level (key
-/// order in the caller's JSON does not matter; numbers count as written, so
-/// `1.50` and `1.5` are different requests, as they are different bytes to
-/// the provider). PostgreSQL computes its own in SQL
-/// (`failwell_request_hash`), so plain-SQL applications get the same.
+/// `[provider, operation, payload]`: object keys sorted at every level (key
+/// order in the caller's JSON does not matter) and numbers in the form
+/// earlier versions hashed ([`crate::stored::hash_form`]: `12.50` and
+/// `12.5` are one request), so stored hashes and derived keys stay valid.
+/// PostgreSQL computes its own in SQL (`failwell_request_hash`), so
+/// plain-SQL applications get the same.
 pub(crate) fn request_hash(provider: &str, operation: &str, payload: &Value) -> String {
-    let mut canonical = serde_json::json!([provider, operation, payload]);
-    canonical.sort_all_objects();
-    let canonical = canonical.to_string();
+    let canonical = serde_json::json!([provider, operation, crate::stored::hash_form(payload)]).to_string();
     hex::encode(Sha256::digest(canonical.as_bytes()))
 }
 

@@ -99,7 +99,9 @@ pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, 
         key_first_sent_at_ms: row.int_or_null("key_first_sent_at_ms")?,
         attempts: get("attempts")? as u32,
         provider_ref: row.text_or_null("provider_ref")?,
-        response: json_column(row, "response", &mut unreadable)?,
+        // A damaged response is shown as its text; only the payload decides
+        // whether the operation can be sent.
+        response: json_column(row, "response", &mut None)?,
         last_error: row.text_or_null("last_error")?,
         dead_letter: row.flag_or_null("dead_letter")?.unwrap_or(false),
         reconcile_attempts: get("reconcile_attempts")? as u32,

@@ -18,7 +18,7 @@ use crate::model::{Claimed, Completion, Transition};
 /// The deepest nesting of arrays and objects a stored value may have: the
 /// outermost object counts as 1. serde_json's reader stops at 128 (its
 /// recursion limit counts the container that would exceed it).
-pub(crate) const MAX_NESTING: usize = 127;
+pub const MAX_NESTING: usize = 127;
 
 /// Reads stored JSON text. Errors: serde_json's, with line and column (not
 /// JSON, or nested deeper than [`MAX_NESTING`]).
@@ -36,20 +36,93 @@ pub(crate) fn json_or_text(text: String) -> (Value, Option<serde_json::Error>) {
     }
 }
 
+/// The prefix of the object keys serde_json's reader takes for its own
+/// markers (`$serde_json::private::Number`, `…::RawValue`): an object with
+/// such a key reads back as something else, so no payload may hold one.
+pub const RESERVED_KEY_PREFIX: &str = "$serde_json::private::";
+
+/// The largest power of ten of a digit PostgreSQL's `numeric` (which
+/// `jsonb` numbers are) holds before the decimal point (131072 digits), and
+/// the smallest after it (16383 digits): the PostgreSQL 15 manual, 8.1.2.
+const NUMERIC_MAX_POWER: i128 = 131_071;
+const NUMERIC_MIN_POWER: i128 = -16_383;
+
 /// Refuses a payload failwell could not store and read back on every
 /// store. Errors: [`StoreError::InvalidPayload`] (nested deeper than
-/// [`MAX_NESTING`], or U+0000 in a string or key).
+/// [`MAX_NESTING`], U+0000 in a string or key, a key starting with
+/// [`RESERVED_KEY_PREFIX`], or a number beyond what PostgreSQL's `numeric`
+/// holds).
 pub(crate) fn check_payload(payload: &Value) -> Result<(), StoreError> {
     let shape = shape(payload);
+    let refuse = |reason: String| Err(StoreError::InvalidPayload { reason });
     if shape.nesting > MAX_NESTING {
-        return Err(StoreError::InvalidPayload {
-            reason: format!("nests arrays and objects {} levels deep; at most {MAX_NESTING}", shape.nesting),
-        });
+        return refuse(format!(
+            "nests arrays and objects {} levels deep; at most {MAX_NESTING}",
+            shape.nesting
+        ));
     }
     if shape.nul {
-        return Err(StoreError::InvalidPayload { reason: "holds U+0000 in a string or key".into() });
+        return refuse("holds U+0000 in a string or key".into());
+    }
+    if let Some(key) = shape.reserved {
+        return refuse(format!("holds the key {key:?}, which serde_json reserves for itself"));
+    }
+    if let Some(number) = shape.out_of_range {
+        let shown: String = number.chars().take(40).collect();
+        return refuse(format!(
+            "holds the number {shown}{}, beyond what PostgreSQL's numeric holds (131072 digits before the \
+             decimal point, 16383 after)",
+            if shown.len() < number.len() { "…" } else { "" }
+        ));
     }
     Ok(())
+}
+
+/// Whether the JSON number `text` is within PostgreSQL's `numeric`: its
+/// highest non-zero digit at most 10^131071, its lowest at least 10^-16383.
+fn numeric_in_range(text: &str) -> bool {
+    let unsigned = text.strip_prefix('-').unwrap_or(text);
+    let (mantissa, exponent) = match unsigned.split_once(['e', 'E']) {
+        Some((m, e)) => match e.parse::<i128>() {
+            Ok(e) => (m, e),
+            // An exponent beyond i128 is beyond numeric, unless the number is 0.
+            Err(_) => return !m.bytes().any(|b| (b'1'..=b'9').contains(&b)),
+        },
+        None => (unsigned, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits: Vec<u8> = int.bytes().chain(frac.bytes()).collect();
+    let Some(first) = digits.iter().position(|&b| b != b'0') else { return true };
+    let last = digits.iter().rposition(|&b| b != b'0').unwrap_or(first);
+    let point = int.len() as i128 + exponent;
+    let power = |index: usize| point - 1 - index as i128;
+    power(first) <= NUMERIC_MAX_POWER && power(last) >= NUMERIC_MIN_POWER
+}
+
+/// A copy of `value` whose numbers are written as serde_json wrote them
+/// before numbers kept their digits: an integer of 64 bits as itself, any
+/// other number that fits an f64 as that f64 (`12.50` as `12.5`, `1e2` as
+/// `100.0`), the rest as written. SQLite's request hash is taken over it,
+/// so hashes (and the keys derived from them) stay those of earlier
+/// versions: the same request enqueued again is still one message.
+pub(crate) fn hash_form(value: &Value) -> Value {
+    match value {
+        Value::Number(n) => Value::Number(if let Some(u) = n.as_u64() {
+            u.into()
+        } else if let Some(i) = n.as_i64() {
+            i.into()
+        } else {
+            n.as_f64().and_then(serde_json::Number::from_f64).unwrap_or_else(|| n.clone())
+        }),
+        Value::Array(items) => Value::Array(items.iter().map(hash_form).collect()),
+        Value::Object(members) => {
+            let mut members: serde_json::Map<String, Value> =
+                members.iter().map(|(k, v)| (k.clone(), hash_form(v))).collect();
+            members.sort_keys();
+            Value::Object(members)
+        }
+        other => other.clone(),
+    }
 }
 
 /// What a claim does with a message whose operation cannot be read back
@@ -77,28 +150,44 @@ pub(crate) fn set_aside(claimed: &Claimed, now_ms: i64) -> Completion {
 }
 
 /// What [`check_payload`] looks at in a value.
-struct Shape {
+struct Shape<'v> {
     /// How deeply arrays and objects nest (a scalar is 0, `{}` is 1,
     /// `{"a": [1]}` is 2).
     nesting: usize,
     /// Whether a string or key holds U+0000.
     nul: bool,
+    /// A key starting with [`RESERVED_KEY_PREFIX`].
+    reserved: Option<&'v str>,
+    /// A number beyond PostgreSQL's `numeric`.
+    out_of_range: Option<String>,
 }
 
 /// Walks `value` with its own stack, so a value nested deeper than the
 /// thread's stack allows is measured, not a crash.
-fn shape(value: &Value) -> Shape {
-    let mut shape = Shape { nesting: 0, nul: false };
+fn shape(value: &Value) -> Shape<'_> {
+    let mut shape = Shape { nesting: 0, nul: false, reserved: None, out_of_range: None };
     let mut stack = vec![(value, 0)];
     while let Some((value, above)) = stack.pop() {
         match value {
             Value::Array(items) => stack.extend(items.iter().map(|item| (item, above + 1))),
             Value::Object(members) => {
-                shape.nul |= members.keys().any(|k| k.contains('\0'));
+                for key in members.keys() {
+                    shape.nul |= key.contains('\0');
+                    if key.starts_with(RESERVED_KEY_PREFIX) {
+                        shape.reserved.get_or_insert(key);
+                    }
+                }
                 stack.extend(members.values().map(|member| (member, above + 1)));
             }
             Value::String(s) => {
                 shape.nul |= s.contains('\0');
+                continue;
+            }
+            Value::Number(n) => {
+                let text = n.to_string();
+                if shape.out_of_range.is_none() && !numeric_in_range(&text) {
+                    shape.out_of_range = Some(text);
+                }
                 continue;
             }
             _ => continue,
@@ -133,6 +222,49 @@ mod tests {
         assert_eq!(shape(&serde_json::json!(1)).nesting, 0);
         assert_eq!(shape(&serde_json::json!({})).nesting, 1);
         assert_eq!(shape(&serde_json::json!({"a": [1, {"b": []}], "c": 2})).nesting, 4);
+    }
+
+    #[test]
+    fn numbers_are_checked_against_postgresqls_numeric() {
+        for fits in [
+            "0",
+            "-0",
+            "0e999999999999999999999999",
+            "1e131071",
+            "9.9e131071",
+            "1e-16383",
+            "12.50",
+            "-1e-400",
+        ] {
+            assert!(numeric_in_range(fits), "{fits}");
+        }
+        for beyond in
+            ["1e131072", "10e131071", "1e-16384", "1.5e-16383", "1e999999999999999999999999999999999999999"]
+        {
+            assert!(!numeric_in_range(beyond), "{beyond}");
+        }
+        let big: Value = json(r#"{"a":[1e131072]}"#).unwrap();
+        assert!(matches!(check_payload(&big), Err(StoreError::InvalidPayload { .. })));
+    }
+
+    #[test]
+    fn refuses_the_keys_serde_json_reserves() {
+        let mut members = serde_json::Map::new();
+        members.insert("$serde_json::private::Number".into(), Value::String("12".into()));
+        let payload = serde_json::json!({"amount": Value::Object(members)});
+        assert!(matches!(check_payload(&payload), Err(StoreError::InvalidPayload { .. })));
+    }
+
+    #[test]
+    fn the_hash_form_is_the_one_of_earlier_versions() {
+        let payload = json(
+            r#"{"b":12.50,"a":[1e2,-7,18446744073709551615,1e400,0.1000000000000000055511151231257827]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            hash_form(&payload).to_string(),
+            r#"{"a":[100.0,-7,18446744073709551615,1e+400,0.1],"b":12.5}"#
+        );
     }
 
     #[test]

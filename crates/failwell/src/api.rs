@@ -262,7 +262,27 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> axum::extract::FromR
 struct SubmitBody {
     provider: String,
     operation: String,
-    payload: Value,
+    /// Read on its own ([`payload`]), so its nesting is counted from itself.
+    payload: Box<serde_json::value::RawValue>,
+}
+
+/// The payload of a submission as a value. Errors (422 `invalid-body`):
+/// nested deeper than failwell reads back, or holding a key serde_json's
+/// reader reserves (it would not read back as written).
+fn payload(raw: &serde_json::value::RawValue) -> Result<Value, Problem> {
+    let invalid = |detail: String| Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-body", detail);
+    if raw.get().contains(failwell_store::RESERVED_KEY_PREFIX) {
+        return Err(invalid(format!(
+            "`payload` holds the text {:?}, which serde_json reserves for its own keys.",
+            failwell_store::RESERVED_KEY_PREFIX
+        )));
+    }
+    serde_json::from_str(raw.get()).map_err(|e| {
+        invalid(format!(
+            "`payload` nests arrays and objects deeper than {} levels ({e}).",
+            failwell_store::MAX_NESTING
+        ))
+    })
 }
 
 /// An operation as the API shows it.
@@ -292,6 +312,7 @@ async fn submit<S: Store>(
 ) -> Result<Response, Problem> {
     let key = idempotency_key(&headers)?;
     let ApiJson(body) = body;
+    let payload = payload(&body.payload)?;
     let Some(client) = state.providers.get(&body.provider) else {
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -316,7 +337,7 @@ async fn submit<S: Store>(
             ),
         ));
     }
-    if !body.payload.is_object() {
+    if !payload.is_object() {
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid-body",
@@ -324,7 +345,7 @@ async fn submit<S: Store>(
         ));
     }
     // The reference is the one actually sent: the payload's reference field.
-    let reference = match body.payload.get(&spec.reference_field) {
+    let reference = match payload.get(&spec.reference_field) {
         Some(Value::String(r)) if !r.trim().is_empty() => Some(r.clone()),
         Some(Value::Number(n)) if n.is_u64() || n.is_i64() => Some(n.to_string()),
         None if client.spec().lookup.is_none() => None,
@@ -364,7 +385,7 @@ async fn submit<S: Store>(
         provider: body.provider,
         operation: body.operation,
         reference,
-        payload: body.payload,
+        payload,
     };
     let (status, op) = match state.store.submit(op, failwell_engine::now_ms()).await? {
         Submitted::Created(op) => {

@@ -15,6 +15,7 @@ pub mod demo;
 pub mod inbox;
 pub mod ops;
 pub mod read;
+pub mod telemetry;
 pub mod ui;
 pub mod webhook;
 
@@ -98,7 +99,10 @@ pub fn prometheus() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
         std::sync::OnceLock::new();
     HANDLE
         .get_or_init(|| match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
-            Ok(handle) => Some(handle),
+            Ok(handle) => {
+                telemetry::describe();
+                Some(handle)
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "GET /metrics is unavailable: a metrics recorder was already installed");
                 None
@@ -153,6 +157,10 @@ impl Server {
             config.forwarder,
             config.reconciler,
             config.retention,
+        );
+        telemetry::start_at_zero(
+            providers.iter().map(|(name, client)| (name.as_str(), client.guards().breaker.is_some())),
+            config.webhooks.iter().map(|(name, source)| (name.as_str(), source.forward)),
         );
         let state = Arc::new(api::AppState {
             store: store.clone(),

@@ -7,7 +7,9 @@
 -- make two requests different.
 --
 -- The trigger also refuses what failwell could not read back: arrays and
--- objects nested deeper than 127 levels. A view's column type cannot change
+-- objects nested deeper than 127 levels, and keys serde_json reserves
+-- (`$serde_json::private::…`). A number beyond PostgreSQL's numeric is
+-- refused by the cast to jsonb (22003). A view's column type cannot change
 -- in place, so the view is made again and the privileges granted on it are
 -- granted again.
 
@@ -69,6 +71,13 @@ BEGIN
     -- the 128th nested one, more than failwell reads back.
     IF jsonb_path_exists(canonical, 'strict $.**{127} ? (@.type() == "array" || @.type() == "object")') THEN
         RAISE EXCEPTION 'failwell_outbox: payload nests arrays and objects deeper than 127 levels'
+            USING ERRCODE = 'check_violation';
+    END IF;
+    -- serde_json's reader takes objects with these keys for its own
+    -- markers: they would not read back as written.
+    IF strpos(NEW.payload::text, '$serde_json::private::') > 0 AND jsonb_path_exists(canonical,
+        'strict $.** ? (@.type() == "object").keyvalue() ? (@.key starts with "$serde_json::private::")') THEN
+        RAISE EXCEPTION 'failwell_outbox: payload holds a key starting with $serde_json::private::, which failwell''s JSON reader reserves'
             USING ERRCODE = 'check_violation';
     END IF;
     IF NEW.available_at IS NOT NULL

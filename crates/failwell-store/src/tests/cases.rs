@@ -74,6 +74,11 @@ macro_rules! store_tests {
             for key in ["before", "not-json", "too-deep", "after"] {
                 s.submit(new_op(key, 100), 1).await.unwrap();
             }
+            // A damaged response decides nothing: its message goes on.
+            sqlx::query("UPDATE operations SET response = '{oops' WHERE idempotency_key = 'after'")
+                .execute(s.pool())
+                .await
+                .unwrap();
             let deep = format!("{{\"a\":{}{}}}", "[".repeat(200), "]".repeat(200));
             for (key, text) in [("not-json", "{\"amount\": "), ("too-deep", deep.as_str())] {
                 sqlx::query("UPDATE operations SET payload = $1 WHERE idempotency_key = $2")
@@ -87,6 +92,8 @@ macro_rules! store_tests {
             let keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
             assert_eq!(keys, ["before", "after"]);
             assert!(claimed.iter().all(|c| c.attempts == 1 && !c.interrupted));
+            assert_eq!(claimed[1].operation.unreadable, None);
+            assert_eq!(claimed[1].operation.response, Some(json!("{oops")));
             for (key, text, says) in [
                 ("not-json", "{\"amount\": ", "payload: EOF while parsing a value at line 1 column 11"),
                 ("too-deep", deep.as_str(), "payload: recursion limit exceeded at line 1 column 132"),

@@ -268,7 +268,10 @@ mod postgres {
 
             let nested =
                 |depth: usize| format!("{{\"a\":{}{}}}", "[".repeat(depth - 1), "]".repeat(depth - 1));
-            sqlx::query("INSERT INTO failwell_outbox (provider, operation, payload) VALUES ('payments', 'charge', $1::json)")
+            sqlx::query(
+                "INSERT INTO failwell_outbox (provider, operation, payload) VALUES ('payments', 'charge', $1::json), \
+                 ('payments', 'charge', '{\"note\": \"$serde_json::private::Number as text\"}')",
+            )
                 .bind(nested(127))
                 .execute(s.pool())
                 .await
@@ -276,6 +279,11 @@ mod postgres {
             for (payload, says) in [
                 (nested(128), "payload nests arrays and objects deeper than 127 levels"),
                 (r#"{"a": "nul \u0000"}"#.to_string(), "unsupported Unicode escape sequence"),
+                (
+                    r#"{"a": [{"$serde_json::private::Number": "12"}]}"#.to_string(),
+                    "serde_json::private::, which",
+                ),
+                (r#"{"a": 1e131072}"#.to_string(), "value overflows numeric format"),
             ] {
                 let error = sqlx::query(
                     "INSERT INTO failwell_outbox (provider, operation, payload) VALUES ('payments', 'charge', $1::json)",
@@ -287,7 +295,7 @@ mod postgres {
                 assert!(error.to_string().contains(says), "{error}");
             }
             let claimed = s.claim(i64::MAX / 2, 10, 1_000, &ClaimScope::All).await.unwrap();
-            assert_eq!(claimed.len(), 3, "every stored message reads back");
+            assert_eq!(claimed.len(), 4, "every stored message reads back");
             assert!(claimed.iter().all(|c| c.operation.unreadable.is_none()));
         }
 

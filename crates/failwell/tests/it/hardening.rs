@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::process::Command;
 
-use crate::helpers::{Gateway, SETTLE, binary, calls, postgres_schema, simulator};
+use crate::helpers::{Gateway, SETTLE, binary, calls, lookups, postgres_schema, problem, simulator};
 
 const TOKEN: &str = "hardening-admin-token-0123456789abcdef";
 
@@ -49,13 +49,17 @@ fn charge(key: &str) -> Message {
     }
 }
 
+/// Writes over a stored payload, as another program could.
+const DAMAGE: &str = "UPDATE operations SET payload = $1, effect_possible = $3 WHERE idempotency_key = $2";
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
 /// Enqueues `keys` on the stopped gateway's store, then writes `text` over
-/// the stored payload of `damaged` as another program could.
-async fn enqueue_and_damage(url: &str, keys: &[&str], damaged: &[(&str, String)]) {
+/// the stored payload of each `damaged` key as another program could (and,
+/// with `sent`, marks that an earlier call of it may have left).
+async fn enqueue_and_damage(url: &str, keys: &[&str], damaged: &[(&str, String, bool)]) {
     if url.starts_with("sqlite:") {
         let store = SqliteStore::open(url, Synchronous::Normal).await.unwrap();
         for key in keys {
@@ -63,10 +67,11 @@ async fn enqueue_and_damage(url: &str, keys: &[&str], damaged: &[(&str, String)]
             Outbox::enqueue(&mut tx, &charge(key), now_ms()).await.unwrap();
             tx.commit().await.unwrap();
         }
-        for (key, text) in damaged {
-            sqlx::query("UPDATE operations SET payload = $1 WHERE idempotency_key = $2")
+        for (key, text, sent) in damaged {
+            sqlx::query(DAMAGE)
                 .bind(text)
                 .bind(key)
+                .bind(i64::from(*sent))
                 .execute(store.pool())
                 .await
                 .unwrap();
@@ -85,13 +90,8 @@ async fn enqueue_and_damage(url: &str, keys: &[&str], damaged: &[(&str, String)]
             .await
             .unwrap();
         }
-        for (key, text) in damaged {
-            sqlx::query("UPDATE operations SET payload = $1 WHERE idempotency_key = $2")
-                .bind(text)
-                .bind(key)
-                .execute(&pool)
-                .await
-                .unwrap();
+        for (key, text, sent) in damaged {
+            sqlx::query(DAMAGE).bind(text).bind(key).bind(i64::from(*sent)).execute(&pool).await.unwrap();
         }
         pool.close().await;
     }
@@ -139,17 +139,28 @@ async fn a_damaged_row_is_set_aside_alone(postgres: bool) {
     let innocent: Vec<String> = (0..10).map(|i| format!("order-{i}")).collect();
     let deep = format!("{{\"amount\":{}1{}}}", "[".repeat(300), "]".repeat(300));
     let mut keys: Vec<&str> = innocent.iter().map(String::as_str).collect();
-    keys.splice(5..5, ["damaged-text", "damaged-deep"]);
-    let damaged = [("damaged-text", "{\"amount\": 1,".to_string()), ("damaged-deep", deep.clone())];
+    keys.splice(5..5, ["damaged-text", "damaged-deep", "damaged-sent"]);
+    let damaged = [
+        ("damaged-text", "{\"amount\": 1,".to_string(), false),
+        ("damaged-deep", deep.clone(), false),
+        ("damaged-sent", "{\"amount\": ".to_string(), true),
+    ];
     enqueue_and_damage(&database_url(&gateway), &keys, &damaged).await;
     gateway.spawn().await;
+
+    // One that may have reached the provider is looked up: found nowhere,
+    // it is dead-lettered, never sent again (and never looked up for ever).
+    let sent = gateway.settled("damaged-sent", SETTLE).await;
+    assert_eq!((&sent["status"], &sent["dead_letter"]), (&json!("failed"), &json!(true)), "{sent:#}");
+    assert!(sent["last_error"].as_str().unwrap().contains("never sent again"), "{sent:#}");
+    assert!(calls(&sent).is_empty() && (1..=3).contains(&lookups(&sent).len()), "{sent:#}");
 
     for key in &innocent {
         let op = gateway.settled(key, SETTLE).await;
         assert_eq!(op["status"], "succeeded", "{op:#}");
         assert_eq!(calls(&op).len(), 1, "{key} was called once: {op:#}");
     }
-    for (key, text) in &damaged {
+    for (key, text, _) in &damaged[..2] {
         let op = gateway.settled(key, SETTLE).await;
         assert_eq!(
             (&op["status"], &op["dead_letter"], &op["attempts"]),
@@ -168,7 +179,7 @@ async fn a_damaged_row_is_set_aside_alone(postgres: bool) {
     let letters = list.as_array().unwrap();
     let mut listed: Vec<&str> = letters.iter().map(|d| d["key"].as_str().unwrap()).collect();
     listed.sort();
-    assert_eq!(listed, ["damaged-deep", "damaged-text"]);
+    assert_eq!(listed, ["damaged-deep", "damaged-sent", "damaged-text"]);
     let letter = letters.iter().find(|d| d["key"] == "damaged-deep").unwrap();
     assert_eq!(letter["payload"], json!(deep));
     let shown = cli(&gateway, &["dlq", "show", "message", &letter["id"].to_string()]).await;
@@ -295,4 +306,82 @@ async fn the_provider_receives_the_payload_as_the_application_inserted_it() {
         .await
         .unwrap();
     assert_eq!(stored, spaced, "stored as inserted");
+}
+
+/// What failwell could not store and read back is refused at the API with
+/// a 422 that says why, on both stores alike; the deepest payload it takes
+/// (127 levels) is taken.
+async fn the_api_refuses_only_what_it_could_not_read_back(postgres: bool) {
+    let sim = simulator(|_| {}).await;
+    let gateway = start(&sim.base_url(), postgres, str::to_string).await;
+    let submit = |key: &str, payload: String| {
+        let body = format!(r#"{{"provider":"payments","operation":"charge","payload":{payload}}}"#);
+        gateway
+            .http
+            .post(format!("{}/v1/operations", gateway.base))
+            .header("Idempotency-Key", key)
+            .header("Content-Type", "application/json")
+            .body(body)
+            .send()
+    };
+    let nested = |depth: usize, key: &str| {
+        format!(
+            r#"{{"reference":"{key}","amount":1,"currency":"eur","d":{}{}}}"#,
+            "[".repeat(depth - 1),
+            "]".repeat(depth - 1)
+        )
+    };
+    let r = submit("deepest", nested(127, "deepest")).await.unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    for (key, payload, says) in [
+        ("deeper", nested(128, "deeper"), "deeper than 127 levels"),
+        (
+            "huge",
+            r#"{"reference":"huge","amount":1e131072}"#.to_string(),
+            "beyond what PostgreSQL's numeric holds",
+        ),
+        (
+            "tiny",
+            r#"{"reference":"tiny","amount":1e-16384}"#.to_string(),
+            "beyond what PostgreSQL's numeric holds",
+        ),
+        ("nul", r#"{"reference":"nul","note":"a\u0000b"}"#.to_string(), "U+0000"),
+        (
+            "marker",
+            r#"{"reference":"marker","amount":{"$serde_json::private::Number":"12"}}"#.to_string(),
+            "reserves for its own keys",
+        ),
+    ] {
+        let body = problem(submit(key, payload).await.unwrap(), 422, "invalid-body").await;
+        assert!(body["detail"].as_str().unwrap().contains(says), "{key}: {body}");
+    }
+    // (Read as text: the operation's JSON, with the payload inside, nests
+    // deeper than serde_json's reader takes.)
+    let deadline = Instant::now() + SETTLE;
+    let url = format!("{}/v1/operations/deepest", gateway.base);
+    while !gateway
+        .http
+        .get(&url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+        .contains(r#""status":"succeeded""#)
+    {
+        assert!(Instant::now() < deadline, "the deepest payload was not delivered: {}", gateway.log());
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(gateway.counts().await["failed"], 0);
+}
+
+#[tokio::test]
+async fn the_api_refuses_only_what_it_could_not_read_back_on_sqlite() {
+    the_api_refuses_only_what_it_could_not_read_back(false).await;
+}
+
+#[tokio::test]
+async fn the_api_refuses_only_what_it_could_not_read_back_on_postgres() {
+    the_api_refuses_only_what_it_could_not_read_back(true).await;
 }

@@ -12,6 +12,7 @@ mod hardening;
 mod helpers;
 mod logs;
 mod manifest;
+mod metrics;
 mod operator;
 mod processing;
 mod scale_out;
