@@ -23,8 +23,9 @@ use serde::Deserialize;
 use serde_json::json;
 use sha2::Sha256;
 
-use crate::api::{ApiPath, AppState, Problem};
+use crate::api::{ApiPath, AppState};
 use crate::ops::{self, OpsError};
+use crate::problem::{Problem, ProblemType};
 
 /// The shortest token accepted, in characters.
 pub const MIN_TOKEN_CHARS: usize = 32;
@@ -114,7 +115,7 @@ pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router<Arc<AppState<S>>> {
 }
 
 async fn no_route() -> Problem {
-    Problem::new(StatusCode::NOT_FOUND, "not-found", "No such route.")
+    Problem::new(ProblemType::NotFound, "No such route.")
 }
 
 /// Checks the bearer token of every request below `/admin/` (whatever its
@@ -130,8 +131,7 @@ async fn authenticate<S: Store>(
     }
     let Some(token) = &state.admin.token else {
         return Problem::new(
-            StatusCode::NOT_FOUND,
-            "admin-disabled",
+            ProblemType::AdminDisabled,
             "The admin API is off: set [admin] token (e.g. FAILWELL_ADMIN__TOKEN).",
         )
         .into_response();
@@ -151,7 +151,7 @@ async fn authenticate<S: Store>(
 }
 
 fn unauthorized(detail: &str) -> Response {
-    let mut response = Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", detail).into_response();
+    let mut response = Problem::new(ProblemType::Unauthorized, detail).into_response();
     response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
     response
 }
@@ -160,15 +160,14 @@ impl From<OpsError> for Problem {
     fn from(e: OpsError) -> Self {
         match e {
             OpsError::Store(e) => e.into(),
-            OpsError::Invalid(detail) => Problem::new(StatusCode::BAD_REQUEST, "invalid-request", detail),
+            OpsError::Invalid(detail) => Problem::new(ProblemType::InvalidRequest, detail),
             OpsError::Compare(failwell_engine::CompareError::NotConfigured(p)) => Problem::new(
-                StatusCode::BAD_REQUEST,
-                "not-comparable",
+                ProblemType::NotComparable,
                 format!("Provider {p:?} has no [compare] (or no [lookup]) configuration."),
             ),
             OpsError::Compare(failwell_engine::CompareError::Store(e)) => e.into(),
             OpsError::Compare(e @ failwell_engine::CompareError::Provider { .. }) => {
-                Problem::new(StatusCode::BAD_GATEWAY, "provider-list-failed", e.to_string())
+                Problem::new(ProblemType::ProviderListFailed, e.to_string())
             }
         }
     }
@@ -177,11 +176,7 @@ impl From<OpsError> for Problem {
 /// The dead-letter kind a path names; 404 `not-found` for another word.
 pub(crate) fn kind(s: &str) -> Result<DeadLetterKind, Problem> {
     DeadLetterKind::parse(s).ok_or_else(|| {
-        Problem::new(
-            StatusCode::NOT_FOUND,
-            "not-found",
-            format!("{s:?} is not a dead-letter kind (message, forward)."),
-        )
+        Problem::new(ProblemType::NotFound, format!("{s:?} is not a dead-letter kind (message, forward)."))
     })
 }
 
@@ -203,9 +198,8 @@ async fn list<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Problem> {
-    let Query(q) =
-        query.map_err(|e| Problem::new(StatusCode::BAD_REQUEST, "invalid-query", e.body_text()))?;
-    let invalid = |detail: String| Problem::new(StatusCode::BAD_REQUEST, "invalid-query", detail);
+    let Query(q) = query.map_err(|e| Problem::new(ProblemType::InvalidQuery, e.body_text()))?;
+    let invalid = |detail: String| Problem::new(ProblemType::InvalidQuery, detail);
     let kind =
         match q.kind.as_deref() {
             None => None,
@@ -233,7 +227,7 @@ async fn show<S: Store>(
 }
 
 fn not_dead(kind: &str, id: i64) -> Problem {
-    Problem::new(StatusCode::NOT_FOUND, "not-a-dead-letter", format!("{kind} {id} is not a dead letter."))
+    Problem::new(ProblemType::NotADeadLetter, format!("{kind} {id} is not a dead letter."))
 }
 
 async fn replay<S: Store>(
@@ -289,12 +283,12 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(86_400);
 /// `body-too-large` past the body limit).
 fn bytes(body: Result<axum::body::Bytes, BytesRejection>) -> Result<axum::body::Bytes, Problem> {
     body.map_err(|rejection| {
-        let slug = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            "body-too-large"
+        let kind = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ProblemType::BodyTooLarge
         } else {
-            "unreadable-body"
+            ProblemType::UnreadableBody
         };
-        Problem::new(rejection.status(), slug, rejection.body_text())
+        Problem::new(kind, rejection.body_text())
     })
 }
 
@@ -307,9 +301,9 @@ async fn reconcile<S: Store>(
         ReconcileBody::default()
     } else {
         serde_json::from_slice(&body).map_err(|e| {
-            Problem::new(
+            Problem::with_status(
+                ProblemType::InvalidBody,
                 StatusCode::BAD_REQUEST,
-                "invalid-body",
                 format!("The body is not a reconcile request: {e}"),
             )
         })?
@@ -336,11 +330,7 @@ async fn history<S: Store>(
         Some((operation, history)) => {
             Ok(Json(json!({ "operation": operation, "history": history })).into_response())
         }
-        None => Err(Problem::new(
-            StatusCode::NOT_FOUND,
-            "operation-not-found",
-            "No operation has this idempotency key.",
-        )),
+        None => Err(Problem::new(ProblemType::OperationNotFound, "No operation has this idempotency key.")),
     }
 }
 
@@ -367,17 +357,17 @@ pub(crate) async fn settle<S: Store>(
         "succeeded" => failwell_policy::Outcome::Succeeded,
         "failed" => failwell_policy::Outcome::Failed,
         other => {
-            return Err(Problem::new(
+            return Err(Problem::with_status(
+                ProblemType::InvalidBody,
                 StatusCode::BAD_REQUEST,
-                "invalid-body",
                 format!("status {other:?}: succeeded or failed"),
             ));
         }
     };
     if note.trim().is_empty() {
-        return Err(Problem::new(
+        return Err(Problem::with_status(
+            ProblemType::InvalidBody,
             StatusCode::BAD_REQUEST,
-            "invalid-body",
             "note must say why (it is kept in the history).",
         ));
     }
@@ -386,14 +376,11 @@ pub(crate) async fn settle<S: Store>(
             tracing::info!(key, status, by = channel.actor(), "operation resolved by hand");
             Ok(())
         }
-        ManualResolution::NotFound => Err(Problem::new(
-            StatusCode::NOT_FOUND,
-            "operation-not-found",
-            "No operation has this idempotency key.",
-        )),
+        ManualResolution::NotFound => {
+            Err(Problem::new(ProblemType::OperationNotFound, "No operation has this idempotency key."))
+        }
         ManualResolution::NotOpen(current) => Err(Problem::new(
-            StatusCode::CONFLICT,
-            "operation-not-open",
+            ProblemType::OperationNotOpen,
             format!(
                 "The operation is {}: only unknown and needs_human operations are resolved by hand.",
                 current.as_str()
@@ -408,7 +395,11 @@ async fn resolve<S: Store>(
     body: Result<axum::body::Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let body: ResolveBody = serde_json::from_slice(&bytes(body)?).map_err(|e| {
-        Problem::new(StatusCode::BAD_REQUEST, "invalid-body", format!("The body is not a resolution: {e}"))
+        Problem::with_status(
+            ProblemType::InvalidBody,
+            StatusCode::BAD_REQUEST,
+            format!("The body is not a resolution: {e}"),
+        )
     })?;
     settle(&state, &key, &body.status, body.provider_ref, body.note, Channel::Api).await?;
     // Answered like GET …/history: the operation as it is now.
@@ -426,8 +417,7 @@ async fn reports<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     query: Result<Query<ReportsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Problem> {
-    let Query(q) =
-        query.map_err(|e| Problem::new(StatusCode::BAD_REQUEST, "invalid-query", e.body_text()))?;
+    let Query(q) = query.map_err(|e| Problem::new(ProblemType::InvalidQuery, e.body_text()))?;
     let reports = state.store.reports(q.limit.unwrap_or(20).min(200)).await?;
     Ok(Json(json!({ "reports": reports })).into_response())
 }
@@ -438,7 +428,7 @@ async fn report<S: Store>(
 ) -> Result<Response, Problem> {
     match state.store.report(id).await? {
         Some(report) => Ok(Json(report).into_response()),
-        None => Err(Problem::new(StatusCode::NOT_FOUND, "report-not-found", format!("No report {id}."))),
+        None => Err(Problem::new(ProblemType::ReportNotFound, format!("No report {id}."))),
     }
 }
 

@@ -20,12 +20,14 @@ use axum::{Json, Router};
 use failwell_engine::Providers;
 use failwell_policy::layer::{BulkheadLayer, DeadlineLayer, TimeoutLayer};
 use failwell_policy::{Answer, Bulkhead, OnUnavailable, PolicyError, Rejected};
-use failwell_store::{NewOperation, Operation, Store, StoreError, Submitted};
+use failwell_store::{NewOperation, Operation, Store, Submitted};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tower::ServiceBuilder;
+
+use crate::problem::{Problem, ProblemType};
 
 /// The longest idempotency key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 255;
@@ -103,7 +105,7 @@ pub fn router<S: Store>(
             post(crate::inbox::receive::<S>).layer(DefaultBodyLimit::max(webhook_body_limit(&state))),
         )
         .route("/healthz", get(health::<S>))
-        .fallback(|| async { Problem::new(StatusCode::NOT_FOUND, "not-found", "No such route.") })
+        .fallback(|| async { Problem::new(ProblemType::NotFound, "No such route.") })
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state.clone())
@@ -117,11 +119,7 @@ pub fn router<S: Store>(
 
 /// The answer to a method a route does not take (405).
 pub(crate) async fn method_not_allowed() -> Problem {
-    Problem::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method-not-allowed",
-        "This route does not take that method.",
-    )
+    Problem::new(ProblemType::MethodNotAllowed, "This route does not take that method.")
 }
 
 /// The largest body any webhook source accepts (each source checks its own).
@@ -131,89 +129,18 @@ fn webhook_body_limit<S>(state: &AppState<S>) -> usize {
 
 /// The answer to a request the API's policy refused or cut short.
 async fn overloaded(error: PolicyError<Infallible>) -> Response {
-    let (slug, detail) = match error {
-        PolicyError::Rejected(Rejected::BulkheadFull(e)) => {
-            ("overloaded", format!("failwell is at its limit of {} requests; try again.", e.max_concurrent))
-        }
+    let (kind, detail) = match error {
+        PolicyError::Rejected(Rejected::BulkheadFull(e)) => (
+            ProblemType::Overloaded,
+            format!("failwell is at its limit of {} requests; try again.", e.max_concurrent),
+        ),
         PolicyError::Rejected(other) => (
-            "request-timeout",
+            ProblemType::RequestTimeout,
             format!("The request took too long ({other}); try again with the same Idempotency-Key."),
         ),
         PolicyError::Inner(never) => match never {},
     };
-    Problem::new(StatusCode::SERVICE_UNAVAILABLE, slug, detail).with_retry_after(1)
-}
-
-/// An RFC 9457 problem response.
-#[derive(Debug)]
-pub struct Problem {
-    status: StatusCode,
-    slug: &'static str,
-    detail: String,
-}
-
-impl Problem {
-    pub(crate) fn new(status: StatusCode, slug: &'static str, detail: impl Into<String>) -> Self {
-        Self { status, slug, detail: detail.into() }
-    }
-
-    /// 503 `provider-unavailable` with `Retry-After: secs`; `detail` gets
-    /// the whole seconds to wait (at least 1, rounded up from `wait`).
-    pub(crate) fn provider_unavailable(wait: Duration, detail: impl FnOnce(u64) -> String) -> Response {
-        let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-        let problem = Self::new(StatusCode::SERVICE_UNAVAILABLE, "provider-unavailable", detail(secs));
-        problem.with_retry_after(secs)
-    }
-
-    /// The problem's response with a `Retry-After` of `secs` seconds.
-    pub(crate) fn with_retry_after(self, secs: u64) -> Response {
-        let mut response = self.into_response();
-        response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
-        response
-    }
-}
-
-impl IntoResponse for Problem {
-    fn into_response(self) -> Response {
-        let body = json!({
-            "type": format!("urn:failwell:problem:{}", self.slug),
-            "title": self.status.canonical_reason().unwrap_or("Error"),
-            "status": self.status.as_u16(),
-            "detail": self.detail,
-        });
-        (self.status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
-    }
-}
-
-impl From<StoreError> for Problem {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::KeyReused { key } => Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency-key-reused",
-                format!("Idempotency-Key {key:?} was already used with a different request."),
-            ),
-            StoreError::ReferenceReused { reference } => Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "reference-reused",
-                format!(
-                    "Reference {reference:?} already belongs to another operation of this provider: \
-                     the provider's record could not be told apart from it."
-                ),
-            ),
-            StoreError::InvalidPayload { reason } => {
-                Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-body", format!("`payload` {reason}."))
-            }
-            other => {
-                tracing::error!(error = ?other, "store error");
-                Problem::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "store-unavailable",
-                    "The store is unavailable; try again.",
-                )
-            }
-        }
-    }
+    Problem::new(kind, detail).with_retry_after(1)
 }
 
 /// A JSON body whose rejections are problem details.
@@ -226,14 +153,14 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for ApiJson<
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(Self(v)),
             Err(rejection) => {
-                let slug = match &rejection {
-                    JsonRejection::MissingJsonContentType(_) => "unsupported-media-type",
-                    JsonRejection::JsonSyntaxError(_) => "malformed-json",
-                    JsonRejection::JsonDataError(_) => "invalid-body",
-                    _ if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => "body-too-large",
-                    _ => "unreadable-body",
+                let kind = match &rejection {
+                    JsonRejection::MissingJsonContentType(_) => ProblemType::UnsupportedMediaType,
+                    JsonRejection::JsonSyntaxError(_) => ProblemType::MalformedJson,
+                    JsonRejection::JsonDataError(_) => ProblemType::InvalidBody,
+                    _ if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => ProblemType::BodyTooLarge,
+                    _ => ProblemType::UnreadableBody,
                 };
-                Err(Problem::new(rejection.status(), slug, rejection.body_text()))
+                Err(Problem::with_status(kind, rejection.status(), rejection.body_text()))
             }
         }
     }
@@ -251,7 +178,7 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> axum::extract::FromR
     async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Problem> {
         match Path::<T>::from_request_parts(parts, state).await {
             Ok(Path(v)) => Ok(Self(v)),
-            Err(e) => Err(Problem::new(StatusCode::BAD_REQUEST, "invalid-path", e.body_text())),
+            Err(e) => Err(Problem::new(ProblemType::InvalidPath, e.body_text())),
         }
     }
 }
@@ -270,7 +197,7 @@ struct SubmitBody {
 /// nested deeper than failwell reads back, or holding a key serde_json's
 /// reader reserves (it would not read back as written).
 fn payload(raw: &serde_json::value::RawValue) -> Result<Value, Problem> {
-    let invalid = |detail: String| Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-body", detail);
+    let invalid = |detail: String| Problem::new(ProblemType::InvalidBody, detail);
     if raw.get().contains(failwell_store::RESERVED_KEY_PREFIX) {
         return Err(invalid(format!(
             "`payload` holds the text {:?}, which serde_json reserves for its own keys.",
@@ -315,22 +242,19 @@ async fn submit<S: Store>(
     let payload = payload(&body.payload)?;
     let Some(client) = state.providers.get(&body.provider) else {
         return Err(Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "unknown-provider",
+            ProblemType::UnknownProvider,
             format!("Provider {:?} is not configured.", body.provider),
         ));
     };
     let Some(spec) = client.spec().operations.get(&body.operation) else {
         return Err(Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "unknown-operation",
+            ProblemType::UnknownOperation,
             format!("Provider {:?} has no operation {:?}.", body.provider, body.operation),
         ));
     };
     if spec.method == reqwest::Method::GET {
         return Err(Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "read-operation",
+            ProblemType::ReadOperation,
             format!(
                 "{}.{} is a read: it is answered at once at GET /v1/read/{}/{}?QUERY, never queued.",
                 body.provider, body.operation, body.provider, body.operation
@@ -338,11 +262,7 @@ async fn submit<S: Store>(
         ));
     }
     if !payload.is_object() {
-        return Err(Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid-body",
-            "`payload` must be a JSON object.",
-        ));
+        return Err(Problem::new(ProblemType::InvalidBody, "`payload` must be a JSON object."));
     }
     // The reference is the one actually sent: the payload's reference field.
     let reference = match payload.get(&spec.reference_field) {
@@ -351,8 +271,7 @@ async fn submit<S: Store>(
         None if client.spec().lookup.is_none() => None,
         _ => {
             return Err(Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid-reference",
+                ProblemType::InvalidReference,
                 format!(
                     "`payload.{}` must be a non-empty string or an integer: failwell looks the operation up \
                      at the provider by it when an outcome is unknown.",
@@ -401,8 +320,7 @@ async fn submit<S: Store>(
 fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
     let missing = || {
         Problem::new(
-            StatusCode::BAD_REQUEST,
-            "missing-idempotency-key",
+            ProblemType::MissingIdempotencyKey,
             "The Idempotency-Key header is required: one key per intent, reused on every retry of it.",
         )
     };
@@ -410,23 +328,20 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
     let value = values.next().ok_or_else(missing)?;
     if values.next().is_some() {
         return Err(Problem::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-idempotency-key",
+            ProblemType::InvalidIdempotencyKey,
             "Send exactly one Idempotency-Key header.",
         ));
     }
     let key = value.to_str().map_err(|_| {
         Problem::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-idempotency-key",
+            ProblemType::InvalidIdempotencyKey,
             "Idempotency-Key must be visible ASCII (no spaces or control characters).",
         )
     })?;
     let key = key.trim();
     if !key.chars().all(|c| c.is_ascii_graphic()) {
         return Err(Problem::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-idempotency-key",
+            ProblemType::InvalidIdempotencyKey,
             "Idempotency-Key must be visible ASCII (no spaces or control characters).",
         ));
     }
@@ -435,8 +350,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
     }
     if key.len() > MAX_KEY_BYTES {
         return Err(Problem::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-idempotency-key",
+            ProblemType::InvalidIdempotencyKey,
             format!("Idempotency-Key is longer than {MAX_KEY_BYTES} bytes."),
         ));
     }
@@ -447,13 +361,9 @@ async fn show<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     key: Result<Path<String>, PathRejection>,
 ) -> Result<Response, Problem> {
-    let Path(key) = key.map_err(|e| Problem::new(e.status(), "invalid-path", e.body_text()))?;
+    let Path(key) = key.map_err(|e| Problem::new(ProblemType::InvalidPath, e.body_text()))?;
     let Some(op) = state.store.operation(&key).await? else {
-        return Err(Problem::new(
-            StatusCode::NOT_FOUND,
-            "operation-not-found",
-            format!("No operation has key {key:?}."),
-        ));
+        return Err(Problem::new(ProblemType::OperationNotFound, format!("No operation has key {key:?}.")));
     };
     let history = state.store.attempts(op.id).await?;
     let events = state.store.operation_events(op.id).await?;
@@ -468,8 +378,7 @@ async fn show<S: Store>(
 async fn prometheus<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
     let Some(handle) = &state.metrics else {
         return Err(Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "metrics-unavailable",
+            ProblemType::MetricsUnavailable,
             "Another metrics recorder was installed in this process first.",
         ));
     };

@@ -25,7 +25,8 @@ use failwell_webhook::{JsonFields, Verifier, VerifyError};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::api::{AppState, Problem};
+use crate::api::AppState;
+use crate::problem::{Problem, ProblemType};
 
 /// One configured webhook source (`[webhooks.NAME]`).
 #[derive(Clone, Debug)]
@@ -234,8 +235,7 @@ pub(crate) async fn receive<S: Store>(
 ) -> Result<Response, Problem> {
     let Some(source) = state.webhooks.get(&integration) else {
         return Err(Problem::new(
-            StatusCode::NOT_FOUND,
-            "unknown-integration",
+            ProblemType::UnknownIntegration,
             format!("No webhook integration {integration:?} is configured."),
         ));
     };
@@ -248,13 +248,16 @@ pub(crate) async fn receive<S: Store>(
         Ok(body) if body.len() <= source.max_body_bytes => body,
         Err(e) if e.status() != StatusCode::PAYLOAD_TOO_LARGE => {
             refused("invalid_body");
-            return Err(Problem::new(StatusCode::BAD_REQUEST, "invalid-body", format!("{}.", e.body_text())));
+            return Err(Problem::with_status(
+                ProblemType::InvalidBody,
+                StatusCode::BAD_REQUEST,
+                format!("{}.", e.body_text()),
+            ));
         }
         _ => {
             refused("body_too_large");
             return Err(Problem::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body-too-large",
+                ProblemType::BodyTooLarge,
                 format!("The body exceeds {} bytes.", source.max_body_bytes),
             ));
         }
@@ -275,7 +278,7 @@ pub(crate) async fn receive<S: Store>(
             };
             missing.map_err(|detail| {
                 refused("missing_event_id");
-                Problem::new(StatusCode::BAD_REQUEST, "missing-event-id", detail)
+                Problem::new(ProblemType::MissingEventId, detail)
             })?
         }
     };
@@ -284,8 +287,7 @@ pub(crate) async fn receive<S: Store>(
     if event_id.is_empty() || event_id.len() > 255 || !event_id.bytes().all(|b| b.is_ascii_graphic()) {
         refused("invalid_event_id");
         return Err(Problem::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-event-id",
+            ProblemType::InvalidEventId,
             format!(
                 "The event id {:?}{} is empty, longer than 255 bytes, or not visible ASCII.",
                 event_id.chars().take(64).collect::<String>(),
@@ -308,11 +310,7 @@ pub(crate) async fn receive<S: Store>(
         forward: source.forward,
     };
     let Some(received) = state.ingest.store(event).await else {
-        return Err(Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store-unavailable",
-            "The store is unavailable; deliver again.",
-        ));
+        return Err(Problem::new(ProblemType::StoreUnavailable, "The store is unavailable; deliver again."));
     };
     if received == Received::New && source.forward {
         state.forward.notify_one();
@@ -327,14 +325,14 @@ pub(crate) async fn receive<S: Store>(
 }
 
 fn signature_problem(e: &VerifyError) -> Problem {
-    let (status, slug) = match e {
-        VerifyError::MissingHeader(_) => (StatusCode::BAD_REQUEST, "missing-signature-header"),
-        VerifyError::MalformedHeader { .. } => (StatusCode::BAD_REQUEST, "malformed-signature-header"),
-        VerifyError::NoMatchingSignature => (StatusCode::UNAUTHORIZED, "invalid-signature"),
-        VerifyError::StaleTimestamp { .. } => (StatusCode::UNAUTHORIZED, "stale-timestamp"),
-        VerifyError::FutureTimestamp { .. } => (StatusCode::UNAUTHORIZED, "future-timestamp"),
+    let kind = match e {
+        VerifyError::MissingHeader(_) => ProblemType::MissingSignatureHeader,
+        VerifyError::MalformedHeader { .. } => ProblemType::MalformedSignatureHeader,
+        VerifyError::NoMatchingSignature => ProblemType::InvalidSignature,
+        VerifyError::StaleTimestamp { .. } => ProblemType::StaleTimestamp,
+        VerifyError::FutureTimestamp { .. } => ProblemType::FutureTimestamp,
     };
-    Problem::new(status, slug, format!("{e}."))
+    Problem::new(kind, format!("{e}."))
 }
 
 /// Payload bytes in one page of the feed, at most (a larger event comes
@@ -365,12 +363,11 @@ pub(crate) async fn feed<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     query: Result<axum::extract::Query<FeedQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Problem> {
-    let axum::extract::Query(query) = query
-        .map_err(|e| Problem::new(StatusCode::BAD_REQUEST, "invalid-query", format!("{}.", e.body_text())))?;
+    let axum::extract::Query(query) =
+        query.map_err(|e| Problem::new(ProblemType::InvalidQuery, format!("{}.", e.body_text())))?;
     if !(1..=1000).contains(&query.limit) || query.after < 0 {
         return Err(Problem::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-query",
+            ProblemType::InvalidQuery,
             "`limit` must be between 1 and 1000 and `after` at least 0.",
         ));
     }
@@ -389,8 +386,7 @@ pub(crate) async fn event<S: Store>(
 ) -> Result<Response, Problem> {
     let Some(record) = state.store.event(&integration, &event_id).await? else {
         return Err(Problem::new(
-            StatusCode::NOT_FOUND,
-            "not-found",
+            ProblemType::NotFound,
             format!("No event {event_id:?} was received for {integration:?}."),
         ));
     };

@@ -14,6 +14,7 @@ pub mod config;
 pub mod demo;
 pub mod inbox;
 pub mod ops;
+pub mod problem;
 pub mod read;
 pub mod telemetry;
 pub mod ui;

@@ -24,7 +24,8 @@ use failwell_store::Store;
 use lru::LruCache;
 use serde_json::{Value, json};
 
-use crate::api::{AppState, Problem};
+use crate::api::AppState;
+use crate::problem::{Problem, ProblemType};
 
 /// Last-known-good answers kept, at most (least recently used go first).
 const CACHED_READS: usize = 10_000;
@@ -69,23 +70,22 @@ pub(crate) async fn read<S: Store>(
     RawQuery(query): RawQuery,
 ) -> Result<Response, Problem> {
     let Some(client) = state.providers.get(&provider) else {
-        return Err(Problem::new(
+        return Err(Problem::with_status(
+            ProblemType::UnknownProvider,
             StatusCode::NOT_FOUND,
-            "unknown-provider",
             format!("No provider {provider:?}."),
         ));
     };
     let Some(spec) = client.spec().operations.get(&operation) else {
-        return Err(Problem::new(
+        return Err(Problem::with_status(
+            ProblemType::UnknownOperation,
             StatusCode::NOT_FOUND,
-            "unknown-operation",
             format!("Provider {provider:?} has no operation {operation:?}."),
         ));
     };
     if spec.method != reqwest::Method::GET {
         return Err(Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "not-a-read",
+            ProblemType::NotARead,
             format!("{provider}.{operation} is a write: submit it with POST /v1/operations."),
         ));
     }

@@ -27,8 +27,9 @@ use failwell_store::{AlertState, Channel, DeadLetterFilter, DeadLetterKind, Oper
 use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
 
-use crate::api::{ApiPath, AppState, Problem};
+use crate::api::{ApiPath, AppState};
 use crate::ops;
+use crate::problem::{Problem, ProblemType};
 
 const COOKIE: &str = "failwell_session";
 
@@ -158,8 +159,7 @@ fn now_s() -> i64 {
 }
 
 fn disabled() -> Response {
-    Problem::new(StatusCode::NOT_FOUND, "admin-disabled", "The dashboard is off: set [admin] token.")
-        .into_response()
+    Problem::new(ProblemType::AdminDisabled, "The dashboard is off: set [admin] token.").into_response()
 }
 
 fn cookie(headers: &HeaderMap) -> Option<&str> {
@@ -355,7 +355,7 @@ async fn report<S: Store>(
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Response, Problem> {
     let Some(r) = state.store.report(id).await? else {
-        return Err(Problem::new(StatusCode::NOT_FOUND, "report-not-found", format!("No report {id}.")));
+        return Err(Problem::new(ProblemType::ReportNotFound, format!("No report {id}.")));
     };
     Ok(page(&format!("Report {id}"), html! { pre id="report-text" { (r.text) } }).into_response())
 }
@@ -365,11 +365,7 @@ async fn operation<S: Store>(
     ApiPath(key): ApiPath<String>,
 ) -> Result<Response, Problem> {
     let Some((op, history)) = ops::timeline(&state.store, &key).await? else {
-        return Err(Problem::new(
-            StatusCode::NOT_FOUND,
-            "operation-not-found",
-            "No operation has this idempotency key.",
-        ));
+        return Err(Problem::new(ProblemType::OperationNotFound, "No operation has this idempotency key."));
     };
     let open = matches!(op.status, OperationStatus::Unknown | OperationStatus::NeedsHuman);
     let body = html! {
@@ -428,8 +424,9 @@ async fn resolve<S: Store>(
     ApiPath(key): ApiPath<String>,
     form: Result<Form<ResolveForm>, axum::extract::rejection::FormRejection>,
 ) -> Result<Response, Problem> {
-    let Form(form) =
-        form.map_err(|e| Problem::new(StatusCode::BAD_REQUEST, "invalid-body", e.body_text()))?;
+    let Form(form) = form.map_err(|e| {
+        Problem::with_status(ProblemType::InvalidBody, StatusCode::BAD_REQUEST, e.body_text())
+    })?;
     let provider_ref = form.provider_ref.filter(|r| !r.trim().is_empty());
     crate::admin::settle(&state, &key, &form.status, provider_ref, form.note, Channel::Ui).await?;
     Ok(Redirect::to(&format!("/ui/operations/{}", encode(&key))).into_response())
