@@ -17,7 +17,7 @@ use std::fmt;
 use serde::Serialize;
 
 /// How an operation ended on our side.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OurStatus {
     /// We recorded the effect as done.
@@ -29,7 +29,7 @@ pub enum OurStatus {
 }
 
 /// One of our operations, as the comparison needs it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct OurRecord {
     /// Our operation id.
     pub operation_id: i64,
@@ -44,7 +44,7 @@ pub struct OurRecord {
 }
 
 /// What the provider's record says happened.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TheirStatus {
     /// One of the provider's "succeeded" statuses.
@@ -56,7 +56,7 @@ pub enum TheirStatus {
 }
 
 /// One record from the provider's list.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct TheirRecord {
     /// The provider's id, e.g. `ch_…`.
     pub id: String,
@@ -69,7 +69,7 @@ pub struct TheirRecord {
 }
 
 /// What kind of disagreement was found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DiscrepancyKind {
     /// We recorded a success the provider has no record of.
@@ -113,7 +113,7 @@ impl fmt::Display for DiscrepancyKind {
 }
 
 /// One disagreement, with what each side said.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Discrepancy {
     /// Its kind.
     pub kind: DiscrepancyKind,

@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 /// The state of an operation: pending until one of the three outcomes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OperationStatus {
     /// Accepted and durable; delivery in progress or scheduled.
@@ -80,7 +80,7 @@ pub struct NewOperation {
 }
 
 /// A recorded operation.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Operation {
     /// Database id.
     pub id: i64,
@@ -204,7 +204,7 @@ pub struct Claimed {
 }
 
 /// What a history row records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptKind {
     /// A call that may have an effect.
@@ -258,7 +258,7 @@ impl AttemptRecord {
 }
 
 /// One row of the attempt history, as read back.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AttemptRow {
     /// Call or lookup.
     pub kind: AttemptKind,
@@ -411,7 +411,7 @@ pub struct Reconciled {
 }
 
 /// Counts by state, for status pages and the demo.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Counts {
     /// Operations pending.
     pub pending: u64,
@@ -497,7 +497,7 @@ pub struct EventReport {
 }
 
 /// A ledger step of an event, as the operation it was applied to sees it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct OperationEvent {
     /// The integration the event came for.
     pub integration: String,
@@ -509,7 +509,7 @@ pub struct OperationEvent {
 }
 
 /// What an event did to the operations ledger, as recorded in its history.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LedgerEffect {
     /// Settled an operation whose outcome was open (pending or unknown).
@@ -585,7 +585,7 @@ pub struct StoredEvent {
 }
 
 /// What storing a webhook event did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Received {
     /// First delivery: stored.
@@ -595,7 +595,7 @@ pub enum Received {
 }
 
 /// One step in an event's history.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct EventStep {
     /// `ledger` (what the event did to an operation) or `forward` (an
     /// attempt to deliver it to the application).

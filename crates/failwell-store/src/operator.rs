@@ -13,7 +13,7 @@ use sqlx::{Decode, Postgres, Sqlite, Type};
 use crate::error::{Context, StoreError};
 
 /// Which queue a dead letter comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeadLetterKind {
     /// An outbox message: a call to a provider that was given up.
@@ -78,7 +78,7 @@ pub enum ManualResolution {
 }
 
 /// A dead letter: work given up after its attempts or deadline.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct DeadLetter {
     /// Message or forward.
     pub kind: DeadLetterKind,
@@ -116,7 +116,7 @@ pub struct DeadLetterFilter {
 }
 
 /// One entry of a subject's history: a state change or an attempt.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct HistoryEntry {
     /// When, ms since epoch.
     pub at_ms: i64,
@@ -134,7 +134,7 @@ pub struct HistoryEntry {
 
 /// The four numbers of one integration (a provider, or a webhook
 /// integration's forwards), as of `now`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct IntegrationStats {
     /// Provider or webhook integration name.
     pub integration: String,
@@ -164,7 +164,7 @@ pub struct IntegrationStats {
 }
 
 /// All integrations' numbers, and the window they were taken over.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Stats {
     /// When, ms since epoch.
     pub at_ms: i64,
@@ -207,7 +207,7 @@ pub struct NewReport {
 }
 
 /// A stored comparison report.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Report {
     /// Report id.
     pub id: i64,

@@ -19,8 +19,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, ManualResolution, Store};
 use hmac::{Hmac, Mac};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+
 use sha2::Sha256;
 
 use crate::api::{ApiPath, AppState};
@@ -180,7 +180,11 @@ pub(crate) fn kind(s: &str) -> Result<DeadLetterKind, Problem> {
     })
 }
 
-async fn status<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
+/// Each integration's four numbers: success rate, p95 latency, open
+/// entries and the oldest one's age, dead letters since the last look.
+#[utoipa::path(get, path = "/admin/v1/status", operation_id = "admin_status", tag = "admin", security(("admin_token" = [])),
+    responses((status = 200, description = "The numbers", body = failwell_store::Stats), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
+pub(crate) async fn status<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
     let stats = ops::stats(&state.store, &state.providers, state.admin.stats_window).await?;
     Ok(Json(stats).into_response())
 }
@@ -188,13 +192,20 @@ async fn status<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Respo
 /// `GET /dead-letters` query.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ListQuery {
+pub(crate) struct ListQuery {
     kind: Option<String>,
     integration: Option<String>,
-    limit: Option<u32>,
+    limit: Option<i64>,
 }
 
-async fn list<S: Store>(
+/// Dead letters, newest first.
+#[utoipa::path(get, path = "/admin/v1/dead-letters", operation_id = "list_dead_letters", tag = "admin", security(("admin_token" = [])),
+    params(
+        ("kind" = Option<String>, Query, description = "`message` or `forward`"),
+        ("integration" = Option<String>, Query, description = "Only this provider or webhook integration"),
+        ("limit" = Option<i64>, Query, minimum = 1, description = "At most this many (default 100; more than 1000 lists 1000)")),
+    responses((status = 200, description = "Dead letters", body = DeadLetters), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
+pub(crate) async fn list<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Problem> {
@@ -208,15 +219,20 @@ async fn list<S: Store>(
             })?),
         };
     let limit = q.limit.unwrap_or(100);
-    if limit == 0 {
+    if limit < 1 {
         return Err(invalid("limit must be at least 1 (at most 1000 are listed).".into()));
     }
+    let limit = limit.min(1000) as u32;
     let filter = DeadLetterFilter { kind, integration: q.integration, since_ms: None };
     let letters = state.store.dead_letters(filter, limit.min(1000)).await?;
-    Ok(Json(json!({ "dead_letters": letters })).into_response())
+    Ok(Json(DeadLetters { dead_letters: letters }).into_response())
 }
 
-async fn show<S: Store>(
+/// One dead letter with its payload.
+#[utoipa::path(get, path = "/admin/v1/dead-letters/{kind}/{id}", operation_id = "get_dead_letter", tag = "admin", security(("admin_token" = [])),
+    params(("kind" = String, Path, description = "`message` or `forward`"), ("id" = i64, Path, description = "Its id")),
+    responses((status = 200, description = "The dead letter", body = failwell_store::DeadLetter), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
+pub(crate) async fn show<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
@@ -230,7 +246,12 @@ fn not_dead(kind: &str, id: i64) -> Problem {
     Problem::new(ProblemType::NotADeadLetter, format!("{kind} {id} is not a dead letter."))
 }
 
-async fn replay<S: Store>(
+/// Puts a dead letter back in its queue, due now, with fresh attempts and
+/// the same idempotency key.
+#[utoipa::path(post, path = "/admin/v1/dead-letters/{kind}/{id}/replay", operation_id = "replay_dead_letter", tag = "admin", security(("admin_token" = [])),
+    params(("kind" = String, Path, description = "`message` or `forward`"), ("id" = i64, Path, description = "Its id")),
+    responses((status = 200, description = "Replayed", body = Done), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
+pub(crate) async fn replay<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
@@ -240,7 +261,7 @@ async fn replay<S: Store>(
     }
     wake(&state, dead_kind);
     tracing::info!(kind = k, id, by = Channel::Api.actor(), "dead letter replayed");
-    Ok(Json(json!({ "kind": k, "id": id, "replayed": true })).into_response())
+    Ok(Json(Done { kind: k, id, replayed: Some(true), purged: None }).into_response())
 }
 
 /// Wakes the queue a replayed dead letter went back to.
@@ -251,7 +272,11 @@ pub(crate) fn wake<S>(state: &AppState<S>, kind: DeadLetterKind) {
     }
 }
 
-async fn purge<S: Store>(
+/// Deletes a dead letter for good (the history keeps that it was).
+#[utoipa::path(delete, path = "/admin/v1/dead-letters/{kind}/{id}", operation_id = "purge_dead_letter", tag = "admin", security(("admin_token" = [])),
+    params(("kind" = String, Path, description = "`message` or `forward`"), ("id" = i64, Path, description = "Its id")),
+    responses((status = 200, description = "Purged", body = Done), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
+pub(crate) async fn purge<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
@@ -259,25 +284,93 @@ async fn purge<S: Store>(
         return Err(not_dead(&k, id));
     }
     tracing::info!(kind = k, id, by = Channel::Api.actor(), "dead letter purged");
-    Ok(Json(json!({ "kind": k, "id": id, "purged": true })).into_response())
+    Ok(Json(Done { kind: k, id, replayed: None, purged: Some(true) }).into_response())
 }
 
-async fn ack<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
+/// Acknowledges every dead letter so far (the status counts from now).
+#[utoipa::path(post, path = "/admin/v1/dead-letters/ack", operation_id = "ack_dead_letters", tag = "admin", security(("admin_token" = [])),
+    responses((status = 200, description = "Acknowledged", body = Acknowledged), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
+pub(crate) async fn ack<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
     let now = failwell_engine::now_ms();
     state.store.ack_dead_letters(Channel::Api, now).await?;
-    Ok(Json(json!({ "acknowledged_at_ms": now })).into_response())
+    Ok(Json(Acknowledged { acknowledged_at_ms: now }).into_response())
 }
 
 /// `POST /reconcile` body (all optional).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ReconcileBody {
+pub(crate) struct ReconcileBody {
+    /// Only this provider.
     provider: Option<String>,
+    /// The comparison window, ms back from now (default a day).
     window_ms: Option<u64>,
+}
+
+/// `GET /dead-letters`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct DeadLetters {
+    /// Newest first.
+    dead_letters: Vec<failwell_store::DeadLetter>,
+}
+
+/// A dead letter replayed or purged.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Done {
+    /// `message` or `forward`.
+    kind: String,
+    /// Its id.
+    id: i64,
+    /// Set when it was replayed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replayed: Option<bool>,
+    /// Set when it was purged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    purged: Option<bool>,
+}
+
+/// Dead letters acknowledged.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Acknowledged {
+    /// From when the status counts dead letters, ms since the Unix epoch.
+    acknowledged_at_ms: i64,
+}
+
+/// An operation and its history.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Timeline {
+    /// The operation.
+    operation: failwell_store::Operation,
+    /// Every state change, oldest first.
+    history: Vec<failwell_store::HistoryEntry>,
+}
+
+/// `GET /reports`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Reports {
+    /// Newest first.
+    reports: Vec<failwell_store::Report>,
 }
 
 /// The default comparison window of an operator's run: the last day.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(86_400);
+
+/// A JSON object body read as `T` (serde would also read a struct from an
+/// array); `what` names the request in the problem (400 `invalid-body`).
+fn json_object<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, Problem> {
+    let invalid = |e: String| {
+        Problem::with_status(
+            ProblemType::InvalidBody,
+            StatusCode::BAD_REQUEST,
+            format!("The body is not {what}: {e}"),
+        )
+    };
+    match serde_json::from_slice::<serde_json::Value>(body).map_err(|e| invalid(e.to_string()))? {
+        object @ serde_json::Value::Object(_) => {
+            serde_json::from_value(object).map_err(|e| invalid(e.to_string()))
+        }
+        _ => Err(invalid("a JSON object is expected".into())),
+    }
+}
 
 /// A request body, or the problem of one that could not be read (413
 /// `body-too-large` past the body limit).
@@ -292,22 +385,19 @@ fn bytes(body: Result<axum::body::Bytes, BytesRejection>) -> Result<axum::body::
     })
 }
 
-async fn reconcile<S: Store>(
+/// Looks up every unknown operation now and compares failwell's
+/// operations with each provider's records over a window.
+#[utoipa::path(post, path = "/admin/v1/reconcile", operation_id = "reconcile", tag = "admin", security(("admin_token" = [])),
+    request_body(content = Option<ReconcileBody>, description = "All optional: one provider, the window in ms (default a day)"),
+    responses((status = 200, description = "What the run found", body = crate::ops::ReconcileRun), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem),
+        (status = 413, response = Problem), (status = 502, response = Problem), (status = 503, response = Problem)))]
+pub(crate) async fn reconcile<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     body: Result<axum::body::Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let body = bytes(body)?;
-    let body: ReconcileBody = if body.is_empty() {
-        ReconcileBody::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            Problem::with_status(
-                ProblemType::InvalidBody,
-                StatusCode::BAD_REQUEST,
-                format!("The body is not a reconcile request: {e}"),
-            )
-        })?
-    };
+    let body: ReconcileBody =
+        if body.is_empty() { ReconcileBody::default() } else { json_object(&body, "a reconcile request")? };
     let window = body.window_ms.map_or(DEFAULT_WINDOW, Duration::from_millis);
     let run = ops::reconcile_run(
         &state.store,
@@ -322,24 +412,29 @@ async fn reconcile<S: Store>(
     Ok(Json(run).into_response())
 }
 
-async fn history<S: Store>(
+/// An operation and its history: every state change (who, when, why).
+#[utoipa::path(get, path = "/admin/v1/operations/{key}/history", operation_id = "get_operation_history", tag = "admin", security(("admin_token" = [])),
+    params(("key" = String, Path, description = "The operation's idempotency key")),
+    responses((status = 200, description = "The operation and its history", body = Timeline), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
+pub(crate) async fn history<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     ApiPath(key): ApiPath<String>,
 ) -> Result<Response, Problem> {
     match ops::timeline(&state.store, &key).await? {
-        Some((operation, history)) => {
-            Ok(Json(json!({ "operation": operation, "history": history })).into_response())
-        }
+        Some((operation, history)) => Ok(Json(Timeline { operation, history }).into_response()),
         None => Err(Problem::new(ProblemType::OperationNotFound, "No operation has this idempotency key.")),
     }
 }
 
 /// `POST /operations/{key}/resolve` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ResolveBody {
+pub(crate) struct ResolveBody {
+    /// `succeeded` or `failed`.
     status: String,
+    /// The provider's id for the effect, if it has one.
     provider_ref: Option<String>,
+    /// Why you know (kept in the history).
     note: String,
 }
 
@@ -389,18 +484,19 @@ pub(crate) async fn settle<S: Store>(
     }
 }
 
-async fn resolve<S: Store>(
+/// Settles an `unknown` or `needs_human` operation by hand, after checking
+/// with the provider; answered like its history.
+#[utoipa::path(post, path = "/admin/v1/operations/{key}/resolve", operation_id = "resolve_operation", tag = "admin", security(("admin_token" = [])),
+    params(("key" = String, Path, description = "The operation's idempotency key")),
+    request_body(content = ResolveBody, description = "What happened, and why you know"),
+    responses((status = 200, description = "Resolved: the operation and its history", body = Timeline), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem),
+        (status = 409, response = Problem), (status = 413, response = Problem), (status = 503, response = Problem)))]
+pub(crate) async fn resolve<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     ApiPath(key): ApiPath<String>,
     body: Result<axum::body::Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
-    let body: ResolveBody = serde_json::from_slice(&bytes(body)?).map_err(|e| {
-        Problem::with_status(
-            ProblemType::InvalidBody,
-            StatusCode::BAD_REQUEST,
-            format!("The body is not a resolution: {e}"),
-        )
-    })?;
+    let body: ResolveBody = json_object(&bytes(body)?, "a resolution")?;
     settle(&state, &key, &body.status, body.provider_ref, body.note, Channel::Api).await?;
     // Answered like GET …/history: the operation as it is now.
     history(State(state), ApiPath(key)).await
@@ -409,20 +505,35 @@ async fn resolve<S: Store>(
 /// `GET /reports` query.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ReportsQuery {
-    limit: Option<u32>,
+pub(crate) struct ReportsQuery {
+    limit: Option<i64>,
 }
 
-async fn reports<S: Store>(
+/// Comparison reports, newest first.
+#[utoipa::path(get, path = "/admin/v1/reports", operation_id = "list_reports", tag = "admin", security(("admin_token" = [])),
+    params(("limit" = Option<i64>, Query, minimum = 0, description = "At most this many (default 20; more than 200 lists 200)")),
+    responses((status = 200, description = "Reports", body = Reports), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
+pub(crate) async fn reports<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     query: Result<Query<ReportsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Problem> {
     let Query(q) = query.map_err(|e| Problem::new(ProblemType::InvalidQuery, e.body_text()))?;
-    let reports = state.store.reports(q.limit.unwrap_or(20).min(200)).await?;
-    Ok(Json(json!({ "reports": reports })).into_response())
+    let limit = q.limit.unwrap_or(20);
+    if limit < 0 {
+        return Err(Problem::new(
+            ProblemType::InvalidQuery,
+            "limit must be at least 0 (at most 200 are listed).",
+        ));
+    }
+    let reports = state.store.reports(limit.min(200) as u32).await?;
+    Ok(Json(Reports { reports }).into_response())
 }
 
-async fn report<S: Store>(
+/// One comparison report.
+#[utoipa::path(get, path = "/admin/v1/reports/{id}", operation_id = "get_report", tag = "admin", security(("admin_token" = [])),
+    params(("id" = i64, Path, description = "Its id")),
+    responses((status = 200, description = "The report", body = failwell_store::Report), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
+pub(crate) async fn report<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Response, Problem> {

@@ -23,7 +23,7 @@ use failwell_policy::{Answer, Bulkhead, OnUnavailable, PolicyError, Rejected};
 use failwell_store::{NewOperation, Operation, Store, Submitted};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::Notify;
 use tower::ServiceBuilder;
 
@@ -105,6 +105,7 @@ pub fn router<S: Store>(
             post(crate::inbox::receive::<S>).layer(DefaultBodyLimit::max(webhook_body_limit(&state))),
         )
         .route("/healthz", get(health::<S>))
+        .route("/openapi.json", get(crate::openapi::openapi_json))
         .fallback(|| async { Problem::new(ProblemType::NotFound, "No such route.") })
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body_bytes))
@@ -144,7 +145,7 @@ async fn overloaded(error: PolicyError<Infallible>) -> Response {
 }
 
 /// A JSON body whose rejections are problem details.
-struct ApiJson<T>(T);
+pub(crate) struct ApiJson<T>(T);
 
 impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = Problem;
@@ -184,12 +185,17 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> axum::extract::FromR
 }
 
 /// The body of `POST /v1/operations`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SubmitBody {
+pub(crate) struct SubmitBody {
+    /// A `[providers.NAME]` of the configuration.
     provider: String,
+    /// One of its operations.
     operation: String,
-    /// Read on its own ([`payload`]), so its nesting is counted from itself.
+    /// The request body to send, a JSON object (numbers and key order are
+    /// kept; at most 127 levels deep). Read on its own ([`payload`]), so
+    /// its nesting is counted from itself.
+    #[schema(value_type = Object)]
     payload: Box<serde_json::value::RawValue>,
 }
 
@@ -213,11 +219,23 @@ fn payload(raw: &serde_json::value::RawValue) -> Result<Value, Problem> {
 }
 
 /// An operation as the API shows it.
-#[derive(Debug, Serialize)]
-struct OperationView {
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct OperationView {
     #[serde(flatten)]
     operation: Operation,
+    /// Where to follow it: `/v1/operations/{key}`.
     status_url: String,
+}
+
+/// An operation with its history and the webhook events about it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct OperationDetail {
+    #[serde(flatten)]
+    view: OperationView,
+    /// Every call, lookup and skipped attempt, oldest first.
+    history: Vec<failwell_store::AttemptRow>,
+    /// What each webhook event did to it.
+    events: Vec<failwell_store::OperationEvent>,
 }
 
 fn view(operation: Operation) -> OperationView {
@@ -232,7 +250,19 @@ fn encode_segment(s: &str) -> String {
     utf8_percent_encode(s, SEGMENT).to_string()
 }
 
-async fn submit<S: Store>(
+/// Records an intent and queues its delivery: 201 with the new operation,
+/// 200 with the stored one when the key was used before with the same
+/// request.
+#[utoipa::path(post, path = "/v1/operations", operation_id = "submit_operation", tag = "operations",
+    params(("Idempotency-Key" = String, Header, min_length = 1, max_length = 255, pattern = "^[!-~]+$",
+        description = "One key per intent (1–255 visible ASCII bytes), reused on every retry of it")),
+    request_body(content = SubmitBody, description = "The operation to deliver"),
+    responses(
+        (status = 201, description = "Recorded; delivery is queued", body = OperationView),
+        (status = 200, description = "The key was used before with the same request: the stored operation", body = OperationView),
+        (status = 400, response = Problem), (status = 413, response = Problem), (status = 415, response = Problem),
+        (status = 422, response = Problem), (status = 503, response = Problem)))]
+pub(crate) async fn submit<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     headers: HeaderMap,
     body: ApiJson<SubmitBody>,
@@ -357,25 +387,32 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
     Ok(key.to_string())
 }
 
-async fn show<S: Store>(
+/// One operation by its idempotency key.
+#[utoipa::path(get, path = "/v1/operations/{key}", operation_id = "get_operation", tag = "operations",
+    params(("key" = String, Path, description = "The operation's idempotency key")),
+    responses(
+        (status = 200, description = "The operation, its history and its events", body = OperationDetail),
+        (status = 400, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
+pub(crate) async fn show<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     key: Result<Path<String>, PathRejection>,
-) -> Result<Response, Problem> {
+) -> Result<Json<OperationDetail>, Problem> {
     let Path(key) = key.map_err(|e| Problem::new(ProblemType::InvalidPath, e.body_text()))?;
     let Some(op) = state.store.operation(&key).await? else {
         return Err(Problem::new(ProblemType::OperationNotFound, format!("No operation has key {key:?}.")));
     };
     let history = state.store.attempts(op.id).await?;
     let events = state.store.operation_events(op.id).await?;
-    let mut body = serde_json::to_value(view(op)).unwrap_or(Value::Null);
-    body["history"] = serde_json::to_value(history).unwrap_or(Value::Null);
-    body["events"] = serde_json::to_value(events).unwrap_or(Value::Null);
-    Ok(Json(body).into_response())
+    Ok(Json(OperationDetail { view: view(op), history, events }))
 }
 
 /// `GET /metrics`: every counter and gauge failwell records, in the
 /// Prometheus text exposition format (version 0.0.4).
-async fn prometheus<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics", tag = "health",
+    responses(
+        (status = 200, description = "Prometheus text exposition format 0.0.4", body = String, content_type = "text/plain; version=0.0.4"),
+        (status = 503, response = Problem)))]
+pub(crate) async fn prometheus<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
     let Some(handle) = &state.metrics else {
         return Err(Problem::new(
             ProblemType::MetricsUnavailable,
@@ -429,33 +466,103 @@ async fn record_stats<S: Store>(state: &AppState<S>) -> Result<(), Problem> {
     Ok(())
 }
 
-/// `GET /v1/providers`: each provider's breaker, bulkhead and retry budget.
-async fn providers<S: Store>(State(state): State<Arc<AppState<S>>>) -> Response {
-    let providers: Vec<Value> = state
+/// `GET /v1/providers`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct ProvidersView {
+    /// Each configured provider.
+    providers: Vec<ProviderView>,
+}
+
+/// One provider's guards, as this process sees them.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct ProviderView {
+    /// Its `[providers.NAME]`.
+    name: String,
+    /// Its circuit breaker, if it has one.
+    breaker: Option<BreakerView>,
+    /// Its adaptive sending rate, if it has one.
+    throttle: Option<ThrottleView>,
+    /// Its bulkhead.
+    bulkhead: BulkheadView,
+    /// Its retry budget.
+    retry_budget: BudgetView,
+}
+
+/// A circuit breaker's state.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct BreakerView {
+    /// `closed`, `open`, `half_open`, `forced_open` or `forced_closed`.
+    state: &'static str,
+    /// How long every call stays paused, ms (0: not paused).
+    paused_ms: u64,
+    /// How long calls were paused in all, ms.
+    paused_total_ms: u64,
+}
+
+/// An adaptive sending rate.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct ThrottleView {
+    /// Calls per second allowed now; `null` while unlimited.
+    rate_per_s: Option<f64>,
+}
+
+/// A bulkhead's use.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct BulkheadView {
+    /// Calls in flight.
+    in_flight: usize,
+    /// Calls allowed in flight at once.
+    max_concurrent: usize,
+}
+
+/// A retry budget's balance.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct BudgetView {
+    /// Retries it allows now.
+    available: u64,
+}
+
+/// Each provider's breaker, bulkhead and retry budget.
+#[utoipa::path(get, path = "/v1/providers", operation_id = "list_providers", tag = "providers",
+    responses((status = 200, description = "Every configured provider", body = ProvidersView)))]
+pub(crate) async fn providers<S: Store>(State(state): State<Arc<AppState<S>>>) -> Json<ProvidersView> {
+    let providers = state
         .providers
         .iter()
         .map(|(name, client)| {
             let guards = client.guards();
-            json!({
-                "name": name,
-                "breaker": guards.breaker.as_ref().map(|b| json!({
-                    "state": b.state().as_str(),
-                    "paused_ms": b.paused_for().map_or(0, |d| d.as_millis() as u64),
-                    "paused_total_ms": guards.paused_total().as_millis() as u64,
-                })),
-                "throttle": guards.throttle.as_ref().map(|t| json!({"rate_per_s": t.rate()})),
-                "bulkhead": {
-                    "in_flight": guards.bulkhead.in_flight(),
-                    "max_concurrent": guards.bulkhead.config().max_concurrent,
+            ProviderView {
+                name: name.clone(),
+                breaker: guards.breaker.as_ref().map(|b| BreakerView {
+                    state: b.state().as_str(),
+                    paused_ms: b.paused_for().map_or(0, |d| d.as_millis() as u64),
+                    paused_total_ms: guards.paused_total().as_millis() as u64,
+                }),
+                throttle: guards.throttle.as_ref().map(|t| ThrottleView { rate_per_s: t.rate() }),
+                bulkhead: BulkheadView {
+                    in_flight: guards.bulkhead.in_flight(),
+                    max_concurrent: guards.bulkhead.config().max_concurrent,
                 },
-                "retry_budget": {"available": guards.budget.available()},
-            })
+                retry_budget: BudgetView { available: guards.budget.available() },
+            }
         })
         .collect();
-    Json(json!({"providers": providers})).into_response()
+    Json(ProvidersView { providers })
 }
 
-async fn health<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
+/// `GET /healthz`: the store answers.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Health {
+    /// Always `ok`.
+    status: &'static str,
+    /// Operations and queues by state.
+    operations: failwell_store::Counts,
+}
+
+/// The store answers, with its counts.
+#[utoipa::path(get, path = "/healthz", operation_id = "health", tag = "health",
+    responses((status = 200, description = "The store answers", body = Health), (status = 503, response = Problem)))]
+pub(crate) async fn health<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Json<Health>, Problem> {
     let counts = state.store.counts().await?;
-    Ok(Json(json!({"status": "ok", "operations": counts})).into_response())
+    Ok(Json(Health { status: "ok", operations: counts }))
 }

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod inbox;
+pub mod openapi;
 pub mod ops;
 pub mod problem;
 pub mod read;

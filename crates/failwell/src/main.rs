@@ -102,6 +102,9 @@ enum Command {
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         rate_limit: Option<u32>,
     },
+    /// Print the OpenAPI 3.1 document of the HTTP API (what `GET
+    /// /openapi.json` serves; docs/openapi.json holds it).
+    Openapi,
     /// Webhook tools.
     Webhook {
         #[command(subcommand)]
@@ -179,7 +182,8 @@ fn main() -> ExitCode {
         | Command::Status { .. }
         | Command::Dlq { .. }
         | Command::Reconcile { .. }
-        | Command::Ops { .. } => "warn",
+        | Command::Ops { .. }
+        | Command::Openapi => "warn",
         Command::Serve { .. } | Command::Sim { .. } => "failwell=info,warn",
     };
     // The demo's report stays clean: what failwell logs while it runs goes
@@ -232,6 +236,10 @@ async fn run(cli: Cli, demo_log: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     // Before any configuration is loaded: see `failwell::prometheus`.
     failwell::prometheus();
     match cli.command {
+        Command::Openapi => {
+            println!("{}", serde_json::to_string_pretty(&failwell::openapi::document())?);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Status { common } => failwell::cli::status(common).await,
         Command::Dlq { common, command } => failwell::cli::dlq(common, command).await,
         Command::Reconcile { common, command: ReconcileCommand::Run(args) } => {

@@ -42,7 +42,7 @@ pub enum OpsError {
 }
 
 /// What `reconcile run` did.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct ReconcileRun {
     /// Unknown operations looked up.
     pub looked_up: usize,
@@ -55,7 +55,7 @@ pub struct ReconcileRun {
 }
 
 /// One comparison of a [`ReconcileRun`].
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct ComparisonRun {
     /// The provider compared.
     pub provider: String,

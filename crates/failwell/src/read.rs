@@ -16,15 +16,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Json;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use failwell_policy::{Answer, Classification, OnUnavailable};
 use failwell_store::Store;
 use lru::LruCache;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::api::AppState;
+use crate::api::{ApiPath, AppState};
 use crate::problem::{Problem, ProblemType};
 
 /// Last-known-good answers kept, at most (least recently used go first).
@@ -63,10 +63,41 @@ impl ReadCache {
     }
 }
 
-/// `GET /v1/read/{provider}/{operation}`.
+/// The provider's answer to a read.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct ReadAnswer {
+    /// Whether it is an earlier answer kept for a provider now unavailable
+    /// (with `Age` and `Warning: 110` headers).
+    stale: bool,
+    /// Its age in seconds (absent on a refusal passed on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    age_s: Option<u64>,
+    /// When it was fetched, ms since the Unix epoch (absent on a refusal).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fetched_at_ms: Option<i64>,
+    /// The provider's HTTP status.
+    status: u16,
+    /// The provider's JSON body (`null` when it sent none).
+    #[schema(value_type = Object)]
+    response: Value,
+}
+
+/// A read (an operation whose method is GET) answered at once by the
+/// provider, with the query passed on; when the provider is unavailable, a
+/// kept answer not older than the operation's `max_stale_ms`, else 503. A
+/// refusal of the provider's own (e.g. 404) is passed on with its status.
+#[utoipa::path(get, path = "/v1/read/{provider}/{operation}", operation_id = "read", tag = "reads",
+    params(
+        ("provider" = String, Path, description = "A `[providers.NAME]`"),
+        ("operation" = String, Path, description = "One of its operations with method GET")),
+    responses(
+        (status = 200, description = "The provider's answer", body = ReadAnswer),
+        (status = "4XX", description = "The provider refused for good: its answer, passed on", body = ReadAnswer),
+        (status = 404, response = Problem), (status = 422, response = Problem),
+        (status = 503, response = Problem)))]
 pub(crate) async fn read<S: Store>(
     State(state): State<Arc<AppState<S>>>,
-    Path((provider, operation)): Path<(String, String)>,
+    ApiPath((provider, operation)): ApiPath<(String, String)>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, Problem> {
     let Some(client) = state.providers.get(&provider) else {
@@ -117,7 +148,13 @@ pub(crate) async fn read<S: Store>(
                         == Classification::Permanent =>
                 {
                     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::BAD_GATEWAY);
-                    let body = json!({"stale": false, "status": reply.status, "response": reply.body});
+                    let body = ReadAnswer {
+                        stale: false,
+                        age_s: None,
+                        fetched_at_ms: None,
+                        status: reply.status,
+                        response: reply.body.clone().unwrap_or(Value::Null),
+                    };
                     return Ok((status, Json(body)).into_response());
                 }
                 Ok(reply) => reply.retry_after.unwrap_or(Duration::from_secs(1)),
@@ -145,18 +182,18 @@ pub(crate) async fn read<S: Store>(
 
 /// A read's answer: fresh, or stale with its age.
 fn answer(good: &Good, stale: bool) -> Response {
-    let age = good.at.elapsed().as_secs();
-    let body = json!({
-        "stale": stale,
-        "age_s": age,
-        "fetched_at_ms": good.at_ms,
-        "status": good.status,
-        "response": good.response,
-    });
+    let age_s = good.at.elapsed().as_secs();
+    let body = ReadAnswer {
+        stale,
+        age_s: Some(age_s),
+        fetched_at_ms: Some(good.at_ms),
+        status: good.status,
+        response: good.response.clone(),
+    };
     let mut response = (StatusCode::OK, Json(body)).into_response();
     if stale {
         let headers = response.headers_mut();
-        headers.insert(header::AGE, HeaderValue::from(age));
+        headers.insert(header::AGE, HeaderValue::from(age_s));
         headers.insert(header::WARNING, HeaderValue::from_static("110 - \"Response is Stale\""));
     }
     response

@@ -13,6 +13,7 @@ mod helpers;
 mod logs;
 mod manifest;
 mod metrics;
+mod openapi;
 mod operator;
 mod processing;
 mod scale_out;
