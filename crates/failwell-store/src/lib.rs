@@ -45,7 +45,7 @@ pub use operator::{
 pub use outbox::{Message, Outbox, OutboxConnection};
 pub use postgres::{NewMessages, PostgresStore};
 pub use sqlite::{SqliteStore, Synchronous};
-pub use stored::{MAX_NESTING, RESERVED_KEY_PREFIX};
+pub use stored::{MAX_NESTING, RESERVED_KEY_PREFIX, reserved_key_in};
 
 /// The durable store the relay, the reconciler and the HTTP API work on.
 ///

@@ -41,11 +41,13 @@ pub(crate) fn json_or_text(text: String) -> (Value, Option<serde_json::Error>) {
 /// such a key reads back as something else, so no payload may hold one.
 pub const RESERVED_KEY_PREFIX: &str = "$serde_json::private::";
 
-/// The largest power of ten of a digit PostgreSQL's `numeric` (which
-/// `jsonb` numbers are) holds before the decimal point (131072 digits), and
-/// the smallest after it (16383 digits): the PostgreSQL 15 manual, 8.1.2.
+/// What PostgreSQL's `numeric` (which `jsonb` numbers are) holds, by the
+/// checks of its input function (`numeric.c`, PostgreSQL 15): at most
+/// 131072 digits before the decimal point, at most 16383 after it (as
+/// written: trailing zeros count), and an exponent under 2^30 even for 0.
 const NUMERIC_MAX_POWER: i128 = 131_071;
-const NUMERIC_MIN_POWER: i128 = -16_383;
+const NUMERIC_MAX_SCALE: i128 = 16_383;
+const NUMERIC_MAX_EXPONENT: i128 = i32::MAX as i128 / 2;
 
 /// Refuses a payload failwell could not store and read back on every
 /// store. Errors: [`StoreError::InvalidPayload`] (nested deeper than
@@ -78,33 +80,71 @@ pub(crate) fn check_payload(payload: &Value) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Whether the JSON number `text` is within PostgreSQL's `numeric`: its
-/// highest non-zero digit at most 10^131071, its lowest at least 10^-16383.
+/// A JSON number's text taken apart: its mantissa's digits (leading zeros
+/// included), how many of them follow the decimal point, and its exponent.
+struct Decimal {
+    negative: bool,
+    digits: Vec<u8>,
+    fraction: usize,
+    exponent: i128,
+}
+
+impl Decimal {
+    /// `None` when the exponent does not fit an i128 (far beyond any limit).
+    fn parse(text: &str) -> Option<Self> {
+        let (negative, unsigned) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let (mantissa, exponent) = match unsigned.split_once(['e', 'E']) {
+            Some((m, e)) => (m, e.parse::<i128>().ok()?),
+            None => (unsigned, 0),
+        };
+        let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        let digits = int.bytes().chain(frac.bytes()).collect();
+        Some(Self { negative, digits, fraction: frac.len(), exponent })
+    }
+
+    /// The power of ten of the highest and of the lowest non-zero digit;
+    /// `None` for zero.
+    fn span(&self) -> Option<(i128, i128)> {
+        let first = self.digits.iter().position(|&b| b != b'0')?;
+        let last = self.digits.iter().rposition(|&b| b != b'0')?;
+        let point = (self.digits.len() - self.fraction) as i128 + self.exponent;
+        Some((point - 1 - first as i128, point - 1 - last as i128))
+    }
+
+    /// The same value: sign, non-zero digits and their place (so `12.50`,
+    /// `1.25e1` and `125e-1` are one value).
+    fn same_value(&self, other: &Decimal) -> bool {
+        let significant = |d: &Decimal| {
+            d.span().map(|(high, low)| {
+                let digits: Vec<u8> = d.digits.iter().copied().skip_while(|&b| b == b'0').collect();
+                let kept = (high - low + 1) as usize;
+                (d.negative, digits[..kept].to_vec(), high)
+            })
+        };
+        significant(self) == significant(other)
+    }
+}
+
+/// Whether the JSON number `text` is within PostgreSQL's `numeric`.
 fn numeric_in_range(text: &str) -> bool {
-    let unsigned = text.strip_prefix('-').unwrap_or(text);
-    let (mantissa, exponent) = match unsigned.split_once(['e', 'E']) {
-        Some((m, e)) => match e.parse::<i128>() {
-            Ok(e) => (m, e),
-            // An exponent beyond i128 is beyond numeric, unless the number is 0.
-            Err(_) => return !m.bytes().any(|b| (b'1'..=b'9').contains(&b)),
-        },
-        None => (unsigned, 0),
-    };
-    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    let digits: Vec<u8> = int.bytes().chain(frac.bytes()).collect();
-    let Some(first) = digits.iter().position(|&b| b != b'0') else { return true };
-    let last = digits.iter().rposition(|&b| b != b'0').unwrap_or(first);
-    let point = int.len() as i128 + exponent;
-    let power = |index: usize| point - 1 - index as i128;
-    power(first) <= NUMERIC_MAX_POWER && power(last) >= NUMERIC_MIN_POWER
+    let Some(number) = Decimal::parse(text) else { return false };
+    let scale = number.fraction as i128 - number.exponent;
+    number.exponent.abs() < NUMERIC_MAX_EXPONENT
+        && scale <= NUMERIC_MAX_SCALE
+        && number.span().is_none_or(|(high, _)| high <= NUMERIC_MAX_POWER)
 }
 
 /// A copy of `value` whose numbers are written as serde_json wrote them
-/// before numbers kept their digits: an integer of 64 bits as itself, any
-/// other number that fits an f64 as that f64 (`12.50` as `12.5`, `1e2` as
-/// `100.0`), the rest as written. SQLite's request hash is taken over it,
-/// so hashes (and the keys derived from them) stay those of earlier
-/// versions: the same request enqueued again is still one message.
+/// before numbers kept their digits, wherever that form is the same value:
+/// an integer of 64 bits as itself, a number an f64 holds exactly as that
+/// f64 (`12.50` as `12.5`, `1e2` as `100.0`); any other number as written
+/// (an f64 would change it). SQLite's request hash is taken over it, so the
+/// hashes (and the keys derived from them) of the payloads earlier versions
+/// stored unchanged stay valid: the same request enqueued again is still
+/// one message, while two numbers an f64 cannot tell apart stay two.
 pub(crate) fn hash_form(value: &Value) -> Value {
     match value {
         Value::Number(n) => Value::Number(if let Some(u) = n.as_u64() {
@@ -112,7 +152,14 @@ pub(crate) fn hash_form(value: &Value) -> Value {
         } else if let Some(i) = n.as_i64() {
             i.into()
         } else {
-            n.as_f64().and_then(serde_json::Number::from_f64).unwrap_or_else(|| n.clone())
+            let text = n.to_string();
+            n.as_f64()
+                .and_then(serde_json::Number::from_f64)
+                .filter(|f| {
+                    let f = f.to_string();
+                    matches!((Decimal::parse(&text), Decimal::parse(&f)), (Some(a), Some(b)) if a.same_value(&b))
+                })
+                .unwrap_or_else(|| n.clone())
         }),
         Value::Array(items) => Value::Array(items.iter().map(hash_form).collect()),
         Value::Object(members) => {
@@ -123,6 +170,32 @@ pub(crate) fn hash_form(value: &Value) -> Value {
         }
         other => other.clone(),
     }
+}
+
+/// The first object key of the JSON `text` that starts with
+/// [`RESERVED_KEY_PREFIX`] once its escapes are read (`"\u0024serde…"` is
+/// one), if any. Reads the text as tokens, so a string *value* with that
+/// text is no key. Meant for text serde_json accepted as JSON.
+pub fn reserved_key_in(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    while let Some(offset) = bytes[at..].iter().position(|&b| b == b'"') {
+        let start = at + offset;
+        let mut end = start + 1;
+        while end < bytes.len() && bytes[end] != b'"' {
+            end += if bytes[end] == b'\\' { 2 } else { 1 };
+        }
+        let token = text.get(start..=end.min(bytes.len() - 1))?;
+        at = end + 1;
+        let is_key = bytes[at.min(bytes.len())..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b':');
+        if is_key
+            && let Ok(key) = serde_json::from_str::<String>(token)
+            && key.starts_with(RESERVED_KEY_PREFIX)
+        {
+            return Some(key);
+        }
+    }
+    None
 }
 
 /// What a claim does with a message whose operation cannot be read back
@@ -229,22 +302,45 @@ mod tests {
         for fits in [
             "0",
             "-0",
-            "0e999999999999999999999999",
             "1e131071",
             "9.9e131071",
             "1e-16383",
             "12.50",
             "-1e-400",
+            "1.00000e131067",
+            "0e-16383",
         ] {
             assert!(numeric_in_range(fits), "{fits}");
         }
-        for beyond in
-            ["1e131072", "10e131071", "1e-16384", "1.5e-16383", "1e999999999999999999999999999999999999999"]
-        {
+        let many_zeros = format!("1.{}", "0".repeat(16384));
+        for beyond in [
+            "1e131072",
+            "10e131071",
+            "1e-16384",
+            "1.5e-16383",
+            "1.0e-16383",
+            "0e-20000",
+            "0e999999999999999999999999",
+            "0.0e2147483647",
+            "1e999999999999999999999999999999999999999",
+            many_zeros.as_str(),
+        ] {
             assert!(!numeric_in_range(beyond), "{beyond}");
         }
         let big: Value = json(r#"{"a":[1e131072]}"#).unwrap();
         assert!(matches!(check_payload(&big), Err(StoreError::InvalidPayload { .. })));
+    }
+
+    #[test]
+    fn finds_reserved_keys_behind_escapes_and_never_in_values() {
+        for (text, found) in [
+            (r#"{"a":{"$serde_json::private::Number":"1"}}"#, true),
+            (r#"{"a":{"\u0024serde_json::private::RawValue" : "{}"}}"#, true),
+            (r#"{"note":"$serde_json::private::Number","b":["$serde_json::private::x"]}"#, false),
+            (r#"{"a\"b":{"c":"\\"}, "d": 1}"#, false),
+        ] {
+            assert_eq!(reserved_key_in(text).is_some(), found, "{text}");
+        }
     }
 
     #[test]
@@ -258,12 +354,12 @@ mod tests {
     #[test]
     fn the_hash_form_is_the_one_of_earlier_versions() {
         let payload = json(
-            r#"{"b":12.50,"a":[1e2,-7,18446744073709551615,1e400,0.1000000000000000055511151231257827]}"#,
+            r#"{"b":12.50,"a":[1e2,-7,18446744073709551615,1e400,0.1000000000000000055511151231257827,12345678901234567890123,0.5e-3]}"#,
         )
         .unwrap();
         assert_eq!(
             hash_form(&payload).to_string(),
-            r#"{"a":[100.0,-7,18446744073709551615,1e+400,0.1],"b":12.5}"#
+            r#"{"a":[100.0,-7,18446744073709551615,1e+400,0.1000000000000000055511151231257827,12345678901234567890123,0.0005],"b":12.5}"#
         );
     }
 

@@ -201,7 +201,7 @@ pub(crate) struct ListQuery {
 /// Dead letters, newest first.
 #[utoipa::path(get, path = "/admin/v1/dead-letters", operation_id = "list_dead_letters", tag = "admin", security(("admin_token" = [])),
     params(
-        ("kind" = Option<String>, Query, description = "`message` or `forward`"),
+        ("kind" = Option<failwell_store::DeadLetterKind>, Query, description = "Only messages (calls to providers) or forwards (webhook forwards)"),
         ("integration" = Option<String>, Query, description = "Only this provider or webhook integration"),
         ("limit" = Option<i64>, Query, minimum = 1, description = "At most this many (default 100; more than 1000 lists 1000)")),
     responses((status = 200, description = "Dead letters", body = DeadLetters), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
@@ -230,7 +230,7 @@ pub(crate) async fn list<S: Store>(
 
 /// One dead letter with its payload.
 #[utoipa::path(get, path = "/admin/v1/dead-letters/{kind}/{id}", operation_id = "get_dead_letter", tag = "admin", security(("admin_token" = [])),
-    params(("kind" = String, Path, description = "`message` or `forward`"), ("id" = i64, Path, description = "Its id")),
+    params(("kind" = failwell_store::DeadLetterKind, Path, description = "Which queue"), ("id" = i64, Path, description = "Its id")),
     responses((status = 200, description = "The dead letter", body = failwell_store::DeadLetter), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
 pub(crate) async fn show<S: Store>(
     State(state): State<Arc<AppState<S>>>,
@@ -249,7 +249,7 @@ fn not_dead(kind: &str, id: i64) -> Problem {
 /// Puts a dead letter back in its queue, due now, with fresh attempts and
 /// the same idempotency key.
 #[utoipa::path(post, path = "/admin/v1/dead-letters/{kind}/{id}/replay", operation_id = "replay_dead_letter", tag = "admin", security(("admin_token" = [])),
-    params(("kind" = String, Path, description = "`message` or `forward`"), ("id" = i64, Path, description = "Its id")),
+    params(("kind" = failwell_store::DeadLetterKind, Path, description = "Which queue"), ("id" = i64, Path, description = "Its id")),
     responses((status = 200, description = "Replayed", body = Done), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
 pub(crate) async fn replay<S: Store>(
     State(state): State<Arc<AppState<S>>>,
@@ -274,7 +274,7 @@ pub(crate) fn wake<S>(state: &AppState<S>, kind: DeadLetterKind) {
 
 /// Deletes a dead letter for good (the history keeps that it was).
 #[utoipa::path(delete, path = "/admin/v1/dead-letters/{kind}/{id}", operation_id = "purge_dead_letter", tag = "admin", security(("admin_token" = [])),
-    params(("kind" = String, Path, description = "`message` or `forward`"), ("id" = i64, Path, description = "Its id")),
+    params(("kind" = failwell_store::DeadLetterKind, Path, description = "Which queue"), ("id" = i64, Path, description = "Its id")),
     responses((status = 200, description = "Purged", body = Done), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
 pub(crate) async fn purge<S: Store>(
     State(state): State<Arc<AppState<S>>>,
@@ -302,7 +302,9 @@ pub(crate) async fn ack<S: Store>(State(state): State<Arc<AppState<S>>>) -> Resu
 pub(crate) struct ReconcileBody {
     /// Only this provider.
     provider: Option<String>,
-    /// The comparison window, ms back from now (default a day).
+    /// The comparison window, ms back from now (default a day, at most 366
+    /// days).
+    #[schema(minimum = 1, maximum = 31_622_400_000_u64)]
     window_ms: Option<u64>,
 }
 
@@ -372,19 +374,6 @@ fn json_object<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Resul
     }
 }
 
-/// A request body, or the problem of one that could not be read (413
-/// `body-too-large` past the body limit).
-fn bytes(body: Result<axum::body::Bytes, BytesRejection>) -> Result<axum::body::Bytes, Problem> {
-    body.map_err(|rejection| {
-        let kind = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ProblemType::BodyTooLarge
-        } else {
-            ProblemType::UnreadableBody
-        };
-        Problem::new(kind, rejection.body_text())
-    })
-}
-
 /// Looks up every unknown operation now and compares failwell's
 /// operations with each provider's records over a window.
 #[utoipa::path(post, path = "/admin/v1/reconcile", operation_id = "reconcile", tag = "admin", security(("admin_token" = [])),
@@ -395,7 +384,7 @@ pub(crate) async fn reconcile<S: Store>(
     State(state): State<Arc<AppState<S>>>,
     body: Result<axum::body::Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
-    let body = bytes(body)?;
+    let body = body?;
     let body: ReconcileBody =
         if body.is_empty() { ReconcileBody::default() } else { json_object(&body, "a reconcile request")? };
     let window = body.window_ms.map_or(DEFAULT_WINDOW, Duration::from_millis);
@@ -431,10 +420,12 @@ pub(crate) async fn history<S: Store>(
 #[serde(deny_unknown_fields)]
 pub(crate) struct ResolveBody {
     /// `succeeded` or `failed`.
+    #[schema(pattern = "^(succeeded|failed)$")]
     status: String,
     /// The provider's id for the effect, if it has one.
     provider_ref: Option<String>,
     /// Why you know (kept in the history).
+    #[schema(pattern = "\\S")]
     note: String,
 }
 
@@ -496,7 +487,7 @@ pub(crate) async fn resolve<S: Store>(
     ApiPath(key): ApiPath<String>,
     body: Result<axum::body::Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
-    let body: ResolveBody = json_object(&bytes(body)?, "a resolution")?;
+    let body: ResolveBody = json_object(&body?, "a resolution")?;
     settle(&state, &key, &body.status, body.provider_ref, body.note, Channel::Api).await?;
     // Answered like GET …/history: the operation as it is now.
     history(State(state), ApiPath(key)).await

@@ -115,7 +115,20 @@ pub fn router<S: Store>(
         .merge(crate::ui::router(state.clone()))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state);
-    operator.merge(api)
+    operator.merge(api).layer(axum::middleware::from_fn(refuse_nul))
+}
+
+/// Refuses a path or query that holds U+0000 once decoded (`%00`): no key,
+/// name or filter has one, and PostgreSQL's text cannot hold it.
+async fn refuse_nul(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let has_nul = |part: &str| part.as_bytes().windows(3).any(|w| w.eq_ignore_ascii_case(b"%00"));
+    if has_nul(request.uri().path()) {
+        return Problem::new(ProblemType::InvalidPath, "The path holds U+0000 (%00).").into_response();
+    }
+    if request.uri().query().is_some_and(has_nul) {
+        return Problem::new(ProblemType::InvalidQuery, "The query holds U+0000 (%00).").into_response();
+    }
+    next.run(request).await
 }
 
 /// The answer to a method a route does not take (405).
@@ -151,15 +164,32 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for ApiJson<
     type Rejection = Problem;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(req, state).await {
+        let json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .map(|v| v.trim().to_ascii_lowercase())
+            .is_some_and(|v| {
+                v == "application/json" || (v.starts_with("application/") && v.ends_with("+json"))
+            });
+        if !json {
+            return Err(Problem::new(
+                ProblemType::UnsupportedMediaType,
+                "Expected request with `Content-Type: application/json`.",
+            ));
+        }
+        let bytes = axum::body::Bytes::from_request(req, state).await?;
+        // serde reads a struct from an array too; every body here is an object.
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()).is_some_and(|&b| b != b'{') {
+            return Err(Problem::new(ProblemType::InvalidBody, "The body must be a JSON object."));
+        }
+        match Json::<T>::from_bytes(&bytes) {
             Ok(Json(v)) => Ok(Self(v)),
             Err(rejection) => {
                 let kind = match &rejection {
-                    JsonRejection::MissingJsonContentType(_) => ProblemType::UnsupportedMediaType,
                     JsonRejection::JsonSyntaxError(_) => ProblemType::MalformedJson,
-                    JsonRejection::JsonDataError(_) => ProblemType::InvalidBody,
-                    _ if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => ProblemType::BodyTooLarge,
-                    _ => ProblemType::UnreadableBody,
+                    _ => ProblemType::InvalidBody,
                 };
                 Err(Problem::with_status(kind, rejection.status(), rejection.body_text()))
             }
@@ -189,12 +219,14 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> axum::extract::FromR
 #[serde(deny_unknown_fields)]
 pub(crate) struct SubmitBody {
     /// A `[providers.NAME]` of the configuration.
+    #[schema(min_length = 1)]
     provider: String,
     /// One of its operations.
+    #[schema(min_length = 1)]
     operation: String,
     /// The request body to send, a JSON object (numbers and key order are
-    /// kept; at most 127 levels deep). Read on its own ([`payload`]), so
-    /// its nesting is counted from itself.
+    /// kept; at most 127 levels deep).
+    // Read on its own (`payload()`), so its nesting counts from itself.
     #[schema(value_type = Object)]
     payload: Box<serde_json::value::RawValue>,
 }
@@ -204,10 +236,9 @@ pub(crate) struct SubmitBody {
 /// reader reserves (it would not read back as written).
 fn payload(raw: &serde_json::value::RawValue) -> Result<Value, Problem> {
     let invalid = |detail: String| Problem::new(ProblemType::InvalidBody, detail);
-    if raw.get().contains(failwell_store::RESERVED_KEY_PREFIX) {
+    if let Some(key) = failwell_store::reserved_key_in(raw.get()) {
         return Err(invalid(format!(
-            "`payload` holds the text {:?}, which serde_json reserves for its own keys.",
-            failwell_store::RESERVED_KEY_PREFIX
+            "`payload` holds the key {key:?}, which serde_json reserves for its own keys."
         )));
     }
     serde_json::from_str(raw.get()).map_err(|e| {

@@ -191,6 +191,19 @@ impl IntoResponse for Problem {
     }
 }
 
+/// A body that could not be read: 413 `body-too-large` past the route's
+/// limit, else `unreadable-body`.
+impl From<axum::extract::rejection::BytesRejection> for Problem {
+    fn from(rejection: axum::extract::rejection::BytesRejection) -> Self {
+        let kind = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ProblemType::BodyTooLarge
+        } else {
+            ProblemType::UnreadableBody
+        };
+        Problem::new(kind, rejection.body_text())
+    }
+}
+
 impl From<StoreError> for Problem {
     fn from(e: StoreError) -> Self {
         match e {

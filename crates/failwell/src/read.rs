@@ -93,7 +93,7 @@ pub(crate) struct ReadAnswer {
     responses(
         (status = 200, description = "The provider's answer", body = ReadAnswer),
         (status = "4XX", description = "The provider refused for good: its answer, passed on", body = ReadAnswer),
-        (status = 404, response = Problem), (status = 422, response = Problem),
+        (status = 400, response = Problem), (status = 404, response = Problem), (status = 422, response = Problem),
         (status = 503, response = Problem)))]
 pub(crate) async fn read<S: Store>(
     State(state): State<Arc<AppState<S>>>,

@@ -75,7 +75,8 @@ BEGIN
     END IF;
     -- serde_json's reader takes objects with these keys for its own
     -- markers: they would not read back as written.
-    IF strpos(NEW.payload::text, '$serde_json::private::') > 0 AND jsonb_path_exists(canonical,
+    -- (jsonb's text has the keys' escapes read: `\u0024` is `$` there.)
+    IF strpos(canonical::text, '$serde_json::private::') > 0 AND jsonb_path_exists(canonical,
         'strict $.** ? (@.type() == "object").keyvalue() ? (@.key starts with "$serde_json::private::")') THEN
         RAISE EXCEPTION 'failwell_outbox: payload holds a key starting with $serde_json::private::, which failwell''s JSON reader reserves'
             USING ERRCODE = 'check_violation';

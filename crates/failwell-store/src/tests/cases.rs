@@ -134,6 +134,19 @@ macro_rules! store_tests {
             assert_eq!(s.counts().await.unwrap().pending, 0);
         }
 
+        /// Numbers an f64 cannot tell apart are still two requests.
+        #[tokio::test]
+        async fn numbers_an_f64_cannot_tell_apart_are_two_requests() {
+            let (_d, s) = store().await;
+            let mut op = new_op("big", 1);
+            op.payload = serde_json::from_str(r#"{"amount":12345678901234567890123}"#).unwrap();
+            s.submit(op.clone(), 1).await.unwrap();
+            assert!(matches!(s.submit(op.clone(), 2).await.unwrap(), Submitted::Replayed(_)));
+            op.payload = serde_json::from_str(r#"{"amount":12345678901234567890124}"#).unwrap();
+            let error = s.submit(op, 3).await.unwrap_err();
+            assert!(matches!(error, StoreError::KeyReused { .. }), "{error:?}");
+        }
+
         #[tokio::test]
         async fn enqueue_shares_the_callers_transaction() {
             let (_d, s) = store().await;

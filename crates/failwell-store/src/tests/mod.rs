@@ -283,6 +283,10 @@ mod postgres {
                     r#"{"a": [{"$serde_json::private::Number": "12"}]}"#.to_string(),
                     "serde_json::private::, which",
                 ),
+                (
+                    r#"{"a": {"\u0024serde_json::private::Number": "12"}}"#.to_string(),
+                    "serde_json::private::, which",
+                ),
                 (r#"{"a": 1e131072}"#.to_string(), "value overflows numeric format"),
             ] {
                 let error = sqlx::query(

@@ -351,10 +351,36 @@ async fn the_api_refuses_only_what_it_could_not_read_back(postgres: bool) {
             r#"{"reference":"marker","amount":{"$serde_json::private::Number":"12"}}"#.to_string(),
             "reserves for its own keys",
         ),
+        (
+            "escaped",
+            r#"{"reference":"escaped","amount":{"\u0024serde_json::private::Number":"12"}}"#.to_string(),
+            "reserves for its own keys",
+        ),
+        (
+            "scale",
+            r#"{"reference":"scale","amount":1.0e-16383}"#.to_string(),
+            "beyond what PostgreSQL's numeric holds",
+        ),
     ] {
         let body = problem(submit(key, payload).await.unwrap(), 422, "invalid-body").await;
         assert!(body["detail"].as_str().unwrap().contains(says), "{key}: {body}");
     }
+    // U+0000 in a path or a query is refused before any store sees it.
+    let nul = gateway.http.get(format!("{}/v1/operations/a%00b", gateway.base)).send().await.unwrap();
+    problem(nul, 400, "invalid-path").await;
+    let nul = gateway.http.get(format!("{}/v1/events?after=%00", gateway.base)).send().await.unwrap();
+    problem(nul, 400, "invalid-query").await;
+    // A body that is not an object is refused, though serde would read an array.
+    let array = gateway
+        .http
+        .post(format!("{}/v1/operations", gateway.base))
+        .header("Idempotency-Key", "array")
+        .header("Content-Type", "application/json")
+        .body(r#"["payments","charge",{"reference":"array","amount":1,"currency":"eur"}]"#)
+        .send()
+        .await
+        .unwrap();
+    problem(array, 422, "invalid-body").await;
     // (Read as text: the operation's JSON, with the payload inside, nests
     // deeper than serde_json's reader takes.)
     let deadline = Instant::now() + SETTLE;
