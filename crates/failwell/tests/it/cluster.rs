@@ -59,16 +59,7 @@ async fn breaker_state(gateway: &Gateway) -> String {
 
 /// The payments breaker as `GET /v1/providers` shows it.
 async fn payments_breaker(gateway: &Gateway) -> Value {
-    let body: Value = gateway
-        .http
-        .get(format!("{}/v1/providers", gateway.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    body["providers"][0]["breaker"].clone()
+    gateway.get_json("/v1/providers").await["providers"][0]["breaker"].clone()
 }
 
 /// Waits until every process has shown the breaker in `state` (each may

@@ -190,6 +190,11 @@ impl Gateway {
         }
     }
 
+    /// `GET {path}` on the gateway, as JSON.
+    pub async fn get_json(&self, path: &str) -> Value {
+        self.http.get(format!("{}{path}", self.base)).send().await.unwrap().json().await.unwrap()
+    }
+
     /// The operation counts from `/healthz`.
     pub async fn counts(&self) -> Value {
         let r: Value =

@@ -31,15 +31,7 @@ fn committed() -> Value {
 async fn the_served_printed_and_committed_documents_are_one() {
     let sim = simulator(|_| {}).await;
     let gateway = Gateway::start_with(&sim.base_url(), "", TAIL).await;
-    let served: Value = gateway
-        .http
-        .get(format!("{}/openapi.json", gateway.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let served = gateway.get_json("/openapi.json").await;
     let printed = Command::new(binary()).arg("openapi").output().unwrap();
     let printed: Value = serde_json::from_slice(&printed.stdout).unwrap();
     assert_eq!(served, printed);
