@@ -88,6 +88,10 @@ pub const SERIES: &[Series] = &[
         "Webhook deliveries stored, by integration and result (new or duplicate).",
     ),
     counter(
+        "failwell_webhook_commits_total",
+        "Transactions that stored webhook deliveries; received_total over it is deliveries per commit.",
+    ),
+    counter(
         "failwell_webhook_refused_total",
         "Webhook deliveries refused (nothing stored), by integration and reason.",
     ),
@@ -151,6 +155,7 @@ pub fn start_at_zero<'a>(
         "failwell_attempt_timeouts_total",
         "failwell_alerts_given_up_total",
         "failwell_outbox_deleted_total",
+        "failwell_webhook_commits_total",
     ] {
         metrics::counter!(name).increment(0);
     }

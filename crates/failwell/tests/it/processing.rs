@@ -211,6 +211,38 @@ async fn sixty_four_concurrent_deliveries_take_effect_once() {
     assert_eq!(app.received.lock().await.len(), 1, "one forward");
 }
 
+/// The value of the unlabelled series `name` in a `/metrics` scrape.
+async fn metric(gw: &Gateway, name: &str) -> f64 {
+    let scrape = gw.http.get(format!("{}/metrics", gw.base)).send().await.unwrap().text().await.unwrap();
+    scrape
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{scrape}"))
+}
+
+#[tokio::test]
+async fn deliveries_that_trickle_in_share_commits() {
+    let sim = simulator(|_| {}).await;
+    let gw = Arc::new(Gateway::start_with(&sim.base_url(), "", &sources(None)).await);
+    assert_eq!(metric(&gw, "failwell_webhook_commits_total").await, 0.0);
+    // One delivery every millisecond: each would find the writer idle and
+    // cost a commit of its own without the linger.
+    let mut every = tokio::time::interval(Duration::from_millis(1));
+    let mut deliveries = Vec::new();
+    for n in 0..60 {
+        every.tick().await;
+        let gw = gw.clone();
+        deliveries.push(tokio::spawn(async move {
+            deliver(&gw, &event(&format!("evt_trickle_{n}"), &format!("o{n}"), "succeeded", 1)).await
+        }));
+    }
+    for d in deliveries {
+        assert_eq!(d.await.unwrap()["received"], "new");
+    }
+    let commits = metric(&gw, "failwell_webhook_commits_total").await;
+    assert!(commits >= 1.0 && commits <= 30.0, "60 deliveries took {commits} commits\n{}", gw.log());
+}
+
 #[tokio::test]
 async fn a_thousand_events_delivered_three_times_in_any_order_end_at_the_newest() {
     let sim = simulator(|_| {}).await;
