@@ -498,7 +498,7 @@ pub fn line(d: &Discrepancy) -> String {
 
 /// The time from now until `at_ms` (ms since epoch), zero if it passed.
 pub fn until(at_ms: i64) -> Duration {
-    Duration::from_millis((at_ms - crate::now_ms()).max(0) as u64)
+    crate::since(at_ms, crate::now_ms())
 }
 
 #[cfg(test)]

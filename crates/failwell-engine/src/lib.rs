@@ -24,7 +24,7 @@ pub mod relay;
 pub mod retention;
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use alerts::{
     AgeAlert, AlertSink, SinkRefusal, compare_and_alert, deliver, run_schedule, send_queued, watch_age,
@@ -46,6 +46,13 @@ use tokio_util::sync::CancellationToken;
 /// Milliseconds since the Unix epoch: the one clock read of the engine.
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The time from `at_ms` to `now_ms` (ms since the Unix epoch): zero when
+/// `at_ms` is later, and saturating, so a damaged stored time (say
+/// `i64::MIN`) reads as a very long time ago instead of overflowing.
+pub fn since(now_ms: i64, at_ms: i64) -> Duration {
+    Duration::from_millis(now_ms.saturating_sub(at_ms).max(0) as u64)
 }
 
 /// The running relay, reconciler and forwarder of one failwell process.
@@ -112,5 +119,18 @@ impl Engine {
                 tracing::error!(error = %e, "engine task ended abnormally");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn since_reads_a_damaged_time_as_long_ago_and_a_later_one_as_now() {
+        assert_eq!(super::since(5_000, 2_000), Duration::from_secs(3));
+        assert_eq!(super::since(5_000, 9_000), Duration::ZERO);
+        assert_eq!(super::since(5_000, i64::MIN), Duration::from_millis(i64::MAX as u64));
+        assert_eq!(super::since(i64::MIN, i64::MAX), Duration::ZERO);
     }
 }

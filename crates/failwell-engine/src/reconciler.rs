@@ -205,7 +205,7 @@ fn find_records(client: &ProviderClient, body: &Value) -> Option<Option<(Outcome
 /// ([`after_not_found`]).
 fn not_found(client: &ProviderClient, op: &Operation, now: i64) -> (Resolution, String) {
     let spec = client.spec();
-    let since = |at_ms: i64| Duration::from_millis((now - at_ms).max(0) as u64);
+    let since = |at_ms: i64| crate::since(now, at_ms);
     let seen = NotFound {
         attempts: op.attempts,
         age: since(op.delivery_started_at_ms),

@@ -170,7 +170,7 @@ async fn attempt(providers: &Providers, message: Claimed) -> Completion {
         );
     };
     let now = now_ms();
-    let since = |at_ms: i64| Duration::from_millis((now - at_ms).max(0) as u64);
+    let since = |at_ms: i64| crate::since(now, at_ms);
     let due = Due {
         attempts: message.attempts,
         interrupted: message.interrupted,
@@ -263,8 +263,8 @@ fn decide_after(client: &ProviderClient, message: &Claimed, result: &CallResult)
     let now = now_ms();
     let attempted = Attempted {
         attempts: message.attempts,
-        age: Duration::from_millis((now - op.delivery_started_at_ms).max(0) as u64),
-        key_age: Duration::from_millis((now - op.key_first_sent_at_ms.unwrap_or(now)).max(0) as u64),
+        age: crate::since(now, op.delivery_started_at_ms),
+        key_age: crate::since(now, op.key_first_sent_at_ms.unwrap_or(now)),
         previous_delay: Duration::from_millis(message.previous_delay_ms),
         effect_possible: op.effect_possible || message.interrupted,
     };

@@ -657,7 +657,7 @@ impl StatsBuilder {
             stats.dead_letters_unacked +=
                 row.value::<Option<i64>>("unacked").context(CONTEXT)?.unwrap_or(0) as u64;
             if let Some(oldest) = row.value::<Option<i64>>("oldest").context(CONTEXT)? {
-                let age = (now_ms - oldest).max(0);
+                let age = now_ms.saturating_sub(oldest).max(0);
                 stats.oldest_open_age_ms = Some(stats.oldest_open_age_ms.map_or(age, |a| a.max(age)));
             }
         }

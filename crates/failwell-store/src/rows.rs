@@ -5,7 +5,7 @@ use serde_json::Value;
 use sqlx::Row;
 
 use crate::error::{Context, StoreError};
-use crate::model::{Operation, OperationStatus};
+use crate::model::{Claimed, Operation, OperationStatus};
 
 /// `SELECT` of every operation column (and its dead-letter flag), followed
 /// by `$tail` (a `WHERE …` clause, in pieces).
@@ -60,56 +60,146 @@ macro_rules! operation_row {
 operation_row!(sqlx::sqlite::SqliteRow);
 operation_row!(sqlx::postgres::PgRow);
 
-/// The stored JSON of `column`, or its text as a JSON string and why it
-/// cannot be read (`column: what serde_json says, with line and column`).
-fn json_column<R: OperationRow>(
-    row: &R,
-    column: &'static str,
-    unreadable: &mut Option<String>,
-) -> Result<Option<Value>, StoreError> {
-    Ok(row.text_or_null(column)?.map(|text| {
-        let (value, error) = crate::stored::json_or_text(text);
-        if let Some(e) = error {
-            unreadable.get_or_insert_with(|| format!("{column}: {e}"));
-        }
-        value
-    }))
+/// What could not be read of one row: the first column that failed and why
+/// (`attempts: 9223372036854775807 is out of range`). A column that fails
+/// reads as a stand-in, so the row is still shown and can be set aside.
+#[derive(Default)]
+pub(crate) struct Damage(Option<String>);
+
+impl Damage {
+    /// `read`'s value, or `stand_in` with the failure noted.
+    pub(crate) fn or<T>(&mut self, column: &str, read: Result<T, String>, stand_in: T) -> T {
+        read.unwrap_or_else(|why| {
+            self.0.get_or_insert_with(|| format!("{column}: {why}"));
+            stand_in
+        })
+    }
+
+    /// The integer `column` as a `T` (a count or a duration), or `stand_in`
+    /// with the failure noted.
+    pub(crate) fn count<R: OperationRow, T: TryFrom<i64>>(
+        &mut self,
+        row: &R,
+        column: &'static str,
+        stand_in: T,
+    ) -> T {
+        let read = row
+            .int(column)
+            .map_err(|e| e.to_string())
+            .and_then(|n| T::try_from(n).map_err(|_| format!("{n} is out of range")));
+        self.or(column, read, stand_in)
+    }
+
+    /// The first failure, if any.
+    pub(crate) fn into_reason(self) -> Option<String> {
+        self.0
+    }
 }
 
-/// An operation from a row of [`select_operation`]'s columns. A JSON
-/// column that cannot be read does not fail the read: the operation comes
-/// back with [`Operation::unreadable`] set (so one damaged row never fails
-/// a list or a claim of many). Errors: a column missing or of another type,
-/// a status outside the schema's own `CHECK`.
+/// The stored JSON of `column`, or its text as a JSON string with why it
+/// cannot be read (`column: what serde_json says, with line and column`)
+/// noted in `damage`.
+fn json_column<R: OperationRow>(row: &R, column: &'static str, damage: &mut Damage) -> Option<Value> {
+    let text = damage.or(column, row.text_or_null(column).map_err(|e| e.to_string()), None)?;
+    Some(parsed(damage, column, text))
+}
+
+/// The stored JSON `text` of `column`, or the text as a JSON string with
+/// why it cannot be read noted in `damage`.
+fn parsed(damage: &mut Damage, column: &'static str, text: String) -> Value {
+    let (value, error) = crate::stored::json_or_text(text);
+    damage.or(column, error.map_or(Ok(()), |e| Err(e.to_string())), ());
+    value
+}
+
+/// An operation from a row of [`select_operation`]'s columns. A column
+/// that cannot be read (damaged by another program: text where a number
+/// belongs, a number out of range, a status the schema does not know, JSON
+/// that does not parse) does not fail the read: the operation comes back
+/// with a stand-in for it and [`Operation::unreadable`] saying which column
+/// and why (so one damaged row never fails a list or a claim of many).
+/// Errors: only an `id` that cannot be read.
 pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, StoreError> {
-    let get = |c: &'static str| row.int(c);
-    let status = row.text("status")?;
-    let mut unreadable = None;
+    let id = row.int("id")?;
+    let mut d = Damage::default();
+    let text =
+        |d: &mut Damage, c: &'static str| d.or(c, row.text(c).map_err(|e| e.to_string()), String::new());
+    let text_or_null =
+        |d: &mut Damage, c: &'static str| d.or(c, row.text_or_null(c).map_err(|e| e.to_string()), None);
+    let time = |d: &mut Damage, c: &'static str| d.or(c, row.int(c).map_err(|e| e.to_string()), 0);
+    let status = text(&mut d, "status");
+    let status = d.or(
+        "status",
+        OperationStatus::parse(&status).ok_or_else(|| format!("{status:?} is not a status")),
+        OperationStatus::Pending,
+    );
+    let payload = match text_or_null(&mut d, "payload") {
+        // serde_json would read such a key as one of its own markers (a
+        // number, a raw value): the payload would change on its way out.
+        Some(text) if let Some(key) = crate::stored::reserved_key_in(&text) => d.or(
+            "payload",
+            Err(format!("holds the key {key:?}, which serde_json reserves for itself")),
+            Value::String(text),
+        ),
+        Some(text) => parsed(&mut d, "payload", text),
+        None => Value::Null,
+    };
     Ok(Operation {
-        id: get("id")?,
-        idempotency_key: row.text("idempotency_key")?,
-        provider: row.text("provider")?,
-        operation: row.text("operation")?,
-        reference: row.text_or_null("reference")?,
-        payload: json_column(row, "payload", &mut unreadable)?.unwrap_or(Value::Null),
-        status: OperationStatus::parse(&status)
-            .ok_or(StoreError::Corrupt { what: "status", detail: status.clone() })?,
-        key_group: get("key_group")? as u32,
-        provider_key: row.text("provider_key")?,
-        key_first_sent_at_ms: row.int_or_null("key_first_sent_at_ms")?,
-        attempts: get("attempts")? as u32,
-        provider_ref: row.text_or_null("provider_ref")?,
-        // A damaged response is shown as its text; only the payload decides
-        // whether the operation can be sent.
-        response: json_column(row, "response", &mut None)?,
-        last_error: row.text_or_null("last_error")?,
-        dead_letter: row.flag_or_null("dead_letter")?.unwrap_or(false),
-        reconcile_attempts: get("reconcile_attempts")? as u32,
-        effect_possible: get("effect_possible")? != 0,
-        lookup_misses: get("lookup_misses")? as u32,
-        created_at_ms: get("created_at_ms")?,
-        delivery_started_at_ms: get("delivery_started_at_ms")?,
-        updated_at_ms: get("updated_at_ms")?,
-        unreadable,
+        id,
+        idempotency_key: text(&mut d, "idempotency_key"),
+        provider: text(&mut d, "provider"),
+        operation: text(&mut d, "operation"),
+        reference: text_or_null(&mut d, "reference"),
+        payload,
+        status,
+        key_group: d.count(row, "key_group", 0),
+        provider_key: text(&mut d, "provider_key"),
+        key_first_sent_at_ms: d.or(
+            "key_first_sent_at_ms",
+            row.int_or_null("key_first_sent_at_ms").map_err(|e| e.to_string()),
+            None,
+        ),
+        attempts: d.count(row, "attempts", 0),
+        provider_ref: text_or_null(&mut d, "provider_ref"),
+        // A damaged response is shown as its text; only the other columns
+        // decide whether the operation can be sent.
+        response: json_column(row, "response", &mut Damage::default()),
+        last_error: text_or_null(&mut d, "last_error"),
+        dead_letter: d
+            .or("dead_letter", row.flag_or_null("dead_letter").map_err(|e| e.to_string()), None)
+            .unwrap_or(false),
+        reconcile_attempts: d.count(row, "reconcile_attempts", 0),
+        // A damaged flag counts as "a call may have acted": the careful side.
+        effect_possible: d.count::<R, i64>(row, "effect_possible", 1) != 0,
+        lookup_misses: d.count(row, "lookup_misses", 0),
+        created_at_ms: time(&mut d, "created_at_ms"),
+        delivery_started_at_ms: time(&mut d, "delivery_started_at_ms"),
+        updated_at_ms: time(&mut d, "updated_at_ms"),
+        unreadable: d.into_reason(),
     })
+}
+
+/// A claimed message from a row with its outbox columns (`attempts_column`
+/// the message's attempts before this claim, `previous_delay_ms`,
+/// `in_flight`) and its operation: damage in the message's columns is
+/// noted on the operation like damage in its own, so the claim sets it
+/// aside alone.
+pub(crate) fn claimed_from_row<R: OperationRow>(
+    row: &R,
+    outbox_id: i64,
+    attempts_column: &'static str,
+    lease_token: i64,
+    mut operation: Operation,
+) -> Claimed {
+    let mut d = Damage::default();
+    let attempts = row.int(attempts_column).map_err(|e| e.to_string()).and_then(|n| {
+        u32::try_from(n).ok().and_then(|a| a.checked_add(1)).ok_or_else(|| format!("{n} is out of range"))
+    });
+    let attempts = d.or("attempts", attempts, 1);
+    let previous_delay_ms = d.count(row, "previous_delay_ms", 0);
+    let interrupted = d.count::<R, i64>(row, "in_flight", 1) != 0;
+    if operation.unreadable.is_none() {
+        operation.unreadable = d.into_reason();
+    }
+    Claimed { outbox_id, lease_token, attempts, previous_delay_ms, interrupted, operation }
 }

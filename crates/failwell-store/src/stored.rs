@@ -41,19 +41,22 @@ pub(crate) fn json_or_text(text: String) -> (Value, Option<serde_json::Error>) {
 /// such a key reads back as something else, so no payload may hold one.
 pub const RESERVED_KEY_PREFIX: &str = "$serde_json::private::";
 
-/// What PostgreSQL's `numeric` (which `jsonb` numbers are) holds, by the
-/// checks of its input function (`numeric.c`, PostgreSQL 15): at most
-/// 131072 digits before the decimal point, at most 16383 after it (as
-/// written: trailing zeros count), and an exponent under 2^30 even for 0.
-const NUMERIC_MAX_POWER: i128 = 131_071;
-const NUMERIC_MAX_SCALE: i128 = 16_383;
-const NUMERIC_MAX_EXPONENT: i128 = i32::MAX as i128 / 2;
+/// The most digits a number may have before and after its decimal point,
+/// written out in full. PostgreSQL's `jsonb` keeps `1e131071` in a few
+/// bytes but writes it as 131072 digits wherever it becomes text (as the
+/// request hash does), so a small payload could cost the database
+/// megabytes per number; the bound keeps that cost near the payload's
+/// size. It is also well within what PostgreSQL's `numeric` holds.
+pub const MAX_NUMBER_DIGITS: i128 = 1_000;
+/// The largest exponent written: `0e99999999999` is zero, but PostgreSQL's
+/// `numeric` input refuses an exponent from 2^30 on (`numeric.c`).
+const MAX_EXPONENT: i128 = i32::MAX as i128 / 2;
 
 /// Refuses a payload failwell could not store and read back on every
 /// store. Errors: [`StoreError::InvalidPayload`] (nested deeper than
 /// [`MAX_NESTING`], U+0000 in a string or key, a key starting with
-/// [`RESERVED_KEY_PREFIX`], or a number beyond what PostgreSQL's `numeric`
-/// holds).
+/// [`RESERVED_KEY_PREFIX`], or a number with more than
+/// [`MAX_NUMBER_DIGITS`] digits before or after its decimal point).
 pub(crate) fn check_payload(payload: &Value) -> Result<(), StoreError> {
     let shape = shape(payload);
     let refuse = |reason: String| Err(StoreError::InvalidPayload { reason });
@@ -72,8 +75,8 @@ pub(crate) fn check_payload(payload: &Value) -> Result<(), StoreError> {
     if let Some(number) = shape.out_of_range {
         let shown: String = number.chars().take(40).collect();
         return refuse(format!(
-            "holds the number {shown}{}, beyond what PostgreSQL's numeric holds (131072 digits before the \
-             decimal point, 16383 after)",
+            "holds the number {shown}{}, which has more than {MAX_NUMBER_DIGITS} digits before or after the \
+             decimal point written out in full",
             if shown.len() < number.len() { "…" } else { "" }
         ));
     }
@@ -128,13 +131,16 @@ impl Decimal {
     }
 }
 
-/// Whether the JSON number `text` is within PostgreSQL's `numeric`.
-fn numeric_in_range(text: &str) -> bool {
+/// Whether the JSON number `text`, written out in full, has at most
+/// [`MAX_NUMBER_DIGITS`] digits before its decimal point and as many after
+/// (as PostgreSQL writes it: the digits after the point as written, less
+/// the exponent; trailing zeros count).
+fn number_in_bounds(text: &str) -> bool {
     let Some(number) = Decimal::parse(text) else { return false };
     let scale = number.fraction as i128 - number.exponent;
-    number.exponent.abs() < NUMERIC_MAX_EXPONENT
-        && scale <= NUMERIC_MAX_SCALE
-        && number.span().is_none_or(|(high, _)| high <= NUMERIC_MAX_POWER)
+    number.exponent.abs() < MAX_EXPONENT
+        && scale <= MAX_NUMBER_DIGITS
+        && number.span().is_none_or(|(high, _)| high < MAX_NUMBER_DIGITS)
 }
 
 /// A copy of `value` whose numbers are written as serde_json wrote them
@@ -207,8 +213,10 @@ pub fn reserved_key_in(text: &str) -> Option<String> {
 /// payload).
 pub(crate) fn set_aside(claimed: &Claimed, now_ms: i64) -> Completion {
     let operation = &claimed.operation;
-    let error =
-        format!("stored {}; never sent", operation.unreadable.as_deref().unwrap_or("value cannot be read"));
+    let error = format!(
+        "stored {}; set aside, not sent",
+        operation.unreadable.as_deref().unwrap_or("value cannot be read")
+    );
     Completion {
         outbox_id: claimed.outbox_id,
         lease_token: claimed.lease_token,
@@ -231,7 +239,8 @@ struct Shape<'v> {
     nul: bool,
     /// A key starting with [`RESERVED_KEY_PREFIX`].
     reserved: Option<&'v str>,
-    /// A number beyond PostgreSQL's `numeric`.
+    /// A number with more than [`MAX_NUMBER_DIGITS`] digits before or
+    /// after its decimal point.
     out_of_range: Option<String>,
 }
 
@@ -258,7 +267,7 @@ fn shape(value: &Value) -> Shape<'_> {
             }
             Value::Number(n) => {
                 let text = n.to_string();
-                if shape.out_of_range.is_none() && !numeric_in_range(&text) {
+                if shape.out_of_range.is_none() && !number_in_bounds(&text) {
                     shape.out_of_range = Some(text);
                 }
                 continue;
@@ -298,36 +307,40 @@ mod tests {
     }
 
     #[test]
-    fn numbers_are_checked_against_postgresqls_numeric() {
+    fn numbers_are_bounded_as_written_out_in_full() {
+        let thousand_after = format!("0.{}1", "0".repeat(999));
         for fits in [
             "0",
             "-0",
-            "1e131071",
-            "9.9e131071",
-            "1e-16383",
+            "1e999",
+            "9.9e999",
+            "1e-1000",
             "12.50",
             "-1e-400",
-            "1.00000e131067",
-            "0e-16383",
+            "1e309",
+            "1.00000e995",
+            "0e-1000",
+            thousand_after.as_str(),
         ] {
-            assert!(numeric_in_range(fits), "{fits}");
+            assert!(number_in_bounds(fits), "{fits}");
         }
-        let many_zeros = format!("1.{}", "0".repeat(16384));
+        let many_zeros = format!("1.{}", "0".repeat(1001));
         for beyond in [
-            "1e131072",
-            "10e131071",
-            "1e-16384",
-            "1.5e-16383",
-            "1.0e-16383",
-            "0e-20000",
+            "1e1000",
+            "10e999",
+            "1e-1001",
+            "1.5e-1000",
+            "1.0e-1000",
+            "0e-2000",
+            "1e131071",
             "0e999999999999999999999999",
             "0.0e2147483647",
             "1e999999999999999999999999999999999999999",
             many_zeros.as_str(),
         ] {
-            assert!(!numeric_in_range(beyond), "{beyond}");
+            assert!(!number_in_bounds(beyond), "{beyond}");
         }
-        let big: Value = json(r#"{"a":[1e131072]}"#).unwrap();
+        let big: Value = json(r#"{"a":[1e1000]}"#).unwrap();
         assert!(matches!(check_payload(&big), Err(StoreError::InvalidPayload { .. })));
     }
 

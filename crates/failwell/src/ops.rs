@@ -217,7 +217,7 @@ pub fn status_table(stats: &Stats) -> String {
         .iter()
         .map(|i| {
             [
-                i.integration.clone(),
+                printable(&i.integration).into_owned(),
                 ratio(i),
                 i.p95_ms.map_or_else(|| "-".into(), |ms| human_ms(ms as i64)),
                 i.calls.to_string(),
@@ -266,6 +266,21 @@ pub fn status_table(stats: &Stats) -> String {
     out
 }
 
+/// `text` with every control character (escape, carriage return, newline,
+/// …) written as its Rust escape (`\u{1b}`, `\r`, `\n`), so stored text
+/// written by anyone can neither rewrite an operator's terminal nor fake a
+/// line of a table.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        text.chars()
+            .map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() })
+            .collect::<String>()
+            .into()
+    } else {
+        text.into()
+    }
+}
+
 /// Dead letters as a table.
 pub fn dead_letter_table(letters: &[DeadLetter]) -> String {
     if letters.is_empty() {
@@ -278,11 +293,11 @@ pub fn dead_letter_table(letters: &[DeadLetter]) -> String {
             "{:<7} {:>3}  {}  {}  {}  {}  {}",
             d.kind.as_str(),
             d.id,
-            d.integration,
-            d.key,
+            printable(&d.integration),
+            printable(&d.key),
             d.attempts,
             rfc3339(d.dead_at_ms),
-            d.last_error.as_deref().unwrap_or("-")
+            printable(d.last_error.as_deref().unwrap_or("-"))
         );
     }
     out
@@ -292,26 +307,47 @@ pub fn dead_letter_table(letters: &[DeadLetter]) -> String {
 pub fn timeline_text(op: &Operation, history: &[HistoryEntry]) -> String {
     let mut out = format!(
         "operation {} ({}.{}), reference {}\nstatus {}{}, {} calls, provider id {}\n",
-        op.idempotency_key,
-        op.provider,
-        op.operation,
-        op.reference.as_deref().unwrap_or("-"),
+        printable(&op.idempotency_key),
+        printable(&op.provider),
+        printable(&op.operation),
+        printable(op.reference.as_deref().unwrap_or("-")),
         op.status.as_str(),
         if op.dead_letter { " (dead letter)" } else { "" },
         op.attempts,
-        op.provider_ref.as_deref().unwrap_or("-"),
+        printable(op.provider_ref.as_deref().unwrap_or("-")),
     );
     if let Some(why) = &op.unreadable {
         // The stored text, which failwell cannot read as JSON, as it is.
         let stored = op.payload.as_str().unwrap_or_default();
-        let _ = writeln!(out, "stored {why}; the stored payload is:\n{stored}");
+        let _ = writeln!(out, "stored {}; the stored payload is:\n{}", printable(why), printable(stored));
     }
     for h in history {
-        let _ = write!(out, "{}  {:<12} {:<9} {}", rfc3339(h.at_ms), h.actor, h.subject, h.change);
+        let _ = write!(
+            out,
+            "{}  {:<12} {:<9} {}",
+            rfc3339(h.at_ms),
+            printable(&h.actor),
+            h.subject,
+            printable(&h.change)
+        );
         if let Some(detail) = &h.detail {
-            let _ = write!(out, " — {detail}");
+            let _ = write!(out, " — {}", printable(detail));
         }
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn stored_text_cannot_drive_the_terminal_or_fake_a_line() {
+        assert_eq!(printable("order-1 café"), "order-1 café");
+        assert_eq!(
+            printable("evil\u{1b}[2K\r\u{1b}[32mOK\nnext\u{7}"),
+            "evil\\u{1b}[2K\\r\\u{1b}[32mOK\\nnext\\u{7}"
+        );
+    }
 }

@@ -121,14 +121,8 @@ async fn lease_due(
     .context("claiming outbox messages")?;
     rows.iter()
         .map(|r| {
-            Ok(Claimed {
-                outbox_id: r.get("outbox_id"),
-                lease_token: token,
-                attempts: r.get::<i64, _>("message_attempts") as u32 + 1,
-                previous_delay_ms: r.get::<i64, _>("previous_delay_ms") as u64,
-                interrupted: r.get::<i64, _>("in_flight") != 0,
-                operation: operation_from_row(r)?,
-            })
+            let outbox_id = r.try_get("outbox_id").context("reading a claimed message")?;
+            Ok(crate::rows::claimed_from_row(r, outbox_id, "message_attempts", token, operation_from_row(r)?))
         })
         .collect()
 }

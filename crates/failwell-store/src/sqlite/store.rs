@@ -144,14 +144,7 @@ async fn lease_due(
                 what: "outbox message",
                 detail: format!("operation {operation_id} is missing"),
             })?;
-            Ok(Claimed {
-                outbox_id: r.get("id"),
-                lease_token: token,
-                attempts: r.get::<i64, _>("attempts") as u32 + 1,
-                previous_delay_ms: r.get::<i64, _>("previous_delay_ms") as u64,
-                interrupted: r.get::<i64, _>("in_flight") != 0,
-                operation,
-            })
+            Ok(crate::rows::claimed_from_row(r, r.get("id"), "attempts", token, operation))
         })
         .collect()
 }

@@ -102,13 +102,57 @@ macro_rules! store_tests {
                 assert_eq!((op.status, op.dead_letter, op.attempts), (OperationStatus::Failed, true, 0), "{key}");
                 assert_eq!(op.unreadable.as_deref(), Some(says));
                 assert_eq!(op.payload, json!(text));
-                assert_eq!(op.last_error, Some(format!("stored {says}; never sent")));
+                assert_eq!(op.last_error, Some(format!("stored {says}; set aside, not sent")));
             }
             let dead = s.dead_letters(DeadLetterFilter::default(), 10).await.unwrap();
             let mut dead: Vec<(&str, &serde_json::Value)> = dead.iter().map(|d| (d.key.as_str(), &d.payload)).collect();
             dead.sort_by_key(|(key, _)| *key);
             assert_eq!(dead, [("not-json", &json!("{\"amount\": ")), ("too-deep", &json!(deep))]);
             assert!(s.claim(20, 10, 1_000, &ClaimScope::All).await.unwrap().is_empty());
+        }
+
+        /// Columns changed behind failwell's back to values it cannot take
+        /// (a count out of range, a key serde_json keeps for itself) are
+        /// read as damage of that one row: it is set aside alone, saying
+        /// which column and why, and the claim goes on for the others.
+        #[tokio::test]
+        async fn a_row_with_a_damaged_column_is_set_aside_alone() {
+            let (_d, s) = store().await;
+            for key in ["before", "negative-attempts", "reserved-key", "after"] {
+                s.submit(new_op(key, 100), 1).await.unwrap();
+            }
+            let damage = "UPDATE outbox SET attempts = -1 WHERE operation_id = \
+                          (SELECT id FROM operations WHERE idempotency_key = 'negative-attempts')";
+            // Where the schema checks counts, it refuses the damage until
+            // its check is dropped.
+            for off in COUNT_CHECKS_OFF {
+                let refused = sqlx::query(damage).execute(s.pool()).await.unwrap_err();
+                assert!(refused.to_string().contains("outbox_attempts_in_range"), "{refused}");
+                sqlx::query(*off).execute(s.pool()).await.unwrap();
+            }
+            sqlx::query(damage).execute(s.pool()).await.unwrap();
+            let reserved = r#"{"a":{"$serde_json::private::Number":"1"}}"#;
+            sqlx::query("UPDATE operations SET payload = $1 WHERE idempotency_key = 'reserved-key'")
+                .bind(reserved)
+                .execute(s.pool())
+                .await
+                .unwrap();
+            let claimed = s.claim(10, 10, 1_000, &ClaimScope::All).await.unwrap();
+            let keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
+            assert_eq!(keys, ["before", "after"]);
+            for (key, says) in [
+                ("negative-attempts", "attempts: -1 is out of range"),
+                (
+                    "reserved-key",
+                    "payload: holds the key \"$serde_json::private::Number\", which serde_json reserves for itself",
+                ),
+            ] {
+                let op = s.operation(key).await.unwrap().unwrap();
+                assert_eq!((op.status, op.dead_letter), (OperationStatus::Failed, true), "{key}");
+                assert_eq!(op.last_error, Some(format!("stored {says}; set aside, not sent")), "{key}");
+            }
+            let op = s.operation("reserved-key").await.unwrap().unwrap();
+            assert_eq!(op.payload, json!(reserved), "shown as stored, not as what serde_json makes of it");
         }
 
         /// A payload failwell could not read back once stored is refused

@@ -11,6 +11,10 @@ mod sqlite {
 
     type S = SqliteStore;
 
+    /// Statements that switch off the schema's checks of counts (SQLite's
+    /// tables have none).
+    const COUNT_CHECKS_OFF: &[&str] = &[];
+
     async fn store() -> (tempfile::TempDir, S) {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("t.db").display());
@@ -93,6 +97,9 @@ mod postgres {
     use crate::PostgresStore;
 
     type S = PostgresStore;
+
+    /// Statements that switch off the schema's checks of counts.
+    const COUNT_CHECKS_OFF: &[&str] = &["ALTER TABLE outbox DROP CONSTRAINT outbox_attempts_in_range"];
 
     /// A schema of its own on the test server, dropped when this is.
     pub(super) struct Schema {
@@ -288,6 +295,9 @@ mod postgres {
                     "serde_json::private::, which",
                 ),
                 (r#"{"a": 1e131072}"#.to_string(), "value overflows numeric format"),
+                // Within numeric, but 131072 digits written out in full.
+                (r#"{"a": [1, {"b": 1e131071}]}"#.to_string(), "more than 1000 digits"),
+                (r#"{"a": -1.5e-1000}"#.to_string(), "more than 1000 digits"),
             ] {
                 let error = sqlx::query(
                     "INSERT INTO failwell_outbox (provider, operation, payload) VALUES ('payments', 'charge', $1::json)",
@@ -298,6 +308,14 @@ mod postgres {
                 .unwrap_err();
                 assert!(error.to_string().contains(says), "{error}");
             }
+            let blank = sqlx::query(
+                "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key) \
+                 VALUES ('payments', 'charge', '{}', ' \t')",
+            )
+            .execute(s.pool())
+            .await
+            .unwrap_err();
+            assert!(blank.to_string().contains("must not be empty or blank"), "{blank}");
             let claimed = s.claim(i64::MAX / 2, 10, 1_000, &ClaimScope::All).await.unwrap();
             assert_eq!(claimed.len(), 4, "every stored message reads back");
             assert!(claimed.iter().all(|c| c.operation.unreadable.is_none()));

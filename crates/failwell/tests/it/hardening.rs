@@ -169,7 +169,7 @@ async fn a_damaged_row_is_set_aside_alone(postgres: bool) {
         assert_eq!(op["payload"], json!(text), "the stored text is shown");
         let why = op["unreadable"].as_str().unwrap();
         assert!(why.starts_with("payload: "), "{why}");
-        assert_eq!(op["last_error"], format!("stored {why}; never sent"));
+        assert_eq!(op["last_error"], format!("stored {why}; set aside, not sent"));
         assert!(calls(&op).is_empty());
     }
     let deep_op = gateway.operation("damaged-deep").await;
@@ -338,12 +338,12 @@ async fn the_api_refuses_only_what_it_could_not_read_back(postgres: bool) {
         (
             "huge",
             r#"{"reference":"huge","amount":1e131072}"#.to_string(),
-            "beyond what PostgreSQL's numeric holds",
+            "more than 1000 digits before or after the decimal point",
         ),
         (
             "tiny",
             r#"{"reference":"tiny","amount":1e-16384}"#.to_string(),
-            "beyond what PostgreSQL's numeric holds",
+            "more than 1000 digits before or after the decimal point",
         ),
         ("nul", r#"{"reference":"nul","note":"a\u0000b"}"#.to_string(), "U+0000"),
         (
@@ -359,7 +359,7 @@ async fn the_api_refuses_only_what_it_could_not_read_back(postgres: bool) {
         (
             "scale",
             r#"{"reference":"scale","amount":1.0e-16383}"#.to_string(),
-            "beyond what PostgreSQL's numeric holds",
+            "more than 1000 digits before or after the decimal point",
         ),
     ] {
         let body = problem(submit(key, payload).await.unwrap(), 422, "invalid-body").await;

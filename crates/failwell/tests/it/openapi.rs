@@ -57,24 +57,38 @@ async fn the_served_printed_and_committed_documents_are_one() {
 }
 
 /// schemathesis, pinned in `schemathesis/requirements.txt`, installed in a
-/// virtual environment under the test's temporary directory on first use.
+/// virtual environment under the test's temporary directory on first use
+/// (once: the tests of both stores ask at the same time; what an
+/// interrupted install left is removed first).
 fn schemathesis() -> PathBuf {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("schemathesis-venv");
-    let program = venv.join("bin/schemathesis");
-    if !program.exists() {
-        let run = |program: &str, args: &[&str]| {
-            let status = Command::new(program)
-                .args(args)
-                .status()
-                .unwrap_or_else(|e| panic!("{program} is needed to install schemathesis: {e}"));
-            assert!(status.success(), "{program} {args:?} failed");
-        };
-        run("python3", &["-m", "venv", venv.to_str().unwrap()]);
-        let requirements =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/schemathesis/requirements.txt");
-        run(venv.join("bin/pip").to_str().unwrap(), &["install", "-q", "-r", requirements.to_str().unwrap()]);
-    }
-    program
+    static READY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    READY
+        .get_or_init(|| {
+            let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("schemathesis-venv");
+            let program = venv.join("bin/schemathesis");
+            if program.exists() {
+                return program;
+            }
+            if venv.exists() {
+                std::fs::remove_dir_all(&venv).unwrap();
+            }
+            let run = |program: &str, args: &[&str]| {
+                let status = Command::new(program)
+                    .args(args)
+                    .status()
+                    .unwrap_or_else(|e| panic!("{program} is needed to install schemathesis: {e}"));
+                assert!(status.success(), "{program} {args:?} failed");
+            };
+            run("python3", &["-m", "venv", venv.to_str().unwrap()]);
+            let requirements =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/schemathesis/requirements.txt");
+            run(
+                venv.join("bin/pip").to_str().unwrap(),
+                &["install", "-q", "-r", requirements.to_str().unwrap()],
+            );
+            program
+        })
+        .clone()
 }
 
 /// Fuzzes every operation of the document, bounded in examples and time;
