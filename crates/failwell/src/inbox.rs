@@ -6,8 +6,8 @@
 //! duplicate is answered `200` too and writes nothing; a store failure is a
 //! `503`, so the provider delivers again. Deliveries that arrive together
 //! are committed together ([`Ingest`], a group commit), so one fsync serves
-//! many of them; under a steady stream, a delivery waits at most
-//! [`INGEST_LINGER`] for others to share its commit. Refused deliveries store nothing
+//! many of them; when deliveries trickle in one at a time, a delivery waits
+//! at most [`INGEST_LINGER`] for others to share its commit (see `Linger`). Refused deliveries store nothing
 //! and each refusal has its own problem type and metric label.
 
 use std::collections::BTreeMap;
@@ -25,7 +25,6 @@ use failwell_store::{EventReport, NewEvent, Received, Store, StoredEvent};
 use failwell_webhook::{JsonFields, Verifier, VerifyError};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
 use crate::api::{ApiPath, AppState};
 use crate::problem::{Problem, ProblemType};
@@ -142,13 +141,53 @@ pub type Webhooks = BTreeMap<String, WebhookSource>;
 const INGEST_QUEUE: usize = 4096;
 /// Events committed in one transaction, at most.
 const INGEST_BATCH: usize = 256;
-/// The least time between two group commits that were not full: deliveries
-/// arriving within it of the last commit wait for the rest of it and are
-/// committed together (PostgreSQL's `commit_delay`, Kafka's `linger.ms`).
-/// Without it, deliveries that trickle in one at a time would cost a
-/// commit (an fsync on SQLite's single writer) each; a delivery after a
-/// quiet spell is committed at once.
+/// The longest a delivery waits for others to share its commit.
 pub const INGEST_LINGER: Duration = Duration::from_millis(10);
+/// The first wait tried when deliveries trickle in one at a time.
+const LINGER_PROBE: Duration = Duration::from_millis(2);
+
+/// How long the group commit waits for more deliveries before it commits,
+/// learnt from what waiting brought (a feedback rule in the spirit of
+/// Nagle's algorithm and PostgreSQL's `commit_delay`).
+///
+/// Deliveries that trickle in one at a time would each cost a commit (an
+/// fsync on SQLite's single writer): after two lone commits in a row the
+/// next one waits [`LINGER_PROBE`]. A wait is split in halves; when
+/// deliveries still arrived in its second half the next wait doubles (up to
+/// [`INGEST_LINGER`]), and when none did it halves (to none below the
+/// probe). So a steady stream settles on waits that gather it, while a
+/// fixed set of senders that each wait for their answer (who all arrived
+/// in the first half) is committed without waiting.
+#[derive(Debug, Default)]
+struct Linger {
+    wait: Duration,
+    lone_before: bool,
+}
+
+impl Linger {
+    /// How long to wait with `waiting` deliveries in hand.
+    fn wait_for(&self, waiting: usize) -> Duration {
+        if self.wait.is_zero() && waiting == 1 && self.lone_before { LINGER_PROBE } else { self.wait }
+    }
+
+    /// Learns from a wait of `waited`: whether deliveries arrived in its
+    /// second half.
+    fn learn(&mut self, waited: Duration, arrived_late: bool) {
+        self.wait = if arrived_late {
+            (waited * 2).min(INGEST_LINGER)
+        } else if waited / 2 < LINGER_PROBE {
+            Duration::ZERO
+        } else {
+            waited / 2
+        };
+    }
+
+    /// Notes a commit of `size` deliveries.
+    fn committed(&mut self, size: usize) {
+        self.lone_before = size == 1;
+    }
+}
+
 /// Bytes of bodies committed in one transaction, at most (a larger body
 /// goes alone): bounds the memory of a group commit and keeps it far below
 /// SQLite's 1 GB limit on a bound value.
@@ -170,21 +209,25 @@ impl Ingest {
             tokio::sync::mpsc::channel::<(NewEvent, oneshot::Sender<Option<Received>>)>(INGEST_QUEUE);
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(INGEST_BATCH);
-            let mut last_commit: Option<Instant> = None;
+            let mut linger = Linger::default();
             while waiting.recv_many(&mut batch, INGEST_BATCH).await > 0 {
-                if let Some(linger_ends) = last_commit.map(|at| at + INGEST_LINGER)
-                    && batch.len() < INGEST_BATCH
-                    && Instant::now() < linger_ends
-                {
-                    tokio::time::sleep_until(linger_ends).await;
-                    while batch.len() < INGEST_BATCH {
-                        match waiting.try_recv() {
-                            Ok(next) => batch.push(next),
-                            Err(_) => break,
+                let wait = linger.wait_for(batch.len());
+                if !wait.is_zero() && batch.len() < INGEST_BATCH {
+                    let mut gather = |batch: &mut Vec<_>| {
+                        while batch.len() < INGEST_BATCH
+                            && let Ok(next) = waiting.try_recv()
+                        {
+                            batch.push(next);
                         }
-                    }
+                    };
+                    tokio::time::sleep(wait / 2).await;
+                    gather(&mut batch);
+                    let half = batch.len();
+                    tokio::time::sleep(wait - wait / 2).await;
+                    gather(&mut batch);
+                    linger.learn(wait, batch.len() > half);
                 }
-                last_commit = Some(Instant::now());
+                linger.committed(batch.len());
                 let mut arrived = std::mem::take(&mut batch).into_iter().peekable();
                 while arrived.peek().is_some() {
                     // At most INGEST_BATCH_BYTES of bodies per transaction
@@ -530,6 +573,37 @@ fn event_view(e: StoredEvent) -> EventView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_linger_grows_for_a_trickle_and_vanishes_for_senders_that_wait() {
+        let ms = Duration::from_millis;
+        let mut linger = Linger::default();
+        // Deliveries commit at once until two lone commits in a row.
+        assert_eq!(linger.wait_for(1), Duration::ZERO);
+        linger.committed(1);
+        assert_eq!(linger.wait_for(5), Duration::ZERO, "not lone: no probe");
+        assert_eq!(linger.wait_for(1), LINGER_PROBE);
+        // A trickle: deliveries keep arriving late in every wait.
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            let wait = linger.wait_for(1);
+            waits.push(wait);
+            linger.learn(wait, true);
+            linger.committed(4);
+        }
+        assert_eq!(waits, [ms(2), ms(4), ms(8), ms(10), ms(10)]);
+        // Senders that all arrived in the first half: the wait shrinks away.
+        let mut waits = Vec::new();
+        for _ in 0..4 {
+            let wait = linger.wait_for(64);
+            waits.push(wait);
+            if !wait.is_zero() {
+                linger.learn(wait, false);
+            }
+            linger.committed(64);
+        }
+        assert_eq!(waits, [ms(10), ms(5), Duration::from_micros(2_500), Duration::ZERO]);
+    }
 
     fn mapping(types: &[&str]) -> LedgerMapping {
         LedgerMapping {
