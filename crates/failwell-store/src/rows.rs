@@ -60,6 +60,11 @@ macro_rules! operation_row {
 operation_row!(sqlx::sqlite::SqliteRow);
 operation_row!(sqlx::postgres::PgRow);
 
+/// The count (of attempts, lookups) from which a stored value is damage:
+/// far beyond any configured limit. PostgreSQL's claim no longer adds to a
+/// message's attempts from here, so its checks (at most 2^31 - 1) hold.
+pub(crate) const DAMAGED_COUNT: u32 = 1_000_000;
+
 /// What could not be read of one row: the first column that failed and why
 /// (`attempts: 9223372036854775807 is out of range`). A column that fails
 /// reads as a stand-in, so the row is still shown and can be set aside.
@@ -88,6 +93,20 @@ impl Damage {
             .map_err(|e| e.to_string())
             .and_then(|n| T::try_from(n).map_err(|_| format!("{n} is out of range")));
         self.or(column, read, stand_in)
+    }
+
+    /// The count `column` (attempts, lookups), or 0 with the failure noted
+    /// under `label`:
+    /// a count is damage from [`DAMAGED_COUNT`] on (no delivery gets near
+    /// it), so a damaged row is set aside before anything adds to it.
+    pub(crate) fn attempts<R: OperationRow>(&mut self, row: &R, column: &'static str, label: &str) -> u32 {
+        let read = row.int(column).map_err(|e| e.to_string()).and_then(|n| {
+            u32::try_from(n)
+                .ok()
+                .filter(|&n| n < DAMAGED_COUNT)
+                .ok_or_else(|| format!("{n} is out of range (a count is below {DAMAGED_COUNT})"))
+        });
+        self.or(label, read, 0)
     }
 
     /// The first failure, if any.
@@ -159,7 +178,7 @@ pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, 
             row.int_or_null("key_first_sent_at_ms").map_err(|e| e.to_string()),
             None,
         ),
-        attempts: d.count(row, "attempts", 0),
+        attempts: d.attempts(row, "attempts", "attempts"),
         provider_ref: text_or_null(&mut d, "provider_ref"),
         // A damaged response is shown as its text; only the other columns
         // decide whether the operation can be sent.
@@ -168,10 +187,10 @@ pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, 
         dead_letter: d
             .or("dead_letter", row.flag_or_null("dead_letter").map_err(|e| e.to_string()), None)
             .unwrap_or(false),
-        reconcile_attempts: d.count(row, "reconcile_attempts", 0),
+        reconcile_attempts: d.attempts(row, "reconcile_attempts", "reconcile_attempts"),
         // A damaged flag counts as "a call may have acted": the careful side.
         effect_possible: d.count::<R, i64>(row, "effect_possible", 1) != 0,
-        lookup_misses: d.count(row, "lookup_misses", 0),
+        lookup_misses: d.attempts(row, "lookup_misses", "lookup_misses"),
         created_at_ms: time(&mut d, "created_at_ms"),
         delivery_started_at_ms: time(&mut d, "delivery_started_at_ms"),
         updated_at_ms: time(&mut d, "updated_at_ms"),
@@ -192,10 +211,7 @@ pub(crate) fn claimed_from_row<R: OperationRow>(
     mut operation: Operation,
 ) -> Claimed {
     let mut d = Damage::default();
-    let attempts = row.int(attempts_column).map_err(|e| e.to_string()).and_then(|n| {
-        u32::try_from(n).ok().and_then(|a| a.checked_add(1)).ok_or_else(|| format!("{n} is out of range"))
-    });
-    let attempts = d.or("attempts", attempts, 1);
+    let attempts = d.attempts(row, attempts_column, "attempts") + 1;
     let previous_delay_ms = d.count(row, "previous_delay_ms", 0);
     let interrupted = d.count::<R, i64>(row, "in_flight", 1) != 0;
     if operation.unreadable.is_none() {

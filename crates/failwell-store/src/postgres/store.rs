@@ -97,7 +97,7 @@ async fn lease_due(
          counted AS (UPDATE operations o SET attempts = o.attempts + 1, effect_possible = 1, \
              key_first_sent_at_ms = COALESCE(o.key_first_sent_at_ms, d.updated_at_ms) \
            FROM due d WHERE o.id = d.operation_id AND d.in_flight = 1), \
-         leased AS (UPDATE outbox x SET locked_until_ms = $4, lease_token = $5, attempts = x.attempts + 1, \
+         leased AS (UPDATE outbox x SET locked_until_ms = $4, lease_token = $5, attempts = x.attempts + (x.attempts < 1000000)::int, \
              in_flight = 1, updated_at_ms = $1 FROM due d WHERE x.id = d.id) \
          SELECT d.id AS outbox_id, d.attempts AS message_attempts, d.previous_delay_ms, d.in_flight, \
            o.id, o.idempotency_key, o.provider, o.operation, o.reference, o.payload, o.status, o.key_group, \

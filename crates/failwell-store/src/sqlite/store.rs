@@ -87,6 +87,10 @@ async fn lease_due(
     if due.is_empty() {
         return Ok(Vec::new());
     }
+    // A message whose operation_id was changed behind failwell's back into
+    // something other than an id is left where it is, for the others' sake.
+    let due: Vec<SqliteRow> =
+        due.into_iter().filter(|r| r.try_get::<i64, _>("operation_id").is_ok()).collect();
     let ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("id")).collect();
     let op_ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("operation_id")).collect();
     // An attempt whose lease expired in flight may have reached the
@@ -137,16 +141,15 @@ async fn lease_due(
         let op = operation_from_row(row)?;
         operations.insert(op.id, op);
     }
-    due.iter()
-        .map(|r| {
-            let operation_id: i64 = r.get("operation_id");
-            let operation = operations.remove(&operation_id).ok_or(StoreError::Corrupt {
-                what: "outbox message",
-                detail: format!("operation {operation_id} is missing"),
-            })?;
-            Ok(crate::rows::claimed_from_row(r, r.get("id"), "attempts", token, operation))
+    // A message whose operation is gone (deleted behind failwell's back)
+    // stays leased and is skipped, for the others' sake.
+    Ok(due
+        .iter()
+        .filter_map(|r| {
+            let operation = operations.remove(&r.get::<i64, _>("operation_id"))?;
+            Some(crate::rows::claimed_from_row(r, r.get("id"), "attempts", token, operation))
         })
-        .collect()
+        .collect())
 }
 
 /// Extends the leases `(id, token)` of `queue` still held to `until_ms`.

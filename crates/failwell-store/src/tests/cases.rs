@@ -118,8 +118,20 @@ macro_rules! store_tests {
         #[tokio::test]
         async fn a_row_with_a_damaged_column_is_set_aside_alone() {
             let (_d, s) = store().await;
-            for key in ["before", "negative-attempts", "reserved-key", "after"] {
+            for key in ["before", "negative-attempts", "reserved-key", "many-attempts", "many-calls", "after"] {
                 s.submit(new_op(key, 100), 1).await.unwrap();
+            }
+            // Within the schema's checks, beyond any delivery: the claim
+            // must neither fail nor send.
+            for table in ["outbox", "operations"] {
+                let key = if table == "outbox" { "many-attempts" } else { "many-calls" };
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE {table} SET attempts = 2147483647 WHERE {} = (SELECT id FROM operations WHERE idempotency_key = '{key}')",
+                    if table == "outbox" { "operation_id" } else { "id" }
+                )))
+                .execute(s.pool())
+                .await
+                .unwrap();
             }
             let damage = "UPDATE outbox SET attempts = -1 WHERE operation_id = \
                           (SELECT id FROM operations WHERE idempotency_key = 'negative-attempts')";
@@ -127,7 +139,7 @@ macro_rules! store_tests {
             // its check is dropped.
             for off in COUNT_CHECKS_OFF {
                 let refused = sqlx::query(damage).execute(s.pool()).await.unwrap_err();
-                assert!(refused.to_string().contains("outbox_attempts_in_range"), "{refused}");
+                assert!(refused.to_string().contains("outbox_numbers_in_range"), "{refused}");
                 sqlx::query(*off).execute(s.pool()).await.unwrap();
             }
             sqlx::query(damage).execute(s.pool()).await.unwrap();
@@ -141,7 +153,9 @@ macro_rules! store_tests {
             let keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
             assert_eq!(keys, ["before", "after"]);
             for (key, says) in [
-                ("negative-attempts", "attempts: -1 is out of range"),
+                ("negative-attempts", "attempts: -1 is out of range (a count is below 1000000)"),
+                ("many-attempts", "attempts: 2147483647 is out of range (a count is below 1000000)"),
+                ("many-calls", "attempts: 2147483647 is out of range (a count is below 1000000)"),
                 (
                     "reserved-key",
                     "payload: holds the key \"$serde_json::private::Number\", which serde_json reserves for itself",

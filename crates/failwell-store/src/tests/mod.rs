@@ -99,7 +99,7 @@ mod postgres {
     type S = PostgresStore;
 
     /// Statements that switch off the schema's checks of counts.
-    const COUNT_CHECKS_OFF: &[&str] = &["ALTER TABLE outbox DROP CONSTRAINT outbox_attempts_in_range"];
+    const COUNT_CHECKS_OFF: &[&str] = &["ALTER TABLE outbox DROP CONSTRAINT outbox_numbers_in_range"];
 
     /// A schema of its own on the test server, dropped when this is.
     pub(super) struct Schema {
