@@ -21,9 +21,13 @@ const RANDOM_ROWS: usize = 400;
 const ORDINARY_ROWS: usize = 40;
 
 /// A JSON number as text: any digits, fraction and exponent the grammar
-/// allows, far beyond f64 and i64.
+/// allows, far beyond f64 and i64; one in ten with a four-digit exponent,
+/// mostly beyond the 1000 digits failwell takes written out in full.
 fn number() -> impl Strategy<Value = String> {
-    "-?(0|[1-9][0-9]{0,45})(\\.[0-9]{1,45})?([eE][+-]?[0-9]{1,4})?"
+    prop_oneof![
+        9 => "-?(0|[1-9][0-9]{0,45})(\\.[0-9]{1,45})?([eE][+-]?[0-9]{1,3})?",
+        1 => "-?(0|[1-9][0-9]{0,45})(\\.[0-9]{1,45})?[eE][+-]?[0-9]{4}",
+    ]
 }
 
 /// A JSON string as text, of any unicode (U+0000 included, which
