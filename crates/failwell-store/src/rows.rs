@@ -115,14 +115,6 @@ impl Damage {
     }
 }
 
-/// The stored JSON of `column`, or its text as a JSON string with why it
-/// cannot be read (`column: what serde_json says, with line and column`)
-/// noted in `damage`.
-fn json_column<R: OperationRow>(row: &R, column: &'static str, damage: &mut Damage) -> Option<Value> {
-    let text = damage.or(column, row.text_or_null(column).map_err(|e| e.to_string()), None)?;
-    Some(parsed(damage, column, text))
-}
-
 /// The stored JSON `text` of `column`, or the text as a JSON string with
 /// why it cannot be read noted in `damage`.
 fn parsed(damage: &mut Damage, column: &'static str, text: String) -> Value {
@@ -182,7 +174,7 @@ pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, 
         provider_ref: text_or_null(&mut d, "provider_ref"),
         // A damaged response is shown as its text; only the other columns
         // decide whether the operation can be sent.
-        response: json_column(row, "response", &mut Damage::default()),
+        response: row.text_or_null("response").ok().flatten().map(|text| crate::stored::json_or_text(text).0),
         last_error: text_or_null(&mut d, "last_error"),
         dead_letter: d
             .or("dead_letter", row.flag_or_null("dead_letter").map_err(|e| e.to_string()), None)
