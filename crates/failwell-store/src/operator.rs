@@ -448,31 +448,59 @@ pub(crate) fn table(kind: DeadLetterKind) -> &'static str {
 /// `kind, id, integration, key, operation, attempts, last_error,
 /// dead_at_ms, created_at_ms, payload, json_payload`, where `payload` holds
 /// the operation's request (JSON text, `json_payload` true) or the event's
-/// body (any bytes, `json_payload` false).
+/// body (any bytes, `json_payload` false). A column that cannot be read
+/// (changed behind failwell's back, or the message's operation gone) reads
+/// as a stand-in, and the last error ends with which column and why, so
+/// one damaged dead letter is shown, never a failed list.
+/// Errors: only a `kind` or `id` that cannot be read.
 pub(crate) fn dead_letter_from_row<R: OperatorRow>(row: &R) -> Result<DeadLetter, StoreError> {
     const CONTEXT: &str = "reading a dead letter";
     let kind: String = row.value("kind").context(CONTEXT)?;
-    let bytes: Vec<u8> = row.value("payload").context(CONTEXT)?;
-    let payload = if row.value::<bool>("json_payload").context(CONTEXT)? {
+    let kind =
+        DeadLetterKind::parse(&kind).ok_or(StoreError::Corrupt { what: "dead letter kind", detail: kind })?;
+    let mut d = crate::rows::Damage::default();
+    let read = |column: &'static str| row.value::<Option<i64>>(column).map_err(|e| e.to_string());
+    let attempts = read("attempts").and_then(|n| {
+        let n = n.unwrap_or_default();
+        u32::try_from(n).map_err(|_| format!("{n} is out of range"))
+    });
+    let attempts = d.or("attempts", attempts, 0);
+    let dead_at_ms = d.or("dead_at_ms", read("dead_at_ms"), None).unwrap_or_default();
+    let created_at_ms = d.or("created_at_ms", read("created_at_ms"), None).unwrap_or_default();
+    let text = |d: &mut crate::rows::Damage, column: &'static str| {
+        d.or(column, row.value::<Option<String>>(column).map_err(|e| e.to_string()), None)
+    };
+    let integration = text(&mut d, "integration").unwrap_or_default();
+    let key = text(&mut d, "key").unwrap_or_default();
+    let operation = text(&mut d, "operation");
+    let last_error = text(&mut d, "last_error");
+    let bytes = d.or("payload", row.value::<Option<Vec<u8>>>("payload").map_err(|e| e.to_string()), None);
+    let payload = match bytes {
+        None => Value::Null,
         // We wrote the request as JSON: anything else is damage, shown as
         // its text (the dead letter's last error says why it was set aside).
-        crate::stored::json_or_text(String::from_utf8_lossy(&bytes).into_owned()).0
-    } else {
+        Some(bytes) if row.value::<bool>("json_payload").unwrap_or(true) => {
+            crate::stored::json_or_text(String::from_utf8_lossy(&bytes).into_owned()).0
+        }
         // A webhook body is whatever the provider sent.
-        serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        Some(bytes) => serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned())),
+    };
+    let last_error = match (last_error, d.into_reason()) {
+        (error, None) => error,
+        (None, Some(damage)) => Some(format!("stored {damage}")),
+        (Some(error), Some(damage)) => Some(format!("{error}; stored {damage}")),
     };
     Ok(DeadLetter {
-        kind: DeadLetterKind::parse(&kind)
-            .ok_or(StoreError::Corrupt { what: "dead letter kind", detail: kind })?,
+        kind,
         id: row.value("id").context(CONTEXT)?,
-        integration: row.value("integration").context(CONTEXT)?,
-        key: row.value("key").context(CONTEXT)?,
-        operation: row.value("operation").context(CONTEXT)?,
-        attempts: row.value::<i64>("attempts").context(CONTEXT)? as u32,
-        last_error: row.value("last_error").context(CONTEXT)?,
-        dead_at_ms: row.value::<Option<i64>>("dead_at_ms").context(CONTEXT)?.unwrap_or_default(),
-        created_at_ms: row.value("created_at_ms").context(CONTEXT)?,
+        integration,
+        key,
+        operation,
+        attempts,
+        last_error,
+        dead_at_ms,
+        created_at_ms,
         payload,
     })
 }
@@ -777,7 +805,7 @@ macro_rules! operator_statements {
                x.created_at_ms, ",
             $message_payload,
             " AS payload, TRUE AS json_payload \
-             FROM outbox x JOIN operations o ON o.id = x.operation_id WHERE x.state = 'dead' \
+             FROM outbox x LEFT JOIN operations o ON o.id = x.operation_id WHERE x.state = 'dead' \
              UNION ALL \
              SELECT 'forward', f.id, e.integration, e.event_id, NULL, f.attempts, f.last_error, \
                f.dead_at_ms, f.created_at_ms, e.payload, FALSE \

@@ -5,7 +5,7 @@ use serde_json::Value;
 use sqlx::Row;
 
 use crate::error::{Context, StoreError};
-use crate::model::{Claimed, Operation, OperationStatus};
+use crate::model::{AttemptKind, AttemptRow, Claimed, Operation, OperationStatus};
 
 /// `SELECT` of every operation column (and its dead-letter flag), followed
 /// by `$tail` (a `WHERE …` clause, in pieces).
@@ -210,4 +210,42 @@ pub(crate) fn claimed_from_row<R: OperationRow>(
         operation.unreadable = d.into_reason();
     }
     Claimed { outbox_id, lease_token, attempts, previous_delay_ms, interrupted, operation }
+}
+
+/// An attempt from a row of the attempt history (`kind, attempt_no,
+/// provider_key, started_at_ms, duration_ms, status_code, error_kind,
+/// classification, outcome, decision`). A column that cannot be read
+/// (stored by an earlier version or behind failwell's back) reads as a
+/// stand-in, and the decision ends with which column and why: the history
+/// is shown whole, never a failed read.
+pub(crate) fn attempt_from_row<R: OperationRow>(row: &R) -> AttemptRow {
+    let mut d = Damage::default();
+    let text =
+        |d: &mut Damage, c: &'static str| d.or(c, row.text(c).map_err(|e| e.to_string()), String::new());
+    let text_or_null =
+        |d: &mut Damage, c: &'static str| d.or(c, row.text_or_null(c).map_err(|e| e.to_string()), None);
+    let kind = match text(&mut d, "kind").as_str() {
+        "call" => AttemptKind::Call,
+        "lookup" => AttemptKind::Lookup,
+        _ => AttemptKind::Skipped,
+    };
+    let status_code = row.int_or_null("status_code").map_err(|e| e.to_string()).and_then(|code| {
+        code.map(|c| u16::try_from(c).map_err(|_| format!("{c} is out of range"))).transpose()
+    });
+    let mut attempt = AttemptRow {
+        kind,
+        attempt_no: d.count(row, "attempt_no", 0),
+        provider_key: text_or_null(&mut d, "provider_key"),
+        started_at_ms: d.count(row, "started_at_ms", 0),
+        duration_ms: d.count(row, "duration_ms", 0),
+        status_code: d.or("status_code", status_code, None),
+        error_kind: text_or_null(&mut d, "error_kind"),
+        classification: text_or_null(&mut d, "classification"),
+        outcome: text(&mut d, "outcome"),
+        decision: text(&mut d, "decision"),
+    };
+    if let Some(damage) = d.into_reason() {
+        attempt.decision = format!("{} (stored {damage})", attempt.decision);
+    }
+    attempt
 }

@@ -20,7 +20,7 @@ macro_rules! store_impl {
         use crate::Store;
         use crate::error::{Context, StoreError};
         use crate::model::{
-            AttemptKind, AttemptRow, ClaimScope, Claimed, ClaimedForward, Completion, Counts, EventRecord,
+            AttemptRow, ClaimScope, Claimed, ClaimedForward, Completion, Counts, EventRecord,
             ForwardCompletion, Leased, NewEvent, NewOperation, Operation, OperationEvent, OperationStatus, Received,
             Reconciled, Recorded, Resolution, StoredEvent, Submitted,
         };
@@ -243,27 +243,7 @@ macro_rules! store_impl {
                 .fetch_all(self.read_pool())
                 .await
                 .context("reading the attempt history")?;
-                rows.iter()
-                    .map(|r| {
-                        let kind: String = r.get("kind");
-                        Ok(AttemptRow {
-                            kind: match kind.as_str() {
-                                "call" => AttemptKind::Call,
-                                "lookup" => AttemptKind::Lookup,
-                                _ => AttemptKind::Skipped,
-                            },
-                            attempt_no: r.get::<i64, _>("attempt_no") as u32,
-                            provider_key: r.get("provider_key"),
-                            started_at_ms: r.get("started_at_ms"),
-                            duration_ms: r.get::<i64, _>("duration_ms") as u64,
-                            status_code: r.get::<Option<i64>, _>("status_code").map(|s| s as u16),
-                            error_kind: r.get("error_kind"),
-                            classification: r.get("classification"),
-                            outcome: r.get("outcome"),
-                            decision: r.get("decision"),
-                        })
-                    })
-                    .collect()
+                Ok(rows.iter().map(crate::rows::attempt_from_row).collect())
             }
 
             async fn renew(

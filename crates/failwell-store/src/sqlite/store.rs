@@ -87,22 +87,25 @@ async fn lease_due(
     if due.is_empty() {
         return Ok(Vec::new());
     }
-    // A message whose operation_id was changed behind failwell's back into
-    // something other than an id is left where it is, for the others' sake.
-    let due: Vec<SqliteRow> =
-        due.into_iter().filter(|r| r.try_get::<i64, _>("operation_id").is_ok()).collect();
+    // A message whose operation_id was changed behind failwell's back (to
+    // something other than an id, or to no operation) is set aside below.
     let ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("id")).collect();
-    let op_ids: Vec<i64> = due.iter().map(|r| r.get::<i64, _>("operation_id")).collect();
+    let op_ids: Vec<i64> = due.iter().filter_map(|r| r.try_get::<i64, _>("operation_id").ok()).collect();
     // An attempt whose lease expired in flight may have reached the
     // provider: it goes into the history before the message is leased again.
-    sqlx::query(
+    // A time stored out of range (behind failwell's back, before the schema
+    // checked it) reads as the claim's own.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, duration_ms, \
          status_code, error_kind, classification, outcome, decision) \
-         SELECT o.id, 'call', o.attempts + 1, o.provider_key, x.updated_at_ms, $2 - x.updated_at_ms, NULL, \
+         SELECT o.id, 'call', CASE WHEN {} THEN o.attempts + 1 ELSE 0 END, o.provider_key, \
+         CASE WHEN x.updated_at_ms BETWEEN 0 AND $2 THEN x.updated_at_ms ELSE $2 END, \
+         CASE WHEN x.updated_at_ms BETWEEN 0 AND $2 THEN $2 - x.updated_at_ms ELSE 0 END, NULL, \
          'interrupted', 'ambiguous', 'unknown', 'interrupted: the lease expired before a result was recorded' \
          FROM outbox x JOIN operations o ON o.id = x.operation_id \
          WHERE x.id IN (SELECT value FROM json_each($1)) AND x.in_flight = 1",
-    )
+        countable("o.attempts")
+    )))
     .bind_ids(&ids)
     .bind(now_ms)
     .execute(&mut *tx)
@@ -110,20 +113,25 @@ async fn lease_due(
     .context("recording interrupted attempts")?;
     // Its key counts as used from the claim it was interrupted in (the
     // message's updated_at_ms until it is leased again below).
-    sqlx::query(
-        "UPDATE operations SET attempts = attempts + 1, effect_possible = 1, \
-         key_first_sent_at_ms = COALESCE(key_first_sent_at_ms, \
-           (SELECT updated_at_ms FROM outbox WHERE operation_id = operations.id)) \
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE operations SET attempts = CASE WHEN {} THEN attempts + 1 ELSE attempts END, effect_possible = 1, \
+         key_first_sent_at_ms = COALESCE(key_first_sent_at_ms, (SELECT CASE WHEN updated_at_ms BETWEEN 0 AND $2 \
+           THEN updated_at_ms ELSE $2 END FROM outbox WHERE operation_id = operations.id)) \
          WHERE id IN (SELECT operation_id FROM outbox WHERE id IN (SELECT value FROM json_each($1)) AND in_flight = 1)",
-    )
+        countable("attempts")
+    )))
     .bind_ids(&ids)
+    .bind(now_ms)
     .execute(&mut *tx)
     .await
     .context("counting interrupted attempts")?;
-    sqlx::query(
-        "UPDATE outbox SET locked_until_ms = $2, lease_token = $3, attempts = attempts + 1, in_flight = 1, \
-         updated_at_ms = $4 WHERE id IN (SELECT value FROM json_each($1))",
-    )
+    // A count that is damage is left as it is (its row is set aside): the
+    // schema refuses a damaged value written over another.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE outbox SET locked_until_ms = $2, lease_token = $3, in_flight = 1, updated_at_ms = $4, \
+         attempts = CASE WHEN {} THEN attempts + 1 ELSE attempts END WHERE id IN (SELECT value FROM json_each($1))",
+        countable("attempts")
+    )))
     .bind_ids(&ids)
     .bind(until_ms)
     .bind(token)
@@ -141,15 +149,47 @@ async fn lease_due(
         let op = operation_from_row(row)?;
         operations.insert(op.id, op);
     }
-    // A message whose operation is gone (deleted behind failwell's back)
-    // stays leased and is skipped, for the others' sake.
-    Ok(due
-        .iter()
-        .filter_map(|r| {
-            let operation = operations.remove(&r.get::<i64, _>("operation_id"))?;
-            Some(crate::rows::claimed_from_row(r, r.get("id"), "attempts", token, operation))
-        })
-        .collect())
+    let mut claimed = Vec::with_capacity(due.len());
+    for r in &due {
+        let id: i64 = r.get("id");
+        let operation = match r.try_get::<i64, _>("operation_id") {
+            Ok(op_id) => operations.remove(&op_id).ok_or_else(|| format!("{op_id} names no operation")),
+            Err(e) => Err(e.to_string()),
+        };
+        match operation {
+            Ok(operation) => claimed.push(crate::rows::claimed_from_row(r, id, "attempts", token, operation)),
+            Err(why) => set_aside_orphan(&mut *tx, id, &format!("operation_id: {why}"), now_ms).await?,
+        }
+    }
+    Ok(claimed)
+}
+
+/// The test, in SQL, that `column` holds a count a claim may add to: an
+/// integer below [`DAMAGED_COUNT`](crate::rows::DAMAGED_COUNT). SQLite
+/// stores any value in any column; another is damage, left as it is.
+fn countable(column: &str) -> String {
+    format!("typeof({column}) = 'integer' AND {column} BETWEEN 0 AND {}", crate::rows::DAMAGED_COUNT - 1)
+}
+
+/// Dead-letters message `id`, whose operation cannot be found, alone: it
+/// is never sent (there is nothing to send), and `last_error` says why.
+async fn set_aside_orphan(
+    conn: &mut SqliteConnection,
+    id: i64,
+    why: &str,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE outbox SET state = 'dead', last_error = $2, dead_at_ms = $3, in_flight = 0, \
+         locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $3, changed_by = 'relay' WHERE id = $1",
+    )
+    .bind(id)
+    .bind(format!("stored {why}; set aside, not sent"))
+    .bind(now_ms)
+    .execute(&mut *conn)
+    .await
+    .context("setting a message aside")?;
+    Ok(())
 }
 
 /// Extends the leases `(id, token)` of `queue` still held to `until_ms`.
@@ -199,7 +239,8 @@ async fn apply(conn: &mut SqliteConnection, c: &Completion, now_ms: i64) -> Resu
         "UPDATE outbox SET state = $3, available_at_ms = COALESCE($4, available_at_ms), \
          previous_delay_ms = COALESCE($5, previous_delay_ms), last_error = $6, dead_at_ms = $7, \
          in_flight = 0, locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $8, \
-         attempts = attempts - $9, changed_by = 'relay' \
+         attempts = CASE WHEN typeof(attempts) = 'integer' THEN attempts - $9 ELSE attempts END, \
+         changed_by = 'relay' \
          WHERE id = $1 AND lease_token = $2 AND state = 'pending'",
     )
     .bind(c.outbox_id)

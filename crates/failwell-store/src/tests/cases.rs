@@ -139,7 +139,7 @@ macro_rules! store_tests {
             // its check is dropped.
             for off in COUNT_CHECKS_OFF {
                 let refused = sqlx::query(damage).execute(s.pool()).await.unwrap_err();
-                assert!(refused.to_string().contains("outbox_numbers_in_range"), "{refused}");
+                assert!(refused.to_string().contains(COUNT_CHECK_SAYS), "{refused}");
                 sqlx::query(*off).execute(s.pool()).await.unwrap();
             }
             sqlx::query(damage).execute(s.pool()).await.unwrap();

@@ -3,6 +3,7 @@
 //! each test in a schema of its own, dropped afterwards).
 
 mod cases;
+mod sqlite_checks;
 
 use cases::store_tests;
 
@@ -11,9 +12,10 @@ mod sqlite {
 
     type S = SqliteStore;
 
-    /// Statements that switch off the schema's checks of counts (SQLite's
-    /// tables have none).
-    const COUNT_CHECKS_OFF: &[&str] = &[];
+    /// Statements that switch off the schema's checks of counts.
+    const COUNT_CHECKS_OFF: &[&str] = &["DROP TRIGGER outbox_attempts_checked"];
+    /// What the schema says when it refuses a count out of range.
+    const COUNT_CHECK_SAYS: &str = "outbox.attempts must be a count";
 
     async fn store() -> (tempfile::TempDir, S) {
         let dir = tempfile::tempdir().unwrap();
@@ -100,6 +102,8 @@ mod postgres {
 
     /// Statements that switch off the schema's checks of counts.
     const COUNT_CHECKS_OFF: &[&str] = &["ALTER TABLE outbox DROP CONSTRAINT outbox_numbers_in_range"];
+    /// What the schema says when it refuses a count out of range.
+    const COUNT_CHECK_SAYS: &str = "outbox_numbers_in_range";
 
     /// A schema of its own on the test server, dropped when this is.
     pub(super) struct Schema {

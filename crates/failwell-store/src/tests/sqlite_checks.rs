@@ -1,0 +1,150 @@
+//! SQLite stores any value in any column: the schema's checks (migration
+//! 0009) refuse what failwell could not read, and a row damaged before they
+//! existed is set aside alone.
+
+use serde_json::json;
+
+use crate::{ClaimScope, DeadLetterFilter, NewOperation, OperationStatus, SqliteStore, Store, Synchronous};
+
+async fn store(keys: &[&str]) -> (tempfile::TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    let s = SqliteStore::open(&url, Synchronous::Normal).await.unwrap();
+    for key in keys {
+        let op = NewOperation {
+            idempotency_key: (*key).into(),
+            provider: "payments".into(),
+            operation: "charge".into(),
+            reference: Some(format!("ref-{key}")),
+            payload: json!({"amount": 100}),
+        };
+        s.submit(op, 1).await.unwrap();
+    }
+    (dir, s)
+}
+
+/// `UPDATE outbox SET {set}` of the message of `key`.
+fn damage(set: &str, key: &str) -> String {
+    format!(
+        "UPDATE outbox SET {set} WHERE operation_id = (SELECT id FROM operations WHERE idempotency_key = '{key}')"
+    )
+}
+
+/// Every write the re-attacks made behind failwell's back is refused,
+/// naming the column; the message goes on as if nothing was tried.
+#[tokio::test]
+async fn the_schema_refuses_what_failwell_could_not_read() {
+    let (_d, s) = store(&["k"]).await;
+    let refused = [
+        (damage("attempts = 1.5", "k"), "outbox.attempts must be a count from 0 to 2147483647"),
+        (damage("attempts = -1", "k"), "outbox.attempts must be a count"),
+        (damage("dead_at_ms = 'yesterday'", "k"), "outbox.dead_at_ms must be milliseconds since 1970 or NULL"),
+        (damage("last_error = x'00ff'", "k"), "outbox.last_error must be text or NULL"),
+        (damage("provider = x'00'", "k"), "outbox.provider must be text"),
+        (damage("updated_at_ms = -9223372036854775808", "k"), "outbox.updated_at_ms must be milliseconds"),
+        (damage("available_at_ms = 'soon'", "k"), "outbox.available_at_ms must be milliseconds"),
+        (damage("locked_until_ms = 'later'", "k"), "outbox.locked_until_ms must be milliseconds"),
+        (damage("in_flight = 2", "k"), "outbox.in_flight must be 0 or 1"),
+        (damage("operation_id = 999", "k"), "outbox.operation_id must name an operation"),
+        (damage("operation_id = 'one'", "k"), "outbox.operation_id must name an operation"),
+        ("UPDATE operations SET attempts = 'many'".into(), "operations.attempts must be a count"),
+        ("UPDATE operations SET payload = x'7b7d'".into(), "operations.payload must be text"),
+        ("UPDATE operations SET effect_possible = 0.5".into(), "operations.effect_possible must be 0 or 1"),
+        ("UPDATE operations SET id = 77".into(), "operations.id cannot change"),
+        ("DELETE FROM operations".into(), "an operation with an outbox message cannot be deleted"),
+        (
+            "INSERT INTO attempts (operation_id, kind, attempt_no, started_at_ms, duration_ms, outcome, decision) \
+             VALUES (1, 'call', 1, 1, 'long', 'unknown', 'x')"
+                .into(),
+            "attempts.duration_ms must be an integer",
+        ),
+    ];
+    // Another program's connection, with foreign keys off as SQLite's own
+    // default has them.
+    let mut other = s.pool().acquire().await.unwrap();
+    sqlx::query("PRAGMA foreign_keys = OFF").execute(&mut *other).await.unwrap();
+    for (statement, says) in &refused {
+        let error =
+            sqlx::query(sqlx::AssertSqlSafe(statement.as_str())).execute(&mut *other).await.unwrap_err();
+        assert!(error.to_string().contains(says), "{statement}: {error}");
+    }
+    sqlx::query("PRAGMA foreign_keys = ON").execute(&mut *other).await.unwrap();
+    drop(other);
+    // Writes of values failwell reads are taken, as before.
+    sqlx::query(sqlx::AssertSqlSafe(damage("available_at_ms = 5, last_error = 'noted'", "k")))
+        .execute(s.pool())
+        .await
+        .unwrap();
+    let claimed = s.claim(10, 10, 1_000, &ClaimScope::All).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!((claimed[0].attempts, claimed[0].operation.unreadable.as_deref()), (1, None));
+}
+
+/// Rows damaged before the schema checked them (the checks dropped here to
+/// write them) are set aside alone: the claim dead-letters a message
+/// without its operation and says why, a damaged time in flight still
+/// records its interrupted attempt, dead letters with damaged columns are
+/// listed with the damage named, and the others are claimed once.
+#[tokio::test]
+async fn damage_stored_before_the_checks_is_set_aside_alone() {
+    let keys = ["before", "orphan", "text-id", "stale-lease", "dead-real", "dead-text", "dead-blob", "after"];
+    let (_d, s) = store(&keys).await;
+    let triggers: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'trigger' \
+         AND (name LIKE '%checked%' OR name IN ('operations_keep_messages', 'operations_id_kept'))",
+    )
+    .fetch_all(s.pool())
+    .await
+    .unwrap();
+    assert!(triggers.len() > 50, "{triggers:?}");
+    let mut old = s.pool().acquire().await.unwrap();
+    sqlx::query("PRAGMA foreign_keys = OFF").execute(&mut *old).await.unwrap();
+    for name in &triggers {
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP TRIGGER {name}"))).execute(&mut *old).await.unwrap();
+    }
+    let dead = "state = 'dead', dead_at_ms = 5, last_error = 'gave up'";
+    for statement in [
+        damage("operation_id = 999", "orphan"),
+        damage("operation_id = 'one'", "text-id"),
+        damage("in_flight = 1, locked_until_ms = 0, updated_at_ms = -9223372036854775808", "stale-lease"),
+        damage(&format!("{dead}, attempts = 1.5"), "dead-real"),
+        damage(&format!("{dead}, attempts = 1, dead_at_ms = 'yesterday'"), "dead-text"),
+        damage(&format!("{dead}, last_error = x'00ff'"), "dead-blob"),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(statement.as_str())).execute(&mut *old).await.unwrap();
+    }
+    sqlx::query("PRAGMA foreign_keys = ON").execute(&mut *old).await.unwrap();
+    drop(old);
+
+    let claimed = s.claim(10, 10, 1_000, &ClaimScope::All).await.unwrap();
+    let mut keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
+    keys.sort();
+    assert_eq!(keys, ["after", "before", "stale-lease"]);
+    let stale = claimed.iter().find(|c| c.operation.idempotency_key == "stale-lease").unwrap();
+    assert!(stale.interrupted && stale.operation.effect_possible);
+    let history = s.attempts(stale.operation.id).await.unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!((history[0].started_at_ms, history[0].duration_ms), (10, 0));
+    assert!(s.claim(20, 10, 1_000, &ClaimScope::All).await.unwrap().is_empty());
+
+    let listed = s.dead_letters(DeadLetterFilter::default(), 20).await.unwrap();
+    let mut errors: Vec<(String, String)> =
+        listed.iter().map(|d| (d.key.clone(), d.last_error.clone().unwrap_or_default())).collect();
+    errors.sort();
+    for (key, says) in [
+        ("", "stored operation_id: 999 names no operation; set aside, not sent"),
+        ("", "stored operation_id: "),
+        ("dead-blob", "stored last_error: "),
+        ("dead-real", "gave up; stored attempts: "),
+        ("dead-text", "gave up; stored dead_at_ms: "),
+    ] {
+        assert!(
+            errors.iter().any(|(k, error)| k == key && error.starts_with(says)),
+            "no dead letter {key:?} saying {says:?} in {errors:?}"
+        );
+    }
+    assert_eq!(listed.len(), 5);
+    for key in ["before", "after"] {
+        assert_eq!(s.operation(key).await.unwrap().unwrap().status, OperationStatus::Pending);
+    }
+}
