@@ -4,8 +4,8 @@
 //! parameters, which sqlx binds by number on SQLite too);
 //! [`attempt_writes!`] defines the functions for one connection type. (The
 //! relay's results are recorded a batch at a time by each backend's
-//! `complete_batch`: one statement on PostgreSQL, these per message on
-//! SQLite.)
+//! `complete_batch`: one statement on PostgreSQL, four per round of
+//! distinct operations on SQLite, both reading the batch as JSON.)
 
 /// Defines `insert_attempt`, `count_attempt`, `set_operation` and
 /// `not_applied` (and the private `late_answer`) in the invoking module, for

@@ -9,6 +9,7 @@ mod inbox;
 mod operator;
 mod outbox;
 mod rows;
+mod settle;
 mod store;
 mod writes;
 

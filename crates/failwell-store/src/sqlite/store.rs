@@ -4,8 +4,7 @@
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 
 use super::SqliteStore;
-use super::writes::not_applied;
-use crate::changes::{MessageChange, OperationChange};
+use super::settle::complete_batch;
 use crate::inbox::InboxBinds;
 use crate::outbox::{CLAIMED_COLUMNS, DUE};
 
@@ -211,65 +210,4 @@ async fn renew_leases(
     .await
     .context("renewing leases")?;
     Ok(done.rows_affected())
-}
-
-/// Records a batch of results under the single writer, one message after
-/// the other (each statement runs in-process: no round trips to save).
-async fn complete_batch(
-    conn: &mut SqliteConnection,
-    completions: &[Completion],
-    now_ms: i64,
-) -> Result<Vec<Recorded>, StoreError> {
-    let mut recorded = Vec::with_capacity(completions.len());
-    for c in completions {
-        if let Some(attempt) = &c.attempt {
-            insert_attempt(conn, c.operation_id, attempt).await?;
-        }
-        recorded.push(apply(conn, c, now_ms).await?);
-    }
-    Ok(recorded)
-}
-
-/// Applies a transition to the message (compare-and-set on the lease) and,
-/// if that succeeded, to its operation. When it did not, says why: an event
-/// settled the operation, or a newer claim took the lease over.
-async fn apply(conn: &mut SqliteConnection, c: &Completion, now_ms: i64) -> Result<Recorded, StoreError> {
-    let m = MessageChange::of(&c.transition, now_ms);
-    let moved = sqlx::query(
-        "UPDATE outbox SET state = $3, available_at_ms = COALESCE($4, available_at_ms), \
-         previous_delay_ms = COALESCE($5, previous_delay_ms), last_error = $6, dead_at_ms = $7, \
-         in_flight = 0, locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $8, \
-         attempts = CASE WHEN typeof(attempts) = 'integer' THEN attempts - $9 ELSE attempts END, \
-         changed_by = 'relay' \
-         WHERE id = $1 AND lease_token = $2 AND state = 'pending'",
-    )
-    .bind(c.outbox_id)
-    .bind(c.lease_token)
-    .bind(m.state)
-    .bind(m.available_at_ms)
-    .bind(m.delay_ms)
-    .bind(m.error)
-    .bind(m.dead_at_ms)
-    .bind(now_ms)
-    .bind(m.given_back)
-    .execute(&mut *conn)
-    .await
-    .context("completing an outbox message")?;
-    if moved.rows_affected() == 0 {
-        return not_applied(conn, c, now_ms).await;
-    }
-    let o = OperationChange::of(&c.transition);
-    set_operation(
-        conn,
-        c.operation_id,
-        o.status,
-        o.provider_ref,
-        o.response,
-        o.error,
-        o.reconcile_at_ms,
-        now_ms,
-        "relay",
-    )
-    .await?;
-    Ok(Recorded::Applied)
 }

@@ -58,6 +58,8 @@ pub struct Order {
 
 /// The per-attempt timeout both clients use, in ms.
 const TIMEOUT_MS: u64 = 1_000;
+/// Orders placed at once, as a shop's concurrent requests would.
+const PLACERS: usize = 16;
 /// How long a demo may take before the remaining operations are reported
 /// as unknown.
 const SETTLE_LIMIT: Duration = Duration::from_secs(600);
@@ -210,11 +212,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     .execute(store.pool())
     .await
     .context("cannot create the demo's orders table")?;
-    for order in &orders {
-        place(&store, order).await?;
-
-        placed.inc(1);
-    }
+    place_all(&store, &orders, &placed).await?;
     placed.finish();
     let placing = start.elapsed();
     eprintln!(
@@ -240,13 +238,21 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     }
     let counts = store.counts().await?;
     let mut operations = Vec::with_capacity(orders.len());
+    let mut to_outcome_ms = Vec::with_capacity(orders.len());
     for order in &orders {
-        operations.push((order, store.operation(&order.reference).await?));
+        let op = store.operation(&order.reference).await?;
+        if let Some(op) = &op
+            && let Some(at_ms) = outcome_at(&store, op).await?
+        {
+            to_outcome_ms.push((at_ms - op.created_at_ms).max(0) as u64);
+        }
+        operations.push((order, op));
     }
     let paused = server.providers().values().map(|c| c.guards().paused_total()).sum::<Duration>();
     server.shutdown().await;
     let effects = sim_failwell.effects();
     let mut failwell = failwell_figures(&operations, &effects, counts.attempts, failwell_elapsed);
+    failwell.p95_ms = p95(to_outcome_ms.into_iter());
     failwell.paused_s = paused.as_secs_f64();
     let accepted = effects.webhooks.deliveries.saturating_sub(effects.webhooks.refused);
     let webhooks = WebhookFigures {
@@ -274,6 +280,31 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     sim_failwell.shutdown().await;
     sim_naive.shutdown().await;
     Ok(Report { failwell, naive, webhooks })
+}
+
+/// Places every order, [`PLACERS`] at a time, each order row and its
+/// message in a transaction of its own, as a shop's requests do.
+async fn place_all(
+    store: &failwell_store::SqliteStore,
+    orders: &[Order],
+    placed: &ProgressBar,
+) -> anyhow::Result<()> {
+    let mut placing = tokio::task::JoinSet::new();
+    for order in orders.iter().cloned() {
+        if placing.len() >= PLACERS
+            && let Some(done) = placing.join_next().await
+        {
+            done.context("an order's task ended abnormally")??;
+            placed.inc(1);
+        }
+        let store = store.clone();
+        placing.spawn(async move { place(&store, &order).await });
+    }
+    while let Some(done) = placing.join_next().await {
+        done.context("an order's task ended abnormally")??;
+        placed.inc(1);
+    }
+    Ok(())
 }
 
 /// Writes one order and its outbox message in one transaction.
@@ -348,12 +379,20 @@ fn failwell_figures(
             }
         }
     }
-    f.p95_ms = p95(operations
-        .iter()
-        .filter_map(|(_, op)| op.as_ref())
-        .filter(|op| op.status.is_terminal())
-        .map(|op| (op.updated_at_ms - op.created_at_ms).max(0) as u64));
     f
+}
+
+/// When `op` took the final status it has (ms since the Unix epoch): the
+/// last change of its status to it in its history; `None` while it is not
+/// final. A later event that only confirms the outcome touches the row
+/// (`updated_at_ms`), not the moment the outcome was known.
+async fn outcome_at(store: &failwell_store::SqliteStore, op: &Operation) -> anyhow::Result<Option<i64>> {
+    if !op.status.is_terminal() {
+        return Ok(None);
+    }
+    let to = format!("-> {}", op.status.as_str());
+    let history = store.history(op.id).await?;
+    Ok(history.iter().rev().find(|e| e.subject == "operation" && e.change.ends_with(&to)).map(|e| e.at_ms))
 }
 
 fn naive_figures(results: &[NaiveResult], effects: &Effects, elapsed: Duration) -> Figures {

@@ -22,7 +22,9 @@ use serde::Serialize;
 /// - `paused_s`: how long the client stopped every call to the provider,
 ///   in s (the naive client never does);
 /// - `p95_ms`: 95th percentile of the time from placing an order to its
-///   final outcome, in ms (HDR histogram);
+///   final outcome, in ms (HDR histogram); for failwell, to the moment its
+///   history shows the operation taking its final status (events that
+///   later confirm it do not count);
 /// - `elapsed_s`: wall time until every order had its final outcome, in s.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Figures {
