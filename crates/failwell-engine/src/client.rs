@@ -598,6 +598,10 @@ impl Classify<CallRequest, CallResult, PolicyError<Infallible>> for CallClassifi
             {
                 CallOutcome::Ignored
             }
+            // A request that could not be built (a header value no HTTP
+            // request can carry) never reached the provider and says
+            // nothing about it.
+            Ok(CallResult { response: Err(e), .. }) if e.kind == NOT_BUILT => CallOutcome::Ignored,
             Ok(call) if self.classifier.counts_as_outage(call.observed(&self.error_code_pointer)) => {
                 CallOutcome::Failure
             }
@@ -771,11 +775,15 @@ fn form_fields(payload: &Value) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+/// The [`TransportError::kind`] of a request that could not be built, or
+/// had nowhere to go: nothing was sent.
+const NOT_BUILT: &str = "request";
+
 fn failed_before_send(message: String) -> CallResult {
     CallResult {
         started_at_ms: crate::now_ms(),
         duration: Duration::ZERO,
-        response: Err(TransportError { failure: TransportFailure::NotSent, kind: "request", message }),
+        response: Err(TransportError { failure: TransportFailure::NotSent, kind: NOT_BUILT, message }),
     }
 }
 
@@ -784,7 +792,7 @@ fn transport_error(e: reqwest::Error) -> TransportError {
     let (failure, kind) = if e.is_connect() {
         (TransportFailure::NotSent, "connect")
     } else if e.is_builder() {
-        (TransportFailure::NotSent, "request")
+        (TransportFailure::NotSent, NOT_BUILT)
     } else if e.is_timeout() {
         (TransportFailure::AfterSend, "timeout")
     } else if e.is_body() || e.is_decode() {

@@ -659,7 +659,7 @@ impl StatsBuilder {
     pub(crate) fn add_calls<R: OperatorRow>(&mut self, rows: &[R]) -> Result<(), StoreError> {
         const CONTEXT: &str = "reading recent calls";
         for row in rows {
-            let (stats, histogram) = self.slot(row.value("name").context(CONTEXT)?);
+            let (stats, histogram) = self.slot(name_of(row).context(CONTEXT)?);
             let calls = row.value::<i64>("calls").context(CONTEXT)? as u64;
             stats.calls += calls;
             stats.answered += row.value::<i64>("answered").context(CONTEXT)? as u64;
@@ -679,7 +679,7 @@ impl StatsBuilder {
     pub(crate) fn add_entries<R: OperatorRow>(&mut self, rows: &[R], now_ms: i64) -> Result<(), StoreError> {
         const CONTEXT: &str = "reading open and dead entries";
         for row in rows {
-            let (stats, _) = self.slot(row.value("name").context(CONTEXT)?);
+            let (stats, _) = self.slot(name_of(row).context(CONTEXT)?);
             stats.depth += row.value::<i64>("depth").context(CONTEXT)? as u64;
             stats.dead_letters += row.value::<i64>("dead").context(CONTEXT)? as u64;
             stats.dead_letters_unacked +=
@@ -699,7 +699,7 @@ impl StatsBuilder {
         for row in rows {
             let n = row.value::<i64>("n").context(CONTEXT)? as u64;
             let status: String = row.value("status").context(CONTEXT)?;
-            let stats = &mut self.slot(row.value("name").context(CONTEXT)?).0;
+            let stats = &mut self.slot(name_of(row).context(CONTEXT)?).0;
             match status.as_str() {
                 "unknown" => stats.unknown = n,
                 _ => stats.needs_human = n,
@@ -728,6 +728,16 @@ impl StatsBuilder {
     fn slot(&mut self, name: String) -> &mut (IntegrationStats, Option<Histogram<u64>>) {
         self.by_name.entry(name).or_insert_with_key(|name| (empty_stats(name), None))
     }
+}
+
+/// The integration `name` of a statistics row. A name that is not UTF-8
+/// (SQLite keeps whatever bytes another program wrote) is shown with U+FFFD
+/// for what cannot be read, so one damaged row never fails the statistics
+/// of every integration.
+fn name_of<R: OperatorRow>(row: &R) -> Result<String, sqlx::Error> {
+    row.value::<String>("name").or_else(|e| {
+        row.value::<Vec<u8>>("name").map(|bytes| String::from_utf8_lossy(&bytes).into_owned()).map_err(|_| e)
+    })
 }
 
 fn empty_stats(name: &str) -> IntegrationStats {

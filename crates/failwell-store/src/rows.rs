@@ -164,7 +164,11 @@ pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, 
         payload,
         status,
         key_group: d.count(row, "key_group", 0),
-        provider_key: text(&mut d, "provider_key"),
+        provider_key: {
+            let key = text(&mut d, "provider_key");
+            d.or("provider_key", sendable_key(&key), ());
+            key
+        },
         key_first_sent_at_ms: d.or(
             "key_first_sent_at_ms",
             row.int_or_null("key_first_sent_at_ms").map_err(|e| e.to_string()),
@@ -188,6 +192,22 @@ pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, 
         updated_at_ms: time(&mut d, "updated_at_ms"),
         unreadable: d.into_reason(),
     })
+}
+
+/// Whether `key` can go out as an idempotency header: an HTTP field value
+/// (RFC 9110 §5.5) holds no control character, and an empty or blank key
+/// would let a provider take every retry for a new request. A stored key
+/// that fails is damage: its message is set aside, never sent (a request
+/// that cannot be built says nothing about the provider, and must not
+/// count against its breaker).
+pub(crate) fn sendable_key(key: &str) -> Result<(), String> {
+    if key.trim().is_empty() {
+        return Err(format!("{key:?} is blank; an idempotency key needs a visible character"));
+    }
+    match key.chars().find(|c| c.is_control() && *c != '\t') {
+        Some(c) => Err(format!("{key:?} holds the control character {c:?}, which no HTTP header can carry")),
+        None => Ok(()),
+    }
 }
 
 /// A claimed message from a row with its outbox columns (`attempts_column`

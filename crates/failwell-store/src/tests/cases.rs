@@ -111,6 +111,37 @@ macro_rules! store_tests {
             assert!(s.claim(20, 10, 1_000, &ClaimScope::All).await.unwrap().is_empty());
         }
 
+        /// A stored provider key no HTTP header can carry (a control
+        /// character, or blank: every retry would look new) is damage: its
+        /// message is set aside before any call, so a request that cannot
+        /// be built never counts against the provider's breaker.
+        #[tokio::test]
+        async fn a_provider_key_no_header_can_carry_is_set_aside_before_any_call() {
+            let (_d, s) = store().await;
+            for key in ["newline", "blank", "fine"] {
+                s.submit(new_op(key, 100), 1).await.unwrap();
+            }
+            for (key, stored) in [("newline", "fw_1\n2"), ("blank", "  ")] {
+                sqlx::query("UPDATE operations SET provider_key = $1 WHERE idempotency_key = $2")
+                    .bind(stored)
+                    .bind(key)
+                    .execute(s.pool())
+                    .await
+                    .unwrap();
+            }
+            let claimed = s.claim(10, 10, 1_000, &ClaimScope::All).await.unwrap();
+            let keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
+            assert_eq!(keys, ["fine"]);
+            for (key, says) in [
+                ("newline", r#"provider_key: "fw_1\n2" holds the control character '\n', which no HTTP header can carry"#),
+                ("blank", r#"provider_key: "  " is blank; an idempotency key needs a visible character"#),
+            ] {
+                let op = s.operation(key).await.unwrap().unwrap();
+                assert_eq!((op.status, op.dead_letter, op.attempts), (OperationStatus::Failed, true, 0), "{key}");
+                assert_eq!(op.last_error, Some(format!("stored {says}; set aside, not sent")), "{key}");
+            }
+        }
+
         /// Columns changed behind failwell's back to values it cannot take
         /// (a count out of range, a key serde_json keeps for itself) are
         /// read as damage of that one row: it is set aside alone, saying

@@ -148,3 +148,19 @@ async fn damage_stored_before_the_checks_is_set_aside_alone() {
         assert_eq!(s.operation(key).await.unwrap().unwrap().status, OperationStatus::Pending);
     }
 }
+
+/// A provider name that is not UTF-8 passes every type check (SQLite calls
+/// it text): the statistics of every integration are still read, that one
+/// shown with U+FFFD for the bytes that cannot be.
+#[tokio::test]
+async fn a_name_that_is_not_utf8_does_not_fail_the_statistics() {
+    let (_d, s) = store(&["fine", "bytes"]).await;
+    sqlx::query("UPDATE operations SET provider = CAST(x'70ff' AS TEXT) WHERE idempotency_key = 'bytes'")
+        .execute(s.pool())
+        .await
+        .unwrap();
+    let stats = s.stats(10, 60_000, &["payments".to_owned()]).await.unwrap();
+    let names: Vec<(&str, u64)> =
+        stats.integrations.iter().map(|i| (i.integration.as_str(), i.depth)).collect();
+    assert_eq!(names, [("payments", 1), ("p\u{fffd}", 1)]);
+}
