@@ -507,11 +507,21 @@ pub(crate) fn dead_letter_from_row<R: OperatorRow>(row: &R) -> Result<DeadLetter
 
 /// An entry of an operation's history from a row of either store's
 /// history relation: `at_ms, subject, actor, change, detail`.
+/// Text that is not UTF-8 is read as [`lossy_text`] does; a time that is
+/// not an integer (written behind failwell's back) reads as 0, with the
+/// damage named in `detail`, so one damaged row never hides the others.
 pub(crate) fn history_entry_from_row<R: OperatorRow>(row: &R) -> Result<HistoryEntry, StoreError> {
     const CONTEXT: &str = "reading an operation's history";
-    let subject: String = row.value("subject").context(CONTEXT)?;
+    let text = |column| lossy_text(row, column).context(CONTEXT);
+    let subject = text("subject")?.unwrap_or_default();
+    let mut detail = text("detail")?;
+    let at_ms = row.value::<i64>("at_ms").unwrap_or_else(|e| {
+        let damage = format!("stored at_ms: {e}");
+        detail = Some(detail.take().map_or_else(|| damage.clone(), |d| format!("{d}; {damage}")));
+        0
+    });
     Ok(HistoryEntry {
-        at_ms: row.value("at_ms").context(CONTEXT)?,
+        at_ms,
         subject: match subject.as_str() {
             "operation" => "operation",
             "message" => "message",
@@ -520,9 +530,9 @@ pub(crate) fn history_entry_from_row<R: OperatorRow>(row: &R) -> Result<HistoryE
             "event" => "event",
             _ => "report",
         },
-        actor: row.value("actor").context(CONTEXT)?,
-        change: row.value("change").context(CONTEXT)?,
-        detail: row.value("detail").context(CONTEXT)?,
+        actor: text("actor")?.unwrap_or_default(),
+        change: text("change")?.unwrap_or_default(),
+        detail,
     })
 }
 
@@ -730,14 +740,20 @@ impl StatsBuilder {
     }
 }
 
-/// The integration `name` of a statistics row. A name that is not UTF-8
+/// The text `column` of a row (`None`: NULL). Text that is not UTF-8
 /// (SQLite keeps whatever bytes another program wrote) is shown with U+FFFD
-/// for what cannot be read, so one damaged row never fails the statistics
-/// of every integration.
-fn name_of<R: OperatorRow>(row: &R) -> Result<String, sqlx::Error> {
-    row.value::<String>("name").or_else(|e| {
-        row.value::<Vec<u8>>("name").map(|bytes| String::from_utf8_lossy(&bytes).into_owned()).map_err(|_| e)
+/// for what cannot be read, so one damaged row never fails a view of many.
+fn lossy_text<R: OperatorRow>(row: &R, column: &str) -> Result<Option<String>, sqlx::Error> {
+    row.value::<Option<String>>(column).or_else(|e| {
+        row.value::<Option<Vec<u8>>>(column)
+            .map(|bytes| bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
+            .map_err(|_| e)
     })
+}
+
+/// The integration `name` of a statistics row ([`lossy_text`]).
+fn name_of<R: OperatorRow>(row: &R) -> Result<String, sqlx::Error> {
+    lossy_text(row, "name").map(Option::unwrap_or_default)
 }
 
 fn empty_stats(name: &str) -> IntegrationStats {

@@ -164,3 +164,34 @@ async fn a_name_that_is_not_utf8_does_not_fail_the_statistics() {
         stats.integrations.iter().map(|i| (i.integration.as_str(), i.depth)).collect();
     assert_eq!(names, [("payments", 1), ("p\u{fffd}", 1)]);
 }
+
+/// An operation's history stays readable whatever another program wrote
+/// into it: text that is not UTF-8 (copied from a message's `last_error` by
+/// the history trigger) shows U+FFFD, a time that is not an integer reads
+/// as 0 with the damage named.
+#[tokio::test]
+async fn a_damaged_history_row_does_not_hide_the_history() {
+    let (_d, s) = store(&["k"]).await;
+    let op = s.operation("k").await.unwrap().unwrap();
+    sqlx::query(
+        "UPDATE outbox SET state = 'dead', dead_at_ms = 5, last_error = CAST(x'6f6f7073ff' AS TEXT) \
+         WHERE operation_id = $1",
+    )
+    .bind(op.id)
+    .execute(s.pool())
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO history (subject, subject_id, operation_id, at_ms, actor, change) \
+         VALUES ('operation', $1, $1, 1.5, 'app', 'odd')",
+    )
+    .bind(op.id)
+    .execute(s.pool())
+    .await
+    .unwrap();
+    let history = s.history(op.id).await.unwrap();
+    assert!(history.iter().any(|e| e.detail.as_deref() == Some("oops\u{fffd}")), "{history:?}");
+    let odd = history.iter().find(|e| e.change == "odd").unwrap();
+    assert_eq!(odd.at_ms, 0);
+    assert!(odd.detail.as_deref().is_some_and(|d| d.starts_with("stored at_ms: ")), "{odd:?}");
+}

@@ -290,14 +290,14 @@ async fn place_all(
     placed: &ProgressBar,
 ) -> anyhow::Result<()> {
     let mut placing = tokio::task::JoinSet::new();
-    for order in orders.iter().cloned() {
+    for order in orders {
         if placing.len() >= PLACERS
             && let Some(done) = placing.join_next().await
         {
             done.context("an order's task ended abnormally")??;
             placed.inc(1);
         }
-        let store = store.clone();
+        let (store, order) = (store.clone(), order.clone());
         placing.spawn(async move { place(&store, &order).await });
     }
     while let Some(done) = placing.join_next().await {
