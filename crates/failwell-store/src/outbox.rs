@@ -67,7 +67,8 @@ impl Outbox {
     /// provider holds the reference), [`StoreError::InvalidMessage`] (an
     /// empty or blank provider, operation, key or reference; checked before
     /// anything is written), [`StoreError::InvalidPayload`] (the payload
-    /// nests too deep or holds U+0000), [`StoreError::Database`].
+    /// is not a JSON object, nests too deep or holds U+0000),
+    /// [`StoreError::Database`].
     pub async fn enqueue<C: OutboxConnection>(
         conn: &mut C,
         message: &Message,
@@ -83,6 +84,7 @@ impl Outbox {
                 return Err(StoreError::InvalidMessage { field });
             }
         }
+        crate::stored::check_object(&message.payload)?;
         crate::stored::check_payload(&message.payload)?;
         let idempotency_key = match &message.idempotency_key {
             Some(key) => key.clone(),

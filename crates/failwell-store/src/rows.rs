@@ -155,6 +155,10 @@ pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, 
         Some(text) => parsed(&mut d, "payload", text),
         None => Value::Null,
     };
+    // Only an object is sent: its fields are the body, or the form.
+    if let Some(why) = crate::stored::not_an_object(&payload) {
+        d.or("payload", Err(why), ());
+    }
     Ok(Operation {
         id,
         idempotency_key: text(&mut d, "idempotency_key"),

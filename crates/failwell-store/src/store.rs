@@ -33,6 +33,7 @@ macro_rules! store_impl {
 
         impl Store for $store {
             async fn submit(&self, op: NewOperation, now_ms: i64) -> Result<Submitted, StoreError> {
+                crate::stored::check_object(&op.payload)?;
                 crate::stored::check_payload(&op.payload)?;
                 let mut tx = self.begin().await?;
                 let submitted = tx.record(&op, now_ms, "api").await?;

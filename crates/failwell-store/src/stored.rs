@@ -52,6 +52,27 @@ pub const MAX_NUMBER_DIGITS: i128 = 1_000;
 /// `numeric` input refuses an exponent from 2^30 on (`numeric.c`).
 const MAX_EXPONENT: i128 = i32::MAX as i128 / 2;
 
+/// What a payload must be, as the HTTP API and the SQL contract say: a JSON
+/// object (its fields are the request's body, or its form fields). Errors:
+/// [`StoreError::InvalidPayload`] naming what it is instead.
+pub(crate) fn check_object(payload: &Value) -> Result<(), StoreError> {
+    not_an_object(payload).map_or(Ok(()), |reason| Err(StoreError::InvalidPayload { reason }))
+}
+
+/// Why `payload` is not a JSON object (`is an array, not a JSON object`),
+/// or `None` when it is one.
+pub(crate) fn not_an_object(payload: &Value) -> Option<String> {
+    let what = match payload {
+        Value::Object(_) => return None,
+        Value::Array(_) => "an array",
+        Value::String(_) => "a string",
+        Value::Number(_) => "a number",
+        Value::Bool(_) => "a boolean",
+        Value::Null => "null",
+    };
+    Some(format!("is {what}, not a JSON object"))
+}
+
 /// Refuses a payload failwell could not store and read back on every
 /// store. Errors: [`StoreError::InvalidPayload`] (nested deeper than
 /// [`MAX_NESTING`], U+0000 in a string or key, a key starting with

@@ -142,6 +142,30 @@ macro_rules! store_tests {
             }
         }
 
+        /// A stored payload that is not an object (written past the
+        /// contract) is set aside: a form operation would send it as an
+        /// empty body.
+        #[tokio::test]
+        async fn a_stored_payload_that_is_not_an_object_is_set_aside() {
+            let (_d, s) = store().await;
+            for key in ["array", "fine"] {
+                s.submit(new_op(key, 100), 1).await.unwrap();
+            }
+            sqlx::query("UPDATE operations SET payload = '[1,2]' WHERE idempotency_key = 'array'")
+                .execute(s.pool())
+                .await
+                .unwrap();
+            let claimed = s.claim(10, 10, 1_000, &ClaimScope::All).await.unwrap();
+            let keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
+            assert_eq!(keys, ["fine"]);
+            let op = s.operation("array").await.unwrap().unwrap();
+            assert_eq!((op.status, op.dead_letter), (OperationStatus::Failed, true));
+            assert_eq!(
+                op.last_error.as_deref(),
+                Some("stored payload: is an array, not a JSON object; set aside, not sent")
+            );
+        }
+
         /// Columns changed behind failwell's back to values it cannot take
         /// (a count out of range, a key serde_json keeps for itself) are
         /// read as damage of that one row: it is set aside alone, saying
@@ -209,7 +233,7 @@ macro_rules! store_tests {
             for _ in 0..128 {
                 deep = json!([deep]);
             }
-            for payload in [json!({"a": deep}), json!({"a": "nul \u{0}"})] {
+            for payload in [json!({"a": deep}), json!({"a": "nul \u{0}"}), json!([1, 2]), json!(null)] {
                 let mut op = new_op("refused", 1);
                 op.payload = payload.clone();
                 let error = s.submit(op, 1).await.unwrap_err();
