@@ -50,9 +50,9 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if missing) the database file at `url`
-    /// (`sqlite://path`), sets WAL mode, foreign keys and a 30 s busy
-    /// timeout, and applies the migrations. Errors: the file cannot be
-    /// opened, or a migration fails.
+    /// (`sqlite://path`), sets WAL mode, foreign keys, recursive triggers
+    /// and a 30 s busy timeout, and applies the migrations. Errors: the
+    /// file cannot be opened, or a migration fails.
     pub async fn open(url: &str, synchronous: Synchronous) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str(url)
             .context("parsing the SQLite URL")?
@@ -63,6 +63,10 @@ impl SqliteStore {
                 Synchronous::Normal => SqliteSynchronous::Normal,
             })
             .foreign_keys(true)
+            // A row that `INSERT OR REPLACE` / `UPDATE OR REPLACE` deletes
+            // fires the delete triggers too (SQLite skips them otherwise),
+            // so an operation with a message cannot be replaced away.
+            .pragma("recursive_triggers", "ON")
             .busy_timeout(Duration::from_secs(30));
         let writer = SqlitePoolOptions::new()
             .max_connections(1)

@@ -195,3 +195,25 @@ async fn a_damaged_history_row_does_not_hide_the_history() {
     assert_eq!(odd.at_ms, 0);
     assert!(odd.detail.as_deref().is_some_and(|d| d.starts_with("stored at_ms: ")), "{odd:?}");
 }
+
+/// `OR REPLACE` deletes the row a new one collides with; the delete
+/// triggers see it, so an operation with a message is never replaced away.
+#[tokio::test]
+async fn an_operation_with_a_message_cannot_be_replaced_away() {
+    let (_d, s) = store(&["a", "b"]).await;
+    for statement in [
+        "UPDATE OR REPLACE operations SET reference = 'ref-b' WHERE idempotency_key = 'a'",
+        "INSERT OR REPLACE INTO operations (idempotency_key, provider, operation, payload, request_hash, status, \
+         provider_key, created_at_ms, updated_at_ms, changed_by) \
+         VALUES ('b', 'payments', 'charge', '{}', 'h', 'pending', 'fw_x', 1, 1, 'app')",
+    ] {
+        let refused = sqlx::query(statement).execute(s.pool()).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("an operation with an outbox message cannot be deleted"),
+            "{refused}"
+        );
+    }
+    for key in ["a", "b"] {
+        assert_eq!(s.operation(key).await.unwrap().unwrap().reference, Some(format!("ref-{key}")));
+    }
+}
