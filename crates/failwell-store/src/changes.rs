@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::model::{OperationStatus, Transition};
+use crate::model::{Completion, OperationStatus, Transition};
 
 /// The outbox message's columns after `transition` (NULL keeps the stored
 /// value where the statement says `COALESCE`).
@@ -89,4 +89,22 @@ pub(crate) fn conflict_note(answer: OperationStatus, settled: &str) -> String {
         "conflict: the provider answered our call {} after an event said {settled}; looking it up",
         answer.as_str()
     )
+}
+
+/// A batch of results split into rounds, each holding at most one result
+/// per operation, in arrival order: indexes into `completions`. A message
+/// claimed again after its lease ran out with the call still in flight can
+/// have two results in one batch; recorded round by round, each statement
+/// writes a row once and the later result sees what the earlier one wrote.
+pub(crate) fn rounds(completions: &[Completion]) -> Vec<Vec<usize>> {
+    let mut rounds = Vec::new();
+    let mut left: Vec<usize> = (0..completions.len()).collect();
+    while !left.is_empty() {
+        let mut seen = std::collections::HashSet::new();
+        let (round, later): (Vec<usize>, Vec<usize>) =
+            left.into_iter().partition(|&i| seen.insert(completions[i].operation_id));
+        rounds.push(round);
+        left = later;
+    }
+    rounds
 }

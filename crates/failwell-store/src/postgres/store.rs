@@ -165,18 +165,11 @@ async fn complete_batch(
     completions: &[Completion],
     now_ms: i64,
 ) -> Result<Vec<Recorded>, StoreError> {
-    // A message claimed again after its lease ran out with the call still in
-    // flight can have two results in one batch: each round holds one result
-    // per operation, in arrival order, so the statement writes each row once
-    // and the later result sees what the earlier one wrote.
+    // Round by round: at most one result per operation in each.
     set_local(conn, &[GENERIC_PLANS, history_written(true)]).await?;
     let mut writes_history = true;
     let mut recorded: Vec<Option<Recorded>> = completions.iter().map(|_| None).collect();
-    let mut left: Vec<usize> = (0..completions.len()).collect();
-    while !left.is_empty() {
-        let mut seen = std::collections::HashSet::new();
-        let (round, later): (Vec<usize>, Vec<usize>) =
-            left.into_iter().partition(|&i| seen.insert(completions[i].operation_id));
+    for round in crate::changes::rounds(completions) {
         if !writes_history {
             set_local(conn, &[history_written(true)]).await?;
             writes_history = true;
@@ -198,7 +191,6 @@ async fn complete_batch(
                 not_applied(conn, c, now_ms).await?
             });
         }
-        left = later;
     }
     Ok(recorded.into_iter().flatten().collect())
 }

@@ -60,11 +60,8 @@ fn row(c: &Completion, now_ms: i64) -> Value {
     })
 }
 
-/// Records a batch of results under the single writer. A message claimed
-/// again after its lease ran out with the call still in flight can have
-/// two results in one batch: each round holds one result per operation, in
-/// arrival order, so each statement writes a row once and the later
-/// result sees what the earlier one wrote. Per result: the attempt goes
+/// Records a batch of results under the single writer, round by round
+/// ([`rounds`](crate::changes::rounds)). Per result: the attempt goes
 /// into the history and is counted; the message moves if its lease held
 /// (compare-and-set on id and lease token), and then its operation; a
 /// result whose lease did not hold says why ([`not_applied`]).
@@ -74,11 +71,7 @@ pub(super) async fn complete_batch(
     now_ms: i64,
 ) -> Result<Vec<Recorded>, StoreError> {
     let mut recorded: Vec<Option<Recorded>> = completions.iter().map(|_| None).collect();
-    let mut left: Vec<usize> = (0..completions.len()).collect();
-    while !left.is_empty() {
-        let mut seen = std::collections::HashSet::new();
-        let (round, later): (Vec<usize>, Vec<usize>) =
-            left.into_iter().partition(|&i| seen.insert(completions[i].operation_id));
+    for round in crate::changes::rounds(completions) {
         let rows = Value::Array(round.iter().map(|&i| row(&completions[i], now_ms)).collect()).to_string();
         let moved = settle(conn, &rows, now_ms).await?;
         for i in round {
@@ -89,7 +82,6 @@ pub(super) async fn complete_batch(
                 not_applied(conn, c, now_ms).await?
             });
         }
-        left = later;
     }
     Ok(recorded.into_iter().flatten().collect())
 }

@@ -111,23 +111,32 @@ macro_rules! store_tests {
             assert!(s.claim(20, 10, 1_000, &ClaimScope::All).await.unwrap().is_empty());
         }
 
-        /// A stored provider key no HTTP header can carry (a control
-        /// character, or blank: every retry would look new) is damage: its
-        /// message is set aside before any call, so a request that cannot
-        /// be built never counts against the provider's breaker.
+        /// Stored values failwell could read but could not send are damage:
+        /// the message is set aside before any call (so a request that
+        /// cannot be built never counts against the provider's breaker). A
+        /// provider key with a control character no HTTP header can carry,
+        /// a blank one (every retry would look new), a payload that is not
+        /// an object (a form operation would send an empty body).
         #[tokio::test]
-        async fn a_provider_key_no_header_can_carry_is_set_aside_before_any_call() {
+        async fn a_stored_value_that_cannot_be_sent_is_set_aside_before_any_call() {
             let (_d, s) = store().await;
-            for key in ["newline", "blank", "fine"] {
+            let damage = [
+                ("newline", "provider_key", "fw_1\n2"),
+                ("blank", "provider_key", "  "),
+                ("array", "payload", "[1,2]"),
+            ];
+            for key in ["newline", "blank", "array", "fine"] {
                 s.submit(new_op(key, 100), 1).await.unwrap();
             }
-            for (key, stored) in [("newline", "fw_1\n2"), ("blank", "  ")] {
-                sqlx::query("UPDATE operations SET provider_key = $1 WHERE idempotency_key = $2")
-                    .bind(stored)
-                    .bind(key)
-                    .execute(s.pool())
-                    .await
-                    .unwrap();
+            for (key, column, stored) in damage {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE operations SET {column} = $1 WHERE idempotency_key = $2"
+                )))
+                .bind(stored)
+                .bind(key)
+                .execute(s.pool())
+                .await
+                .unwrap();
             }
             let claimed = s.claim(10, 10, 1_000, &ClaimScope::All).await.unwrap();
             let keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
@@ -135,35 +144,12 @@ macro_rules! store_tests {
             for (key, says) in [
                 ("newline", r#"provider_key: "fw_1\n2" holds the control character '\n', which no HTTP header can carry"#),
                 ("blank", r#"provider_key: "  " is blank; an idempotency key needs a visible character"#),
+                ("array", "payload: is an array, not a JSON object"),
             ] {
                 let op = s.operation(key).await.unwrap().unwrap();
                 assert_eq!((op.status, op.dead_letter, op.attempts), (OperationStatus::Failed, true, 0), "{key}");
                 assert_eq!(op.last_error, Some(format!("stored {says}; set aside, not sent")), "{key}");
             }
-        }
-
-        /// A stored payload that is not an object (written past the
-        /// contract) is set aside: a form operation would send it as an
-        /// empty body.
-        #[tokio::test]
-        async fn a_stored_payload_that_is_not_an_object_is_set_aside() {
-            let (_d, s) = store().await;
-            for key in ["array", "fine"] {
-                s.submit(new_op(key, 100), 1).await.unwrap();
-            }
-            sqlx::query("UPDATE operations SET payload = '[1,2]' WHERE idempotency_key = 'array'")
-                .execute(s.pool())
-                .await
-                .unwrap();
-            let claimed = s.claim(10, 10, 1_000, &ClaimScope::All).await.unwrap();
-            let keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
-            assert_eq!(keys, ["fine"]);
-            let op = s.operation("array").await.unwrap().unwrap();
-            assert_eq!((op.status, op.dead_letter), (OperationStatus::Failed, true));
-            assert_eq!(
-                op.last_error.as_deref(),
-                Some("stored payload: is an array, not a JSON object; set aside, not sent")
-            );
         }
 
         /// Columns changed behind failwell's back to values it cannot take
