@@ -1,7 +1,7 @@
 //! The loop shared by the relay and the forwarder: claim due items of a
-//! leased queue (two claims in flight at once, up to a batch ahead of the
-//! work), work each once with bounded concurrency, renew the leases of the
-//! items in hand, record the results in batches through one writer.
+//! leased queue (two claims in flight at once), work each once with bounded
+//! concurrency, renew the leases of the items in hand, record the results
+//! in batches through one writer.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -115,22 +115,19 @@ impl NextDue {
 }
 
 /// Claims a pump keeps in flight at once. A claim is a write transaction
-/// whose round trip and commit (behind the application's own writes, on a
-/// single-writer database) would otherwise leave the pump idle: while one
-/// claim waits for the database, the other's items are being worked.
+/// whose round trip and commit would otherwise leave the pump idle: while
+/// one claim waits for the database, the other's items are being worked.
+/// The overlap needs `concurrency` above `batch_size` (room for one claim's
+/// items beside the other's); with `concurrency == batch_size` the second
+/// claim takes what the first left free.
 const CLAIMERS: usize = 2;
 
 /// Drains `queue` until `shutdown` is cancelled, then waits for the items
 /// in flight and their records. Woken early through `wake`.
 ///
-/// Items in hand are at most `concurrency + batch_size`: up to a batch is
-/// claimed ahead of the work, so the slots of items just worked are filled
-/// at once instead of standing idle while the next claim waits for the
-/// database (as a consumer's prefetch does; the leases of items waiting
-/// for a slot are renewed like the others). At most `concurrency` are
-/// worked at once. [`CLAIMERS`] claim loops share the places in hand: each
-/// reserves the places for what it asks for before it claims, so together
-/// they never hold more items than that. The first claimer polls every
+/// [`CLAIMERS`] claim loops share the `concurrency` permits: each reserves
+/// the permits for what it asks for before it claims, so together they
+/// never hold more items than `concurrency`. The first claimer polls every
 /// `poll_interval` and is the one `wake` wakes; a claim that came back full
 /// (more may be due) wakes the others, so under a backlog they all claim
 /// and when the queue is quiet only one polls.
@@ -141,11 +138,9 @@ pub(crate) async fn pump<Q: Queue>(
     shutdown: CancellationToken,
 ) {
     let (done_tx, done_rx) = mpsc::channel(config.concurrency * 2);
-    let in_hand = config.concurrency + config.batch_size as usize;
     let claims = Arc::new(Claims {
         queue: queue.clone(),
-        permits: Arc::new(Semaphore::new(in_hand)),
-        slots: Arc::new(Semaphore::new(config.concurrency)),
+        permits: Arc::new(Semaphore::new(config.concurrency)),
         // Under load, claim in batches of at least a quarter of the limit
         // rather than one item per freed slot: every claim is a write
         // transaction.
@@ -167,8 +162,8 @@ pub(crate) async fn pump<Q: Queue>(
             tracing::error!(error = %e, "a claimer of {} ended abnormally", Q::WHAT);
         }
     }
-    // Wait for the items in hand, then let the writer drain.
-    let _ = claims.permits.acquire_many(in_hand as u32).await;
+    // Wait for the items in flight, then let the writer drain.
+    let _ = claims.permits.acquire_many(claims.config.concurrency as u32).await;
     drop(claims);
     if let Err(e) = writer.await {
         tracing::error!(error = %e, "the result writer of {} ended abnormally", Q::WHAT);
@@ -182,8 +177,6 @@ struct Claims<Q: Queue> {
     config: RelayConfig,
     /// One per item in hand, from its claim until its work is done.
     permits: Arc<Semaphore>,
-    /// One per item being worked (`concurrency`).
-    slots: Arc<Semaphore>,
     /// The fewest free permits a claim waits for.
     min_claim: usize,
     held: Held,
@@ -228,12 +221,9 @@ impl<Q: Queue> Claims<Q> {
             for (item, permit) in claimed.into_iter().zip(std::iter::from_fn(|| reserved.split(1))) {
                 let (id, token) = Q::lease_of(&item);
                 self.held.lock().unwrap_or_else(|e| e.into_inner()).insert(id, token);
-                let (queue, done, slots) = (self.queue.clone(), self.done.clone(), self.slots.clone());
+                let (queue, done) = (self.queue.clone(), self.done.clone());
                 tokio::spawn(async move {
-                    // The slots are never closed.
-                    let Ok(slot) = slots.acquire_owned().await else { return };
                     let result = queue.work(item).await;
-                    drop(slot);
                     let _ = done.send(result).await;
                     drop(permit);
                 });

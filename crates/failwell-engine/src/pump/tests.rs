@@ -132,22 +132,6 @@ async fn claims_and_work_overlap_so_the_drain_beats_claims_one_after_another() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn items_claimed_ahead_keep_every_slot_working_while_a_claim_waits() {
-    // A claim (10 ms) takes longer than a piece of work (5 ms), as a claim
-    // waiting behind an application's writes does. Slots reserved for a
-    // claim in flight would stand idle for it; items claimed ahead fill
-    // them, so the drain takes about what the work alone needs:
-    // 400 items × 5 ms / 8 slots = 250 ms.
-    let running = start(400, config(8, 16, Duration::from_secs(10)));
-    let started = tokio::time::Instant::now();
-    running.until_recorded(400, Duration::from_secs(10)).await;
-    let took = started.elapsed();
-    let queue = running.stop().await;
-    assert!(queue.most_working.load(Ordering::SeqCst) <= 8, "never more work than the concurrency");
-    assert!(took < Duration::from_millis(400 * WORK_MS / 8 * 6 / 5), "drained in {took:?}");
-}
-
-#[tokio::test(start_paused = true)]
 async fn a_quiet_queue_is_polled_by_one_claimer() {
     let running = start(0, config(8, 4, Duration::from_millis(100)));
     tokio::time::sleep(Duration::from_millis(1_000)).await;
