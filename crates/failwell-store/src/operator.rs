@@ -465,8 +465,11 @@ pub(crate) fn dead_letter_from_row<R: OperatorRow>(row: &R) -> Result<DeadLetter
         u32::try_from(n).map_err(|_| format!("{n} is out of range"))
     });
     let attempts = d.or("attempts", attempts, 0);
-    let dead_at_ms = d.or("dead_at_ms", read("dead_at_ms"), None).unwrap_or_default();
-    let created_at_ms = d.or("created_at_ms", read("created_at_ms"), None).unwrap_or_default();
+    // A dead letter always has both times: a missing one is damage, shown
+    // as 0 (1970) with the reason, never a time that looks real.
+    let time = |column: &'static str| read(column).and_then(|t| t.ok_or_else(|| "is NULL".to_string()));
+    let dead_at_ms = d.or("dead_at_ms", time("dead_at_ms"), 0);
+    let created_at_ms = d.or("created_at_ms", time("created_at_ms"), 0);
     let text = |d: &mut crate::rows::Damage, column: &'static str| {
         d.or(column, row.value::<Option<String>>(column).map_err(|e| e.to_string()), None)
     };

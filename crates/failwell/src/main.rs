@@ -94,6 +94,10 @@ enum Command {
         /// Write the report as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Orders arriving per second (both clients get the same orders at
+        /// the same moments; time to outcome counts from each arrival).
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+        arrival_rate: u32,
         /// Provider calls in flight at once (both clients).
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
@@ -315,7 +319,7 @@ async fn run(cli: Cli, demo_log: Option<PathBuf>) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::Demo { orders, seed, profile, json, concurrency, rate_limit } => {
+        Command::Demo { orders, seed, profile, json, arrival_rate, concurrency, rate_limit } => {
             anyhow::ensure!(orders > 0, "--orders must be at least 1");
             anyhow::ensure!((1..=10_000).contains(&concurrency), "--concurrency must be between 1 and 10000");
             // Fail now, not after the run, when the report cannot be written.
@@ -327,7 +331,7 @@ async fn run(cli: Cli, demo_log: Option<PathBuf>) -> anyhow::Result<ExitCode> {
                 .transpose()?;
             // Ctrl-C drops the run, which removes its temporary database.
             let report = tokio::select! {
-                report = demo::run(DemoArgs { orders, seed, profile, concurrency, rate_limit }) => report?,
+                report = demo::run(DemoArgs { orders, seed, profile, arrival_rate, concurrency, rate_limit }) => report?,
                 _ = shutdown_signal() => anyhow::bail!("interrupted"),
             };
             println!("{}", report.table());

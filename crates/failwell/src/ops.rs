@@ -267,13 +267,22 @@ pub fn status_table(stats: &Stats) -> String {
 }
 
 /// `text` with every control character (escape, carriage return, newline,
-/// …) written as its Rust escape (`\u{1b}`, `\r`, `\n`), so stored text
-/// written by anyone can neither rewrite an operator's terminal nor fake a
-/// line of a table.
+/// …) written as its Rust escape (`\u{1b}`, `\r`, `\n`), and every
+/// bidirectional formatting character (Unicode's `Bidi_Control`: U+061C,
+/// U+200E, U+200F, U+202A–U+202E, U+2066–U+2069) as `\u{202e}` and the
+/// like, so stored text written by anyone can neither rewrite an
+/// operator's terminal, nor fake a line of a table, nor show its
+/// characters in another order than they are stored (CVE-2021-42574,
+/// "Trojan Source").
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.chars().any(char::is_control) {
+    let bidi = |c: char| matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
+    if text.chars().any(|c| c.is_control() || bidi(c)) {
         text.chars()
-            .map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() })
+            .map(|c| match c {
+                c if c.is_control() => c.escape_debug().to_string(),
+                c if bidi(c) => c.escape_unicode().to_string(),
+                c => c.to_string(),
+            })
             .collect::<String>()
             .into()
     } else {
@@ -349,5 +358,7 @@ mod tests {
             printable("evil\u{1b}[2K\r\u{1b}[32mOK\nnext\u{7}"),
             "evil\\u{1b}[2K\\r\\u{1b}[32mOK\\nnext\\u{7}"
         );
+        assert_eq!(printable("key-\u{202E}gpj.exe"), "key-\\u{202e}gpj.exe", "a right-to-left override");
+        assert_eq!(printable("\u{2066}a\u{2069}\u{200F}"), "\\u{2066}a\\u{2069}\\u{200f}");
     }
 }

@@ -87,7 +87,17 @@ async fn the_schema_refuses_what_failwell_could_not_read() {
 /// listed with the damage named, and the others are claimed once.
 #[tokio::test]
 async fn damage_stored_before_the_checks_is_set_aside_alone() {
-    let keys = ["before", "orphan", "text-id", "stale-lease", "dead-real", "dead-text", "dead-blob", "after"];
+    let keys = [
+        "before",
+        "orphan",
+        "text-id",
+        "stale-lease",
+        "dead-real",
+        "dead-text",
+        "dead-null",
+        "dead-blob",
+        "after",
+    ];
     let (_d, s) = store(&keys).await;
     let triggers: Vec<String> = sqlx::query_scalar(
         "SELECT name FROM sqlite_master WHERE type = 'trigger' \
@@ -109,6 +119,7 @@ async fn damage_stored_before_the_checks_is_set_aside_alone() {
         damage("in_flight = 1, locked_until_ms = 0, updated_at_ms = -9223372036854775808", "stale-lease"),
         damage(&format!("{dead}, attempts = 1.5"), "dead-real"),
         damage(&format!("{dead}, attempts = 1, dead_at_ms = 'yesterday'"), "dead-text"),
+        damage(&format!("{dead}, attempts = 1, dead_at_ms = NULL"), "dead-null"),
         damage(&format!("{dead}, last_error = x'00ff'"), "dead-blob"),
     ] {
         sqlx::query(sqlx::AssertSqlSafe(statement.as_str())).execute(&mut *old).await.unwrap();
@@ -137,13 +148,15 @@ async fn damage_stored_before_the_checks_is_set_aside_alone() {
         ("dead-blob", "stored last_error: "),
         ("dead-real", "gave up; stored attempts: "),
         ("dead-text", "gave up; stored dead_at_ms: "),
+        ("dead-null", "gave up; stored dead_at_ms: is NULL"),
     ] {
         assert!(
             errors.iter().any(|(k, error)| k == key && error.starts_with(says)),
             "no dead letter {key:?} saying {says:?} in {errors:?}"
         );
     }
-    assert_eq!(listed.len(), 5);
+    assert_eq!(listed.len(), 6);
+    assert_eq!(listed.iter().find(|d| d.key == "dead-null").map(|d| d.dead_at_ms), Some(0));
     for key in ["before", "after"] {
         assert_eq!(s.operation(key).await.unwrap().unwrap().status, OperationStatus::Pending);
     }

@@ -7,6 +7,12 @@
 //! every operation has its final outcome, the naive client charges the same
 //! orders against the second simulator, and both are compared with the
 //! provider's own count of effects.
+//!
+//! Both clients get the orders at the same moments (`--arrival-rate`
+//! orders per second), and an order's time to outcome counts from its
+//! arrival for both: the naive client's wait for a free call slot counts as
+//! failwell's wait in the outbox does (a benchmark that times each call
+//! only from its own start hides that wait: coordinated omission).
 
 mod naive;
 mod report;
@@ -38,6 +44,10 @@ pub struct DemoArgs {
     pub seed: u64,
     /// The simulators' fault profile.
     pub profile: Profile,
+    /// Orders arriving per second, for both clients: order `n` arrives
+    /// `n / arrival_rate` s after the start, whatever is still in flight
+    /// (an open workload), and its time to outcome counts from then.
+    pub arrival_rate: u32,
     /// Provider calls in flight at once, for both clients.
     pub concurrency: usize,
     /// The provider's rate limit, requests per second (`None`: only the
@@ -71,12 +81,16 @@ const WEBHOOK_SECRET: &str = "whsec_failwell_demo";
 /// orders arrive as one burst, so the retry budget is wider than the
 /// default: a budget relative to recent first attempts would otherwise hold
 /// the tail of retries, once the burst is over, to its floor per second.
+/// For the same reason the breaker's failure rate is taken over the last
+/// 10 s rather than the last 50 calls: at hundreds of calls a second, 50
+/// calls are a few tens of milliseconds, and once the burst is over they
+/// are the calls that ended last, which are the ones that timed out.
 fn demo_config(base_url: &str, database_url: &str, concurrency: usize) -> String {
     let settings = format!(
         "connect_timeout_ms = 500\ntimeout_ms = {TIMEOUT_MS}\nmax_attempts = 10\ndeadline_ms = 300000\n\
          max_retry_after_ms = 30000\nreconcile_after_ms = 500\n\
          backoff = {{ base_ms = 100, cap_ms = 3000, jitter = \"full\" }}\n\
-         breaker = {{ open_ms = 1000, max_open_ms = 5000 }}\n\
+         breaker = {{ open_ms = 1000, max_open_ms = 5000, window = \"time\", window_ms = 10000 }}\n\
          bulkhead = {{ max_concurrent = {concurrency} }}\n\
          retry_budget = {{ ratio = 0.5, min_per_second = 100 }}"
     );
@@ -142,6 +156,12 @@ reference_field = "reference"
     )
 }
 
+/// When order `n` (0-based) arrives, after the start, at `rate` orders per
+/// second (at least 1).
+pub fn arrival(n: usize, rate: u32) -> Duration {
+    Duration::from_secs_f64(n as f64 / f64::from(rate.max(1)))
+}
+
 /// The demo's orders: deterministic in `seed`.
 pub fn orders(count: usize, seed: u64) -> Vec<Order> {
     let mut rng = StdRng::seed_from_u64(seed);
@@ -202,6 +222,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     let naive_bar = bar(&multi, orders.len(), "naive client: done");
 
     let start = Instant::now();
+    let start_ms = failwell_engine::now_ms();
     let failwell_store::AnyStore::Sqlite(store) = server.store().clone() else {
         anyhow::bail!("the demo runs on its own SQLite database");
     };
@@ -212,14 +233,16 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     .execute(store.pool())
     .await
     .context("cannot create the demo's orders table")?;
-    place_all(&store, &orders, &placed).await?;
+    place_all(&store, &orders, (start.into(), args.arrival_rate), &placed).await?;
     placed.finish();
     let placing = start.elapsed();
     eprintln!(
-        "placed {} orders in {:.2} s ({:.0} orders/s), each order row and its outbox message in one transaction",
+        "placed {} orders in {:.2} s ({:.0} orders/s, arriving at {}/s), each order row and its outbox message \
+         in one transaction",
         orders.len(),
         placing.as_secs_f64(),
-        orders.len() as f64 / placing.as_secs_f64()
+        orders.len() as f64 / placing.as_secs_f64(),
+        args.arrival_rate
     );
     loop {
         let counts = store.counts().await?;
@@ -239,12 +262,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     let counts = store.counts().await?;
     let mut operations = Vec::with_capacity(orders.len());
     let mut to_outcome_ms = Vec::with_capacity(orders.len());
-    for order in &orders {
+    for (n, order) in orders.iter().enumerate() {
         let op = store.operation(&order.reference).await?;
         if let Some(op) = &op
             && let Some(at_ms) = outcome_at(&store, op).await?
         {
-            to_outcome_ms.push((at_ms - op.created_at_ms).max(0) as u64);
+            let arrived_ms = start_ms + arrival(n, args.arrival_rate).as_millis() as i64;
+            to_outcome_ms.push((at_ms - arrived_ms).max(0) as u64);
         }
         operations.push((order, op));
     }
@@ -270,6 +294,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     let results = naive::run(
         &sim_naive.base_url(),
         &orders,
+        args.arrival_rate,
         args.concurrency,
         Duration::from_millis(TIMEOUT_MS),
         move || tick.inc(1),
@@ -282,15 +307,25 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     Ok(Report { failwell, naive, webhooks })
 }
 
-/// Places every order, [`PLACERS`] at a time, each order row and its
-/// message in a transaction of its own, as a shop's requests do.
+/// Places every order when it arrives ([`arrival`] after `start`, at
+/// `arrival_rate`),
+/// at most [`PLACERS`] at a time, each order row and its message in a
+/// transaction of its own, as a shop's requests do. An order that arrives
+/// while every placer is busy waits for one (and its time to outcome
+/// counts that wait).
 async fn place_all(
     store: &failwell_store::SqliteStore,
     orders: &[Order],
+    (start, arrival_rate): (tokio::time::Instant, u32),
     placed: &ProgressBar,
 ) -> anyhow::Result<()> {
     let mut placing = tokio::task::JoinSet::new();
-    for order in orders {
+    for (n, order) in orders.iter().enumerate() {
+        tokio::time::sleep_until(start + arrival(n, arrival_rate)).await;
+        while let Some(done) = placing.try_join_next() {
+            done.context("an order's task ended abnormally")??;
+            placed.inc(1);
+        }
         if placing.len() >= PLACERS
             && let Some(done) = placing.join_next().await
         {

@@ -37,30 +37,37 @@ pub struct NaiveResult {
     pub belief: Belief,
     /// HTTP calls made.
     pub attempts: u32,
-    /// Time from start to belief.
+    /// Time from the order's arrival to belief, including the wait for one
+    /// of the `concurrency` call slots.
     pub latency: Duration,
 }
 
-/// Charges every order at `base_url` with at most `concurrency` calls in
-/// flight, each with the same `timeout` failwell uses.
+/// Charges every order at `base_url` when it arrives (its offset from
+/// `start`, see [`super::arrival`] at `arrival_rate` orders per second),
+/// with at most `concurrency` calls in flight, each with the same `timeout`
+/// failwell uses.
 pub async fn run(
     base_url: &str,
     orders: &[Order],
+    arrival_rate: u32,
     concurrency: usize,
     timeout: Duration,
     on_done: impl Fn() + Send + Sync + 'static,
 ) -> Vec<NaiveResult> {
+    let start = tokio::time::Instant::now();
     let http = reqwest::Client::builder().timeout(timeout).build().unwrap_or_default();
     let url = format!("{base_url}/v1/charges");
     let permits = Arc::new(Semaphore::new(concurrency));
     let on_done = Arc::new(on_done);
     let mut tasks = JoinSet::new();
-    for order in orders {
+    for (n, order) in orders.iter().enumerate() {
         let order = order.clone();
         let (http, url, permits, on_done) = (http.clone(), url.clone(), permits.clone(), on_done.clone());
+        let arrives = start + super::arrival(n, arrival_rate);
         tasks.spawn(async move {
+            tokio::time::sleep_until(arrives).await;
             let _permit = permits.acquire_owned().await;
-            let result = charge(&http, &url, &order).await;
+            let result = charge(&http, &url, &order, arrives.into_std()).await;
             on_done();
             result
         });
@@ -74,8 +81,7 @@ pub async fn run(
     results
 }
 
-async fn charge(http: &reqwest::Client, url: &str, order: &Order) -> NaiveResult {
-    let start = Instant::now();
+async fn charge(http: &reqwest::Client, url: &str, order: &Order, arrived: Instant) -> NaiveResult {
     let form = [
         ("amount", order.amount.to_string()),
         ("currency", order.currency.to_string()),
@@ -98,5 +104,5 @@ async fn charge(http: &reqwest::Client, url: &str, order: &Order) -> NaiveResult
             _ => continue,
         }
     }
-    NaiveResult { reference: order.reference.clone(), belief, attempts, latency: start.elapsed() }
+    NaiveResult { reference: order.reference.clone(), belief, attempts, latency: arrived.elapsed() }
 }
