@@ -44,7 +44,10 @@
 //!   that overran it.
 //! - **Rates are measured over the last `window` answers**, not in
 //!   half-second buckets smoothed over several of them, which lag behind
-//!   a change by seconds and, after a quiet spell, read far too low.
+//!   a change by seconds and, after a quiet spell, read far too low. The
+//!   rate a cut starts from is measured over at least the last second, so
+//!   a first burst that a provider's bucket took at once does not read as
+//!   thousands of calls a second.
 //!
 //! Calls reserve their turn: the bucket may go into debt by up to
 //! `max_wait` of the rate, so each call learns when it may go (and waits
@@ -211,6 +214,9 @@ pub struct AdaptiveRate {
     clean: usize,
     /// The last `window` answers.
     recent: Answers,
+    /// When each answer of the last second that was not throttling came,
+    /// s (at a cut, the accepted rate is measured over at least a second).
+    accepted_last_second: VecDeque<f64>,
 }
 
 /// The last answers (at most `cap`): when each came (s) and whether it was
@@ -282,6 +288,7 @@ impl AdaptiveRate {
             since_cut: Answers::new(config.window as usize),
             quick: Answers::new(QUICK_WINDOW),
             recent: Answers::new(config.window as usize),
+            accepted_last_second: VecDeque::new(),
         })
     }
 
@@ -331,6 +338,12 @@ impl AdaptiveRate {
         let (sent_at, now) = (secs(sent_at), secs(now));
         let window = self.config.window as usize;
         self.recent.push(now, throttled);
+        if !throttled {
+            self.accepted_last_second.push_back(now);
+        }
+        while self.accepted_last_second.front().is_some_and(|at| now - at >= 1.0) {
+            self.accepted_last_second.pop_front();
+        }
         let throttled_share = self.recent.throttled as f64 / window as f64;
         self.clean = if throttled { 0 } else { self.clean.saturating_add(1) };
         let mut cut_to = None;
@@ -384,9 +397,20 @@ impl AdaptiveRate {
 
     /// Cuts the rate at `now` to `β` of what the provider accepted (no
     /// more than the rate in force), and starts the curve again from it.
-    /// Returns the new rate.
+    /// What it accepted is measured over the window, or over the last
+    /// second when the window spans less: a burst answered within a few
+    /// milliseconds (a token bucket's burst capacity) says how many calls
+    /// the provider took, not how many it takes a second, and a rate
+    /// measured over those milliseconds would start the curve so high that
+    /// it took a cut per round trip, each costing throttled answers, to
+    /// come down. Returns the new rate.
     fn cut(&mut self, now: f64) -> f64 {
-        let accepted = self.rate_of(self.recent.len() - self.recent.throttled, now);
+        let span = now - self.recent.since().unwrap_or(now);
+        let accepted = if span < 1.0 {
+            self.accepted_last_second.len() as f64
+        } else {
+            self.rate_of(self.recent.len() - self.recent.throttled, now)
+        };
         let accepted = if self.enabled { accepted.min(self.rate) } else { accepted };
         self.w_max = accepted.max(self.config.min_rate);
         self.k = (self.w_max * (1.0 - BETA) / SCALE).cbrt();

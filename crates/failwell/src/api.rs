@@ -180,9 +180,13 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for ApiJson<
             ));
         }
         let bytes = axum::body::Bytes::from_request(req, state).await?;
-        // serde reads a struct from an array too; every body here is an object.
+        // serde reads a struct from an array too; every body here is an
+        // object. A body that is not JSON at all (`hello`) is malformed.
         if bytes.iter().find(|b| !b.is_ascii_whitespace()).is_some_and(|&b| b != b'{') {
-            return Err(Problem::new(ProblemType::InvalidBody, "The body must be a JSON object."));
+            return Err(match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+                Ok(_) => Problem::new(ProblemType::InvalidBody, "The body must be a JSON object."),
+                Err(e) => Problem::new(ProblemType::MalformedJson, format!("The body is not JSON: {e}.")),
+            });
         }
         match Json::<T>::from_bytes(&bytes) {
             Ok(Json(v)) => Ok(Self(v)),

@@ -37,6 +37,22 @@ async fn bad_requests_are_refused_and_write_nothing() {
         .await
         .unwrap();
     problem(r, 400, "malformed-json").await;
+    // Not JSON from its first byte on: malformed too; JSON but not an
+    // object: the wrong body.
+    for (body, status, kind) in
+        [("hello", 400, "malformed-json"), ("tru", 400, "malformed-json"), ("[1, 2]", 422, "invalid-body")]
+    {
+        let r = gw
+            .http
+            .post(&url)
+            .header("Idempotency-Key", "k1")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        problem(r, status, kind).await;
+    }
     let r = gw.http.post(&url).header("Idempotency-Key", "k1").body("amount=1").send().await.unwrap();
     problem(r, 415, "unsupported-media-type").await;
     let r = gw

@@ -108,9 +108,11 @@ async fn against_a_rate_limit_the_calls_slow_down_and_every_charge_succeeds_once
     assert_eq!(effects.double_effects(), 0);
     // The adaptive rate found the limit: few calls were refused. (Without
     // it, the relay's 64 calls in flight meet an empty bucket every time
-    // the provider lets it go.)
+    // the provider lets it go. With the first cut measured over the
+    // milliseconds the first burst took, the rate came down a cut per round
+    // trip, five throttled answers each: 13–16 % of the calls.)
     let share = effects.rate_limited as f64 / effects.requests as f64;
-    assert!(share < 0.15, "{} of {} requests answered 429", effects.rate_limited, effects.requests);
+    assert!(share < 0.05, "{} of {} requests answered 429", effects.rate_limited, effects.requests);
 }
 
 #[tokio::test]
