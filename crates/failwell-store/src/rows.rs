@@ -33,6 +33,7 @@ pub(crate) trait OperationRow {
     fn text(&self, column: &'static str) -> Result<String, StoreError>;
     fn text_or_null(&self, column: &'static str) -> Result<Option<String>, StoreError>;
     fn flag_or_null(&self, column: &'static str) -> Result<Option<bool>, StoreError>;
+    fn bytes_or_null(&self, column: &'static str) -> Result<Option<Vec<u8>>, StoreError>;
 }
 
 macro_rules! operation_row {
@@ -51,6 +52,9 @@ macro_rules! operation_row {
                 self.try_get(column).context("reading an operation")
             }
             fn flag_or_null(&self, column: &'static str) -> Result<Option<bool>, StoreError> {
+                self.try_get(column).context("reading an operation")
+            }
+            fn bytes_or_null(&self, column: &'static str) -> Result<Option<Vec<u8>>, StoreError> {
                 self.try_get(column).context("reading an operation")
             }
         }
@@ -144,16 +148,24 @@ pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, 
         OperationStatus::parse(&status).ok_or_else(|| format!("{status:?} is not a status")),
         OperationStatus::Pending,
     );
-    let payload = match text_or_null(&mut d, "payload") {
+    let payload = match row.text_or_null("payload") {
         // serde_json would read such a key as one of its own markers (a
         // number, a raw value): the payload would change on its way out.
-        Some(text) if let Some(key) = crate::stored::reserved_key_in(&text) => d.or(
+        Ok(Some(text)) if let Some(key) = crate::stored::reserved_key_in(&text) => d.or(
             "payload",
             Err(format!("holds the key {key:?}, which serde_json reserves for itself")),
             Value::String(text),
         ),
-        Some(text) => parsed(&mut d, "payload", text),
-        None => Value::Null,
+        Ok(Some(text)) => parsed(&mut d, "payload", text),
+        Ok(None) => Value::Null,
+        // Not text (bytes that are not UTF-8, on SQLite): shown as the
+        // stored bytes read lossily (U+FFFD for what is not UTF-8).
+        Err(e) => {
+            let stored = row.bytes_or_null("payload").ok().flatten();
+            let shown =
+                stored.map_or(Value::Null, |b| Value::String(String::from_utf8_lossy(&b).into_owned()));
+            d.or("payload", Err(e.to_string()), shown)
+        }
     };
     // Only an object is sent: its fields are the body, or the form.
     if let Some(why) = crate::stored::not_an_object(&payload) {

@@ -230,3 +230,29 @@ async fn an_operation_with_a_message_cannot_be_replaced_away() {
         assert_eq!(s.operation(key).await.unwrap().unwrap().reference, Some(format!("ref-{key}")));
     }
 }
+
+/// A stored payload that is not UTF-8 passes the type check (SQLite calls
+/// it text): the operation is read with the bytes shown lossily (U+FFFD)
+/// and the damage named, and the claim sets it aside alone.
+#[tokio::test]
+async fn a_payload_that_is_not_utf8_is_shown_lossily_and_set_aside() {
+    let (_d, s) = store(&["bytes", "fine"]).await;
+    sqlx::query(
+        r#"UPDATE operations SET payload = CAST(x'7b2261223aff7d' AS TEXT) WHERE idempotency_key = 'bytes'"#,
+    )
+    .execute(s.pool())
+    .await
+    .unwrap();
+    let op = s.operation("bytes").await.unwrap().unwrap();
+    assert_eq!(op.payload, serde_json::json!("{\"a\":\u{fffd}}"));
+    assert!(op.unreadable.as_deref().is_some_and(|why| why.starts_with("payload: ")), "{op:?}");
+    let claimed = s.claim(10, 10, 1_000, &ClaimScope::All).await.unwrap();
+    let keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
+    assert_eq!(keys, ["fine"]);
+    let letters = s.dead_letters(DeadLetterFilter::default(), 10).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(
+        (letters[0].key.as_str(), &letters[0].payload),
+        ("bytes", &serde_json::json!("{\"a\":\u{fffd}}"))
+    );
+}
