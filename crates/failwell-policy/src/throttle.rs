@@ -44,10 +44,10 @@
 //!   that overran it.
 //! - **Rates are measured over the last `window` answers**, not in
 //!   half-second buckets smoothed over several of them, which lag behind
-//!   a change by seconds and, after a quiet spell, read far too low. The
-//!   rate a cut starts from is measured over at least the last second, so
-//!   a first burst that a provider's bucket took at once does not read as
-//!   thousands of calls a second.
+//!   a change by seconds and, after a quiet spell, read far too low. In
+//!   the first second of answers a cut starts from the count of calls
+//!   accepted so far, so a first burst that a provider's bucket took at
+//!   once does not read as thousands of calls a second.
 //!
 //! Calls reserve their turn: the bucket may go into debt by up to
 //! `max_wait` of the rate, so each call learns when it may go (and waits
@@ -214,9 +214,13 @@ pub struct AdaptiveRate {
     clean: usize,
     /// The last `window` answers.
     recent: Answers,
-    /// When each answer of the last second that was not throttling came,
-    /// s (at a cut, the accepted rate is measured over at least a second).
-    accepted_last_second: VecDeque<f64>,
+    /// When the answers began to come, s: the first answer after a second
+    /// or more without one.
+    answering_since: f64,
+    /// When the last answer came, s (negative: never).
+    last_answer_at: f64,
+    /// Answers since `answering_since` that were not throttling.
+    accepted_since: u64,
 }
 
 /// The last answers (at most `cap`): when each came (s) and whether it was
@@ -288,7 +292,9 @@ impl AdaptiveRate {
             since_cut: Answers::new(config.window as usize),
             quick: Answers::new(QUICK_WINDOW),
             recent: Answers::new(config.window as usize),
-            accepted_last_second: VecDeque::new(),
+            answering_since: f64::NEG_INFINITY,
+            last_answer_at: f64::NEG_INFINITY,
+            accepted_since: 0,
         })
     }
 
@@ -338,12 +344,12 @@ impl AdaptiveRate {
         let (sent_at, now) = (secs(sent_at), secs(now));
         let window = self.config.window as usize;
         self.recent.push(now, throttled);
-        if !throttled {
-            self.accepted_last_second.push_back(now);
+        if now - self.last_answer_at >= 1.0 {
+            self.answering_since = now;
+            self.accepted_since = 0;
         }
-        while self.accepted_last_second.front().is_some_and(|at| now - at >= 1.0) {
-            self.accepted_last_second.pop_front();
-        }
+        self.last_answer_at = now;
+        self.accepted_since += u64::from(!throttled);
         let throttled_share = self.recent.throttled as f64 / window as f64;
         self.clean = if throttled { 0 } else { self.clean.saturating_add(1) };
         let mut cut_to = None;
@@ -397,17 +403,17 @@ impl AdaptiveRate {
 
     /// Cuts the rate at `now` to `β` of what the provider accepted (no
     /// more than the rate in force), and starts the curve again from it.
-    /// What it accepted is measured over the window, or over the last
-    /// second when the window spans less: a burst answered within a few
-    /// milliseconds (a token bucket's burst capacity) says how many calls
-    /// the provider took, not how many it takes a second, and a rate
-    /// measured over those milliseconds would start the curve so high that
-    /// it took a cut per round trip, each costing throttled answers, to
-    /// come down. Returns the new rate.
+    /// What it accepted is measured over the window; in the first second
+    /// of answers (after a second or more without one) it is the count of
+    /// calls accepted so far, per that second. A first burst answered
+    /// within a few milliseconds (a token bucket's burst capacity) says
+    /// how many calls the provider took, not how many it takes a second:
+    /// a rate measured over those milliseconds would start the curve so
+    /// high that it took a cut per round trip, each costing throttled
+    /// answers, to come down. Returns the new rate.
     fn cut(&mut self, now: f64) -> f64 {
-        let span = now - self.recent.since().unwrap_or(now);
-        let accepted = if span < 1.0 {
-            self.accepted_last_second.len() as f64
+        let accepted = if now - self.answering_since < 1.0 {
+            self.accepted_since as f64
         } else {
             self.rate_of(self.recent.len() - self.recent.throttled, now)
         };

@@ -104,6 +104,25 @@ fn a_throttling_signal_cuts_to_beta_of_the_accepted_rate() {
     assert_eq!(observed.iter().filter(|o| o.cut_to.is_some()).count(), 1);
 }
 
+/// A first burst: a provider's bucket takes 50 calls within 20 ms, then
+/// throttles. The cut starts from the 50 calls accepted in that first
+/// second, not from 2,500 a second (50 over 20 ms), which would take a cut
+/// per round trip to come down to the limit.
+#[test]
+fn a_first_burst_cuts_to_beta_of_what_it_took_not_of_its_speed() {
+    let mut r = rate();
+    answer(&mut r, 0.0, 0.02, 50, 0);
+    let observed = answer(&mut r, 0.02, 0.005, 10, 1);
+    let cut = observed.iter().find_map(|o| o.cut_to).expect("the rate was cut");
+    assert!((cut - 35.0).abs() < 1e-9, "cut to {cut}");
+    // A second later, answers are a steady stream again: the window rules.
+    let mut r = rate();
+    answer(&mut r, 0.0, 2.0, 2_000, 0);
+    let observed = answer(&mut r, 2.0, 0.01, 10, 2);
+    let cut = observed.iter().find_map(|o| o.cut_to).expect("the rate was cut");
+    assert!(cut > 600.0, "cut to {cut}");
+}
+
 #[test]
 fn answers_to_calls_sent_before_a_cut_do_not_cut_again() {
     let mut r = rate();
