@@ -44,10 +44,11 @@
 //!   that overran it.
 //! - **Rates are measured over the last `window` answers**, not in
 //!   half-second buckets smoothed over several of them, which lag behind
-//!   a change by seconds and, after a quiet spell, read far too low. In
-//!   the first second of answers a cut starts from the count of calls
-//!   accepted so far, so a first burst that a provider's bucket took at
-//!   once does not read as thousands of calls a second.
+//!   a change by seconds and, after a quiet spell, read far too low. When
+//!   the provider refuses most calls within the first second of answers,
+//!   a cut starts from the count of calls it accepted so far, so a first
+//!   burst that its bucket took at once does not read as thousands of
+//!   calls a second.
 //!
 //! Calls reserve their turn: the bucket may go into debt by up to
 //! `max_wait` of the rate, so each call learns when it may go (and waits
@@ -357,7 +358,8 @@ impl AdaptiveRate {
             self.since_cut.push(now, throttled);
             self.quick.push(now, throttled);
             if throttled && self.signal() {
-                cut_to = Some(self.cut(now));
+                let refused_most = self.quick.throttled >= QUICK_SIGNAL;
+                cut_to = Some(self.cut(now, refused_most));
             }
         }
         if cut_to.is_none() && self.enabled && !throttled {
@@ -398,21 +400,25 @@ impl AdaptiveRate {
     /// throttling, seen here too). Returns the new rate, if cut.
     pub fn cut_elsewhere(&mut self, now: Duration) -> Option<f64> {
         let now = secs(now);
-        (now - self.cut_at >= 1.0).then(|| self.cut(now))
+        (now - self.cut_at >= 1.0).then(|| self.cut(now, false))
     }
 
     /// Cuts the rate at `now` to `β` of what the provider accepted (no
     /// more than the rate in force), and starts the curve again from it.
-    /// What it accepted is measured over the window; in the first second
-    /// of answers (after a second or more without one) it is the count of
-    /// calls accepted so far, per that second. A first burst answered
-    /// within a few milliseconds (a token bucket's burst capacity) says
-    /// how many calls the provider took, not how many it takes a second:
-    /// a rate measured over those milliseconds would start the curve so
-    /// high that it took a cut per round trip, each costing throttled
-    /// answers, to come down. Returns the new rate.
-    fn cut(&mut self, now: f64) -> f64 {
-        let accepted = if now - self.answering_since < 1.0 {
+    /// What it accepted is measured over the window, with one exception:
+    /// when the provider refuses most calls (`refused_most`, the quick
+    /// signal) within the first second of answers (after a second or more
+    /// without one), it is the count of calls accepted so far, per that
+    /// second. Such a first burst, answered within a few milliseconds until
+    /// a token bucket's burst capacity ran out, says how many calls the
+    /// provider took, not how many it takes a second: a rate measured over
+    /// those milliseconds would start the curve so high that it took a cut
+    /// per round trip, each costing throttled answers, to come down.
+    /// Scattered throttling (the window's signal) says nothing of the
+    /// provider's speed, and the window's rate stands. Returns the new
+    /// rate.
+    fn cut(&mut self, now: f64, refused_most: bool) -> f64 {
+        let accepted = if refused_most && now - self.answering_since < 1.0 {
             self.accepted_since as f64
         } else {
             self.rate_of(self.recent.len() - self.recent.throttled, now)
