@@ -42,8 +42,8 @@ pub struct NaiveResult {
     pub latency: Duration,
 }
 
-/// Charges every order at `base_url` when it arrives (its offset from
-/// `start`, see [`super::arrival`] at `arrival_rate` orders per second),
+/// Charges every order at `base_url` when it arrives (its offset from this
+/// call, see [`super::arrival`] at `arrival_rate` orders per second),
 /// with at most `concurrency` calls in flight, each with the same `timeout`
 /// failwell uses.
 pub async fn run(

@@ -122,6 +122,13 @@ async fn against_a_rate_limit_failwell_slows_down_while_the_naive_client_keeps_h
 }
 
 #[test]
+fn demo_refuses_a_zero_arrival_rate() {
+    let out = std::process::Command::new(binary()).args(["demo", "--arrival-rate", "0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--arrival-rate"), "{out:?}");
+}
+
+#[test]
 fn demo_refuses_zero_orders() {
     let out = std::process::Command::new(binary()).args(["demo", "--orders", "0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
