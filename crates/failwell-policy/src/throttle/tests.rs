@@ -26,6 +26,11 @@ fn rate() -> AdaptiveRate {
     AdaptiveRate::new(ThrottleConfig::default(), Duration::ZERO).unwrap()
 }
 
+/// The rate the first cut among `observed` set.
+fn first_cut(observed: &[Observation]) -> f64 {
+    observed.iter().find_map(|o| o.cut_to).expect("the rate was cut")
+}
+
 /// Answers `n` calls evenly over `secs` from `from`, every `every`-th one
 /// throttled (0: none); each call's answer arrives 1 ms after it was sent.
 fn answer(r: &mut AdaptiveRate, from: f64, secs: f64, n: usize, every: usize) -> Vec<Observation> {
@@ -96,7 +101,7 @@ fn a_throttling_signal_cuts_to_beta_of_the_accepted_rate() {
     // 1,000 calls per second, then every other answer throttled.
     answer(&mut r, 0.0, 2.0, 2_000, 0);
     let observed = answer(&mut r, 2.0, 0.01, 10, 2);
-    let cut = observed.iter().find_map(|o| o.cut_to).expect("the rate was cut");
+    let cut = first_cut(&observed);
     // 5 of the last 10 answers throttled (the quick signal), 5 of the last
     // 100: 95 % of ~1,000/s was accepted, and β of that is kept.
     assert!((640.0..700.0).contains(&cut), "cut to {cut}");
@@ -113,14 +118,14 @@ fn a_first_burst_cuts_to_beta_of_what_it_took_not_of_its_speed() {
     let mut r = rate();
     answer(&mut r, 0.0, 0.02, 50, 0);
     let observed = answer(&mut r, 0.02, 0.005, 10, 1);
-    let cut = observed.iter().find_map(|o| o.cut_to).expect("the rate was cut");
+    let cut = first_cut(&observed);
     assert!((cut - 35.0).abs() < 1e-9, "cut to {cut}");
     // Scattered throttling in the first second (10 of 100, one call in
     // ten, at 1,000 answers a second): nothing says the provider is slow,
     // the window's rate stands.
     let mut r = rate();
     let observed = answer(&mut r, 0.0, 0.1, 100, 10);
-    let cut = observed.iter().find_map(|o| o.cut_to).expect("the rate was cut");
+    let cut = first_cut(&observed);
     assert!(cut > 600.0, "cut to {cut}");
 }
 
