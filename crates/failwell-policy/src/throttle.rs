@@ -358,8 +358,7 @@ impl AdaptiveRate {
             self.since_cut.push(now, throttled);
             self.quick.push(now, throttled);
             if throttled && self.signal() {
-                let refused_most = self.quick.throttled >= QUICK_SIGNAL;
-                cut_to = Some(self.cut(now, refused_most));
+                cut_to = Some(self.cut(now, self.refusing_most()));
             }
         }
         if cut_to.is_none() && self.enabled && !throttled {
@@ -382,7 +381,13 @@ impl AdaptiveRate {
     /// [`QUICK_SIGNAL`] of the last [`QUICK_WINDOW`] (a low limit throttles
     /// most calls past it, long before a whole window has been answered).
     fn signal(&self) -> bool {
-        self.since_cut.throttled >= self.config.cut_after() || self.quick.throttled >= QUICK_SIGNAL
+        self.since_cut.throttled >= self.config.cut_after() || self.refusing_most()
+    }
+
+    /// The quick signal: [`QUICK_SIGNAL`] of the last [`QUICK_WINDOW`]
+    /// answers were throttling, so the provider refuses most calls.
+    fn refusing_most(&self) -> bool {
+        self.quick.throttled >= QUICK_SIGNAL
     }
 
     /// The rate of answers, per second: over the time the window spans,
