@@ -27,12 +27,11 @@ use sqlx::query::Query;
 
 use super::PostgresStore;
 use crate::inbox::{ForwardChange, LedgerChange, StepColumns};
-use crate::model::{EventReport, EventStep, NewEvent};
+use crate::{EventReport, EventStep, NewEvent};
 
-crate::inbox::inbox_statements!(
+crate::inbox::statements::inbox_statements!(
     store = PostgresStore,
     conn = sqlx::postgres::PgConnection,
-    reader = pool,
     lock = [" FOR UPDATE"],
     // Held until the commit: the next batch takes its `seq`s only once this
     // one is visible (see the module docs). Keyed by the table's oid, so

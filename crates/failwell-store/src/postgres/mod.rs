@@ -8,6 +8,8 @@
 //! completion is a compare-and-set on `(id, lease_token)`. Batch statements
 //! pass id lists as arrays (`= ANY($1)`, `unnest`).
 
+mod alerts;
+mod comparisons;
 mod inbox;
 mod operator;
 mod outbox;
@@ -101,11 +103,6 @@ impl PostgresStore {
     pub(crate) fn read_pool(&self) -> &PgPool {
         &self.pool
     }
-
-    /// Closes the pool, waiting for connections to be returned.
-    pub async fn close(&self) {
-        self.pool.close().await;
-    }
 }
 
 /// The channel a commit that enqueued messages notifies (`0003_notify.sql`).
@@ -130,5 +127,12 @@ impl NewMessages {
                 return Ok(());
             }
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::Backend for PostgresStore {
+    async fn close(&self) {
+        self.pool.close().await;
     }
 }

@@ -1,15 +1,16 @@
 //! [`Store`](crate::Store) on PostgreSQL: the shared implementation
 //! ([`crate::store`]) with row locks, and the claim's first step.
 
+use sqlx::Row;
 use sqlx::postgres::PgConnection;
 
 use super::PostgresStore;
 use super::writes::{count_attempt, not_applied};
-use crate::changes::{MessageChange, OperationChange};
-use crate::model::AttemptRecord;
+use crate::outbox::changes::{MessageChange, OperationChange};
+use crate::AttemptRecord;
 use crate::outbox::{CLAIMED_COLUMNS, DUE};
 
-crate::store::store_impl!(store = PostgresStore, lock = " FOR UPDATE");
+crate::outbox::statements::outbox_statements!(store = PostgresStore, lock = " FOR UPDATE");
 
 /// The due messages a claim takes (`$1` now, `$2` the limit, `$3` the
 /// providers of the scope), each locked until the claim commits; rows
@@ -122,7 +123,7 @@ async fn lease_due(
     rows.iter()
         .map(|r| {
             let outbox_id = r.try_get("outbox_id").context("reading a claimed message")?;
-            Ok(crate::rows::claimed_from_row(r, outbox_id, "message_attempts", token, operation_from_row(r)?))
+            Ok(crate::outbox::rows::claimed_from_row(r, outbox_id, "message_attempts", token, operation_from_row(r)?))
         })
         .collect()
 }
@@ -169,7 +170,7 @@ async fn complete_batch(
     set_local(conn, &[GENERIC_PLANS, history_written(true)]).await?;
     let mut writes_history = true;
     let mut recorded: Vec<Option<Recorded>> = completions.iter().map(|_| None).collect();
-    for round in crate::changes::rounds(completions) {
+    for round in crate::outbox::changes::rounds(completions) {
         if !writes_history {
             set_local(conn, &[history_written(true)]).await?;
             writes_history = true;

@@ -1,3 +1,3 @@
 //! The attempt-result statements ([`crate::writes`]) on PostgreSQL.
 
-crate::writes::attempt_writes!(sqlx::postgres::PgConnection);
+crate::outbox::writes::attempt_writes!(sqlx::postgres::PgConnection);

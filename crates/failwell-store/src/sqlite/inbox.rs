@@ -11,12 +11,11 @@ use sqlx::sqlite::SqliteArguments;
 
 use super::SqliteStore;
 use crate::inbox::{ForwardChange, LedgerChange, StepColumns};
-use crate::model::{EventReport, EventStep, NewEvent};
+use crate::{EventReport, EventStep, NewEvent};
 
-crate::inbox::inbox_statements!(
+crate::inbox::statements::inbox_statements!(
     store = SqliteStore,
     conn = sqlx::sqlite::SqliteConnection,
-    reader = reader,
     lock = [],
     payload_size = "length(payload)",
     ids_in = "(SELECT value FROM json_each($1))",

@@ -5,6 +5,8 @@
 //! WAL mode with a busy timeout. Batch statements pass id lists as a JSON
 //! array (`json_each`) instead of building SQL strings.
 
+mod alerts;
+mod comparisons;
 mod inbox;
 mod operator;
 mod outbox;
@@ -102,9 +104,11 @@ impl SqliteStore {
     pub(crate) fn read_pool(&self) -> &SqlitePool {
         &self.reader
     }
+}
 
-    /// Closes both pools, waiting for connections to be returned.
-    pub async fn close(&self) {
+#[async_trait::async_trait]
+impl crate::Backend for SqliteStore {
+    async fn close(&self) {
         self.writer.close().await;
         self.reader.close().await;
     }

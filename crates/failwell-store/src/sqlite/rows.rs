@@ -3,8 +3,8 @@
 use sqlx::sqlite::SqliteConnection;
 
 use crate::error::{Context, StoreError};
-use crate::model::Operation;
-use crate::rows::{operation_from_row, select_operation};
+use crate::Operation;
+use crate::outbox::rows::{operation_from_row, select_operation};
 
 pub(super) async fn operation_by_key(
     conn: &mut SqliteConnection,

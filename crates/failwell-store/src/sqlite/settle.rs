@@ -11,9 +11,9 @@ use serde_json::{Value, json};
 use sqlx::sqlite::SqliteConnection;
 
 use super::writes::not_applied;
-use crate::changes::{MessageChange, OperationChange};
+use crate::outbox::changes::{MessageChange, OperationChange};
 use crate::error::{Context, StoreError};
-use crate::model::{Completion, Recorded};
+use crate::{Completion, Recorded};
 
 /// The batch's rows, from the JSON array bound as `$1` (see [`row`]), in
 /// the order given (`n`).
@@ -61,7 +61,7 @@ fn row(c: &Completion, now_ms: i64) -> Value {
 }
 
 /// Records a batch of results under the single writer, round by round
-/// ([`rounds`](crate::changes::rounds)). Per result: the attempt goes
+/// ([`rounds`](crate::outbox::changes::rounds)). Per result: the attempt goes
 /// into the history and is counted; the message moves if its lease held
 /// (compare-and-set on id and lease token), and then its operation; a
 /// result whose lease did not hold says why ([`not_applied`]).
@@ -71,7 +71,7 @@ pub(super) async fn complete_batch(
     now_ms: i64,
 ) -> Result<Vec<Recorded>, StoreError> {
     let mut recorded: Vec<Option<Recorded>> = completions.iter().map(|_| None).collect();
-    for round in crate::changes::rounds(completions) {
+    for round in crate::outbox::changes::rounds(completions) {
         let rows = Value::Array(round.iter().map(|&i| row(&completions[i], now_ms)).collect()).to_string();
         let moved = settle(conn, &rows, now_ms).await?;
         for i in round {

@@ -1,6 +1,7 @@
 //! [`Store`](crate::Store) on SQLite: the shared implementation
 //! ([`crate::store`]) under the single writer, and the claim's first step.
 
+use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 
 use super::SqliteStore;
@@ -8,7 +9,7 @@ use super::settle::complete_batch;
 use crate::inbox::InboxBinds;
 use crate::outbox::{CLAIMED_COLUMNS, DUE};
 
-crate::store::store_impl!(store = SqliteStore, lock = "");
+crate::outbox::statements::outbox_statements!(store = SqliteStore, lock = "");
 
 /// The due messages a claim takes, in claim order (see [`ClaimScope`]).
 /// One indexed query per provider for [`ClaimScope::Providers`], merged in
@@ -156,7 +157,7 @@ async fn lease_due(
             Err(e) => Err(e.to_string()),
         };
         match operation {
-            Ok(operation) => claimed.push(crate::rows::claimed_from_row(r, id, "attempts", token, operation)),
+            Ok(operation) => claimed.push(crate::outbox::rows::claimed_from_row(r, id, "attempts", token, operation)),
             Err(why) => set_aside_orphan(&mut *tx, id, &format!("operation_id: {why}"), now_ms).await?,
         }
     }
@@ -164,10 +165,10 @@ async fn lease_due(
 }
 
 /// The test, in SQL, that `column` holds a count a claim may add to: an
-/// integer below [`DAMAGED_COUNT`](crate::rows::DAMAGED_COUNT). SQLite
+/// integer below [`DAMAGED_COUNT`](crate::outbox::rows::DAMAGED_COUNT). SQLite
 /// stores any value in any column; another is damage, left as it is.
 fn countable(column: &str) -> String {
-    format!("typeof({column}) = 'integer' AND {column} BETWEEN 0 AND {}", crate::rows::DAMAGED_COUNT - 1)
+    format!("typeof({column}) = 'integer' AND {column} BETWEEN 0 AND {}", crate::outbox::rows::DAMAGED_COUNT - 1)
 }
 
 /// Dead-letters message `id`, whose operation cannot be found, alone: it

@@ -1,3 +1,3 @@
 //! The attempt-result statements ([`crate::writes`]) on SQLite.
 
-crate::writes::attempt_writes!(sqlx::sqlite::SqliteConnection);
+crate::outbox::writes::attempt_writes!(sqlx::sqlite::SqliteConnection);

@@ -8,10 +8,12 @@ macro_rules! store_tests {
         use failwell_policy::{Outcome, Reported};
         use serde_json::json;
 
+        use crate::prelude::*;
+
         use crate::{
             AttemptKind, AttemptRecord, Channel, ClaimScope, Completion, DeadLetterFilter, DeadLetterKind, EventReport,
             ForwardCompletion, ForwardTransition, LedgerEffect, Message, NewEvent, NewOperation, OperationStatus,
-            Outbox, Received, Reconciled, Recorded, Resolution, Store, StoreError, Submitted, Transition,
+            Outbox, Received, Reconciled, Recorded, Resolution, StoreError, Submitted, Transition,
         };
 
         fn new_op(key: &str, amount: i64) -> NewOperation {
@@ -429,6 +431,7 @@ macro_rules! store_tests {
 
         #[tokio::test]
         async fn alerts_are_queued_with_their_transition_and_sent_at_least_once_in_order() {
+            use crate::prelude::*;
             use crate::{Alert, AlertBody, AlertClaim, AlertSent, NewAlert};
             let (_d, s) = store().await;
             let alert = |kind: &str, text: &str, at_ms| NewAlert {

@@ -31,7 +31,8 @@ mod sqlite {
     /// outbox ids are not reused afterwards.
     #[tokio::test]
     async fn an_upgraded_database_keeps_its_work_and_never_reuses_an_id() {
-        use crate::{ClaimScope, DeadLetterFilter, NewOperation, Store, Submitted};
+        use crate::prelude::*;
+        use crate::{ClaimScope, DeadLetterFilter, NewOperation, Submitted};
 
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("old.db").display());
@@ -162,7 +163,8 @@ mod postgres {
         use serde_json::json;
 
         use super::store;
-        use crate::{ClaimScope, Message, Outbox, Store, Submitted};
+        use crate::prelude::*;
+        use crate::{ClaimScope, Message, Outbox, Submitted};
 
         fn charge(key: &str) -> Message {
             Message {
@@ -378,9 +380,11 @@ mod postgres {
         use failwell_policy::{Outcome, Reported};
         use serde_json::json;
 
+        use crate::prelude::*;
+
         use crate::{
             ClaimScope, Completion, EventReport, ForwardCompletion, ForwardTransition, LedgerEffect,
-            NewEvent, NewOperation, OperationStatus, PostgresStore, Received, Recorded, Store, StoreError,
+            NewEvent, NewOperation, OperationStatus, PostgresStore, Received, Recorded, StoreError,
             Transition,
         };
 
@@ -654,10 +658,12 @@ mod operator_races {
     use failwell_policy::{Discrepancy, DiscrepancyKind, Outcome};
     use serde_json::{Value, json};
 
+    use crate::prelude::*;
+
     use crate::{
         AlertBody, AlertClaim, AlertSent, AttemptKind, AttemptRecord, Channel, ClaimScope, Completion,
         DeadLetterFilter, DeadLetterKind, ManualResolution, NewOperation, NewReport, OperationStatus,
-        PostgresStore, Reconciled, Resolution, SqliteStore, Store, Synchronous, Transition,
+        PostgresStore, Reconciled, Resolution, SqliteStore, Synchronous, Transition,
     };
 
     const ROUNDS: i64 = 25;
@@ -698,7 +704,7 @@ mod operator_races {
 
     /// Submits `key` at `at` and ends its only call with `transition`;
     /// returns the outbox message's and the operation's ids.
-    async fn attempted<S: Store>(s: &S, key: &str, at: i64, transition: Transition) -> (i64, i64) {
+    async fn attempted<S: crate::Backend>(s: &S, key: &str, at: i64, transition: Transition) -> (i64, i64) {
         s.submit(new_op(key), at).await.unwrap();
         let c = s.claim(at, 1, 1_000, &ClaimScope::All).await.unwrap().remove(0);
         assert_eq!(c.operation.idempotency_key, key);
@@ -715,11 +721,11 @@ mod operator_races {
         (c.outbox_id, c.operation.id)
     }
 
-    async fn dead_message<S: Store>(s: &S, key: &str, at: i64) -> (i64, i64) {
+    async fn dead_message<S: crate::Backend>(s: &S, key: &str, at: i64) -> (i64, i64) {
         attempted(s, key, at, Transition::DeadLetter { error: "attempts exhausted: HTTP 503".into() }).await
     }
 
-    async fn unknown<S: Store>(s: &S, key: &str, at: i64) -> i64 {
+    async fn unknown<S: crate::Backend>(s: &S, key: &str, at: i64) -> i64 {
         let unknown = Transition::Unknown { error: "timeout".into(), reconcile_at_ms: at + 100 };
         attempted(s, key, at, unknown).await.1
     }
@@ -754,7 +760,7 @@ mod operator_races {
     }
 
     /// How many history entries of `subject` record `change`.
-    async fn changes<S: Store>(s: &S, operation_id: i64, subject: &str, change: &str) -> usize {
+    async fn changes<S: crate::Backend>(s: &S, operation_id: i64, subject: &str, change: &str) -> usize {
         let history = s.history(operation_id).await.unwrap();
         history.iter().filter(|h| h.subject == subject && h.change == change).count()
     }
@@ -922,7 +928,7 @@ mod operator_races {
     /// Everything an operator reads and does, on one store: the answers,
     /// as JSON. Forward dead letters are written beforehand by the caller
     /// (ids 1 and 2: a JSON body and one that is not JSON).
-    async fn operator_view<S: Store>(s: &S) -> Value {
+    async fn operator_view<S: crate::Backend>(s: &S) -> Value {
         let (message, dead_op) = dead_message(s, "k1", 100).await;
         let unknown_op = unknown(s, "k2", 200).await;
         s.submit(new_op("k3"), 300).await.unwrap();

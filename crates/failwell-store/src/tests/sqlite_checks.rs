@@ -4,7 +4,9 @@
 
 use serde_json::json;
 
-use crate::{ClaimScope, DeadLetterFilter, NewOperation, OperationStatus, SqliteStore, Store, Synchronous};
+use crate::prelude::*;
+
+use crate::{ClaimScope, DeadLetterFilter, NewOperation, OperationStatus, SqliteStore, Synchronous};
 
 async fn store(keys: &[&str]) -> (tempfile::TempDir, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@ use serde_json::Value;
 use sqlx::Row;
 
 use crate::error::{Context, StoreError};
-use crate::model::{AttemptKind, AttemptRow, Claimed, Operation, OperationStatus};
+use crate::{AttemptKind, AttemptRow, Claimed, Operation, OperationStatus};
 
 /// `SELECT` of every operation column (and its dead-letter flag), followed
 /// by `$tail` (a `WHERE …` clause, in pieces).
@@ -122,7 +122,7 @@ impl Damage {
 /// The stored JSON `text` of `column`, or the text as a JSON string with
 /// why it cannot be read noted in `damage`.
 fn parsed(damage: &mut Damage, column: &'static str, text: String) -> Value {
-    let (value, error) = crate::stored::json_or_text(text);
+    let (value, error) = crate::outbox::stored::json_or_text(text);
     damage.or(column, error.map_or(Ok(()), |e| Err(e.to_string())), ());
     value
 }
@@ -151,7 +151,7 @@ pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, 
     let payload = match row.text_or_null("payload") {
         // serde_json would read such a key as one of its own markers (a
         // number, a raw value): the payload would change on its way out.
-        Ok(Some(text)) if let Some(key) = crate::stored::reserved_key_in(&text) => d.or(
+        Ok(Some(text)) if let Some(key) = crate::outbox::stored::reserved_key_in(&text) => d.or(
             "payload",
             Err(format!("holds the key {key:?}, which serde_json reserves for itself")),
             Value::String(text),
@@ -168,7 +168,7 @@ pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, 
         }
     };
     // Only an object is sent: its fields are the body, or the form.
-    if let Some(why) = crate::stored::not_an_object(&payload) {
+    if let Some(why) = crate::outbox::stored::not_an_object(&payload) {
         d.or("payload", Err(why), ());
     }
     Ok(Operation {
@@ -194,7 +194,7 @@ pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, 
         provider_ref: text_or_null(&mut d, "provider_ref"),
         // A damaged response is shown as its text; only the other columns
         // decide whether the operation can be sent.
-        response: row.text_or_null("response").ok().flatten().map(|text| crate::stored::json_or_text(text).0),
+        response: row.text_or_null("response").ok().flatten().map(|text| crate::outbox::stored::json_or_text(text).0),
         last_error: text_or_null(&mut d, "last_error"),
         dead_letter: d
             .or("dead_letter", row.flag_or_null("dead_letter").map_err(|e| e.to_string()), None)

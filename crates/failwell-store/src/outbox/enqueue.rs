@@ -7,7 +7,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::error::StoreError;
-use crate::model::{NewOperation, Submitted};
+use crate::{NewOperation, Submitted};
 
 /// The transactional outbox API: record an intent inside the caller's
 /// transaction.
@@ -84,8 +84,8 @@ impl Outbox {
                 return Err(StoreError::InvalidMessage { field });
             }
         }
-        crate::stored::check_object(&message.payload)?;
-        crate::stored::check_payload(&message.payload)?;
+        crate::outbox::stored::check_object(&message.payload)?;
+        crate::outbox::stored::check_payload(&message.payload)?;
         let idempotency_key = match &message.idempotency_key {
             Some(key) => key.clone(),
             None => conn.derived_key(&message.provider, &message.operation, &message.payload).await?,
@@ -189,12 +189,12 @@ mod sealed {
 /// SQLite's request hash: SHA-256 (hex) over the canonical JSON of
 /// `[provider, operation, payload]`: object keys sorted at every level (key
 /// order in the caller's JSON does not matter) and numbers in the form
-/// earlier versions hashed ([`crate::stored::hash_form`]: `12.50` and
+/// earlier versions hashed ([`crate::outbox::stored::hash_form`]: `12.50` and
 /// `12.5` are one request), so stored hashes and derived keys stay valid.
 /// PostgreSQL computes its own in SQL (`failwell_request_hash`), so
 /// plain-SQL applications get the same.
 pub(crate) fn request_hash(provider: &str, operation: &str, payload: &Value) -> String {
-    let canonical = serde_json::json!([provider, operation, crate::stored::hash_form(payload)]).to_string();
+    let canonical = serde_json::json!([provider, operation, crate::outbox::stored::hash_form(payload)]).to_string();
     hex::encode(Sha256::digest(canonical.as_bytes()))
 }
 
@@ -212,7 +212,7 @@ pub(crate) fn check_replay(op: &NewOperation, hash: &str, stored: Option<String>
 }
 
 /// The stored operation a replay answers with.
-pub(crate) fn replayed(existing: Option<crate::model::Operation>) -> Result<Submitted, StoreError> {
+pub(crate) fn replayed(existing: Option<crate::Operation>) -> Result<Submitted, StoreError> {
     existing
         .map(Submitted::Replayed)
         .ok_or_else(|| StoreError::Corrupt { what: "operation", detail: "vanished while being read".into() })

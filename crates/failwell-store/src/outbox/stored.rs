@@ -13,7 +13,7 @@
 use serde_json::Value;
 
 use crate::StoreError;
-use crate::model::{Claimed, Completion, Transition};
+use crate::{Claimed, Completion, Transition};
 
 /// The deepest nesting of arrays and objects a stored value may have: the
 /// outermost object counts as 1. serde_json's reader stops at 128 (its

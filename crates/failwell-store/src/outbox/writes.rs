@@ -14,9 +14,9 @@ macro_rules! attempt_writes {
     ($conn:ty) => {
         use serde_json::Value;
 
-        use crate::changes::{conflict_note, settling_answer};
+        use crate::outbox::changes::{conflict_note, settling_answer};
         use crate::error::{Context, StoreError};
-        use crate::model::{AttemptKind, AttemptRecord, Completion, OperationStatus, Recorded};
+        use crate::{AttemptKind, AttemptRecord, Completion, OperationStatus, Recorded};
 
         pub(super) async fn insert_attempt(
             conn: &mut $conn,

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::model::{Completion, OperationStatus, Transition};
+use crate::{Completion, OperationStatus, Transition};
 
 /// The outbox message's columns after `transition` (NULL keeps the stored
 /// value where the statement says `COALESCE`).

@@ -1,0 +1,96 @@
+//! Opening the store a configuration names: SQLite or PostgreSQL, chosen
+//! by the scheme of `database_url`.
+
+use crate::error::{Context, StoreError};
+use crate::{PostgresStore, SqliteStore, Store, Synchronous};
+
+/// How to open a store: the settings of each database.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreOptions {
+    /// SQLite commit durability (ignored on PostgreSQL).
+    pub synchronous: Synchronous,
+    /// PostgreSQL connections per process (ignored on SQLite, which has one
+    /// writer and four readers).
+    pub max_connections: u32,
+}
+
+impl Store {
+    /// Opens the store at `url` (creating an SQLite file if missing) and
+    /// applies its migrations. Errors: [`StoreError::UnsupportedUrl`] for
+    /// another scheme; otherwise those of [`SqliteStore::open`] and
+    /// [`PostgresStore::open`].
+    pub async fn open(url: &str, options: StoreOptions) -> Result<Self, StoreError> {
+        match Database::of(url) {
+            Some(Database::Sqlite) => SqliteStore::open(url, options.synchronous).await.map(Self::new),
+            Some(Database::Postgres) => {
+                PostgresStore::open(url, options.max_connections).await.map(Self::new)
+            }
+            None => Err(StoreError::UnsupportedUrl),
+        }
+    }
+
+    /// Whether the database at `url` already holds a failwell store (its
+    /// migrations, `operations` and `outbox` tables; on PostgreSQL in the
+    /// schema the store would be written to),
+    /// looked at without creating or changing anything: operator commands
+    /// refuse a database `failwell serve` has never used, instead of
+    /// turning it into one. Errors: [`StoreError::UnsupportedUrl`]; the
+    /// database cannot be opened (an SQLite file that does not exist
+    /// included).
+    pub async fn holds_store(url: &str) -> Result<bool, StoreError> {
+        use sqlx::{ConnectOptions, Connection};
+        match Database::of(url) {
+            Some(Database::Sqlite) => {
+                let options: sqlx::sqlite::SqliteConnectOptions =
+                    url.parse().context("parsing the SQLite URL")?;
+                let mut conn =
+                    options.read_only(true).connect().await.context("opening the SQLite database")?;
+                let found: bool = sqlx::query_scalar(
+                    "SELECT COUNT(*) = 3 FROM sqlite_master WHERE type = 'table' \
+                     AND name IN ('_sqlx_migrations', 'operations', 'outbox')",
+                )
+                .fetch_one(&mut conn)
+                .await
+                .context("looking for failwell's tables")?;
+                let _ = conn.close().await;
+                Ok(found)
+            }
+            Some(Database::Postgres) => {
+                let mut conn = sqlx::PgConnection::connect(url).await.context("connecting to PostgreSQL")?;
+                // In the schema the store's tables are written to (the
+                // first of the search path that exists), not anywhere on it.
+                let found: bool = sqlx::query_scalar(
+                    "SELECT COUNT(*) = 3 FROM pg_tables WHERE schemaname = current_schema() \
+                     AND tablename IN ('_sqlx_migrations', 'operations', 'outbox')",
+                )
+                .fetch_one(&mut conn)
+                .await
+                .context("looking for failwell's tables")?;
+                let _ = conn.close().await;
+                Ok(found)
+            }
+            None => Err(StoreError::UnsupportedUrl),
+        }
+    }
+}
+
+/// The database a URL names, by its scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Database {
+    /// `sqlite:`.
+    Sqlite,
+    /// `postgres:` or `postgresql:`.
+    Postgres,
+}
+
+impl Database {
+    /// The database of `url`, `None` for any other scheme.
+    pub fn of(url: &str) -> Option<Self> {
+        let scheme = url.split_once(':').map(|(scheme, _)| scheme.to_ascii_lowercase())?;
+        match scheme.as_str() {
+            "sqlite" => Some(Self::Sqlite),
+            "postgres" | "postgresql" => Some(Self::Postgres),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! The outbox role's statements ([`outbox_statements!`]).
+
+/// Implements [`OutboxStore`](crate::OutboxStore) for `store` with the same
+/// statements on every database (`$N` parameters, which sqlx binds by
+/// number on SQLite too). The invoking module provides what differs: the
+/// claim `lease_due(conn, now_ms, limit, until_ms, token, scope)`, a batch
+/// of results `complete_batch(conn, completions, now_ms)`,
+/// `renew_leases(pool, queue, leases, until_ms)` and
+/// `operation_by_key(conn, key)`; the store provides `pool()`,
+/// `read_pool()`, `begin()` and its lease-token counter `tokens`. `lock` is
+/// appended to the reads that decide a write (`" FOR UPDATE"` on
+/// PostgreSQL, `""` on SQLite, whose single writer already excludes every
+/// other).
+macro_rules! outbox_statements {
+    (store = $store:ty, lock = $lock:literal $(,)?) => {
+        use std::sync::atomic::Ordering;
+
+        use super::rows::operation_by_key;
+        use crate::error::{Context, StoreError};
+        use crate::outbox::rows::{operation_from_row, select_operation};
+        use super::writes::{insert_attempt, set_operation};
+        use crate::OutboxConnection as _;
+        use crate::{
+            AttemptRow, ClaimScope, Claimed, Completion, Leased, NewOperation, Operation, OperationStatus,
+            Reconciled, Recorded, Resolution, Submitted,
+        };
+
+        #[async_trait::async_trait]
+        impl crate::OutboxStore for $store {
+            async fn submit(&self, op: NewOperation, now_ms: i64) -> Result<Submitted, StoreError> {
+                crate::outbox::stored::check_object(&op.payload)?;
+                crate::outbox::stored::check_payload(&op.payload)?;
+                let mut tx = self.begin().await?;
+                let submitted = tx.record(&op, now_ms, "api").await?;
+                if matches!(submitted, Submitted::Created(_)) {
+                    tx.commit().await.context("committing an operation")?;
+                }
+                Ok(submitted)
+            }
+
+            async fn claim(
+                &self,
+                now_ms: i64,
+                limit: u32,
+                lease_ms: u64,
+                scope: &ClaimScope,
+            ) -> Result<Vec<Claimed>, StoreError> {
+                let mut tx = self.begin().await?;
+                let token = self.tokens.fetch_add(1, Ordering::Relaxed);
+                let until_ms = crate::inbox::lease_until(now_ms, lease_ms);
+                let (claimed, unreadable): (Vec<Claimed>, Vec<Claimed>) =
+                    lease_due(&mut tx, now_ms, limit, until_ms, token, scope)
+                        .await?
+                        .into_iter()
+                        .partition(|c| c.operation.unreadable.is_none());
+                if !unreadable.is_empty() {
+                    let set_aside: Vec<Completion> =
+                        unreadable.iter().map(|c| crate::outbox::stored::set_aside(c, now_ms)).collect();
+                    complete_batch(&mut tx, &set_aside, now_ms).await?;
+                }
+                if !claimed.is_empty() || !unreadable.is_empty() {
+                    tx.commit().await.context("committing a claim")?;
+                }
+                Ok(claimed)
+            }
+
+            async fn complete(&self, completions: Vec<Completion>, now_ms: i64) -> Result<Vec<Recorded>, StoreError> {
+                let mut tx = self.begin().await?;
+                let recorded = complete_batch(&mut tx, &completions, now_ms).await?;
+                tx.commit().await.context("committing attempt results")?;
+                Ok(recorded)
+            }
+
+            async fn due_unknown(&self, now_ms: i64, limit: u32) -> Result<Vec<Operation>, StoreError> {
+                let rows = sqlx::query(select_operation!(
+                    "WHERE o.status = 'unknown' AND o.next_reconcile_at_ms <= $1 ORDER BY o.next_reconcile_at_ms LIMIT $2"
+                ))
+                .bind(now_ms)
+                .bind(i64::from(limit))
+                .fetch_all(self.read_pool())
+                .await
+                .context("finding unknown operations")?;
+                rows.iter().map(operation_from_row).collect()
+            }
+
+            async fn reconcile(&self, r: Reconciled, now_ms: i64) -> Result<(), StoreError> {
+                let mut tx = self.begin().await?;
+                // Locks in the order every writer takes them (the message, then the
+                // operation), so two processes reconciling it apply one result.
+                sqlx::query(concat!("SELECT id FROM outbox WHERE operation_id = $1", $lock))
+                    .bind(r.operation_id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .context("locking an outbox message")?;
+                let status: Option<String> =
+                    sqlx::query_scalar(concat!("SELECT status FROM operations WHERE id = $1", $lock))
+                        .bind(r.operation_id)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .context("reading an operation")?;
+                if status.as_deref() != Some("unknown") {
+                    return Ok(());
+                }
+                if let Some(attempt) = &r.attempt {
+                    insert_attempt(&mut tx, r.operation_id, attempt).await?;
+                }
+                match &r.resolution {
+                    Resolution::Found { outcome, provider_ref, response } => {
+                        let status = OperationStatus::from(*outcome);
+                        set_operation(
+                            &mut tx,
+                            r.operation_id,
+                            status,
+                            provider_ref.as_deref(),
+                            response.as_ref(),
+                            None,
+                            None,
+                            now_ms,
+                            "reconciler",
+                        )
+                        .await?;
+                    }
+                    Resolution::Requeue { key_group, provider_key } => {
+                        sqlx::query(
+                            "UPDATE operations SET status = 'pending', provider_key = $3, \
+                             key_first_sent_at_ms = CASE WHEN key_group = $2 THEN key_first_sent_at_ms END, \
+                             key_group = $2, next_reconcile_at_ms = NULL, lookup_misses = 0, \
+                             effect_possible = CASE WHEN key_group = $2 THEN effect_possible ELSE 0 END, \
+                             updated_at_ms = $4, changed_by = 'reconciler' WHERE id = $1",
+                        )
+                        .bind(r.operation_id)
+                        .bind(i64::from(*key_group))
+                        .bind(provider_key)
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await
+                        .context("requeueing an operation")?;
+                        // Retention may have deleted a delivered message whose
+                        // operation an event reopened since: created again.
+                        sqlx::query(
+                            "INSERT INTO outbox (operation_id, provider, available_at_ms, created_at_ms, \
+                             updated_at_ms, changed_by) SELECT id, provider, $2, $2, $2, 'reconciler' \
+                             FROM operations WHERE id = $1 \
+                             ON CONFLICT (operation_id) DO UPDATE SET state = 'pending', available_at_ms = $2, \
+                             in_flight = 0, locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $2, \
+                             changed_by = 'reconciler'",
+                        )
+                        .bind(r.operation_id)
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await
+                        .context("requeueing an outbox message")?;
+                    }
+                    Resolution::DeadLetter { error } => {
+                        set_operation(
+                            &mut tx,
+                            r.operation_id,
+                            OperationStatus::Failed,
+                            None,
+                            None,
+                            Some(error),
+                            None,
+                            now_ms,
+                            "reconciler",
+                        )
+                        .await?;
+                        sqlx::query(
+                            "UPDATE outbox SET state = 'dead', dead_at_ms = $2, last_error = $3, updated_at_ms = $2, \
+                             changed_by = 'reconciler' WHERE operation_id = $1",
+                        )
+                        .bind(r.operation_id)
+                        .bind(now_ms)
+                        .bind(error)
+                        .execute(&mut *tx)
+                        .await
+                        .context("dead-lettering an outbox message")?;
+                    }
+                    Resolution::Confirm { retry_at_ms } => {
+                        sqlx::query(
+                            "UPDATE operations SET next_reconcile_at_ms = $2, lookup_misses = lookup_misses + 1, \
+                             updated_at_ms = $3 WHERE id = $1",
+                        )
+                        .bind(r.operation_id)
+                        .bind(retry_at_ms)
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await
+                        .context("scheduling a confirming lookup")?;
+                    }
+                    Resolution::Postpone { retry_at_ms } => {
+                        sqlx::query("UPDATE operations SET next_reconcile_at_ms = $2 WHERE id = $1")
+                            .bind(r.operation_id)
+                            .bind(retry_at_ms)
+                            .execute(&mut *tx)
+                            .await
+                            .context("postponing a reconciliation")?;
+                    }
+                    Resolution::NeedsHuman { reason } => {
+                        sqlx::query(
+                            "UPDATE operations SET status = 'needs_human', next_reconcile_at_ms = NULL, last_error = $2, \
+                             changed_by = 'reconciler', updated_at_ms = $3 WHERE id = $1",
+                        )
+                        .bind(r.operation_id)
+                        .bind(reason)
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await
+                        .context("handing an operation to a human")?;
+                    }
+                    Resolution::Later { retry_at_ms, error } => {
+                        sqlx::query(
+                            "UPDATE operations SET next_reconcile_at_ms = $2, reconcile_attempts = reconcile_attempts + 1, \
+                             last_error = $3, updated_at_ms = $4 WHERE id = $1",
+                        )
+                        .bind(r.operation_id)
+                        .bind(retry_at_ms)
+                        .bind(error)
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await
+                        .context("postponing a reconciliation")?;
+                    }
+                }
+                tx.commit().await.context("committing a reconciliation")?;
+                Ok(())
+            }
+
+            async fn operation(&self, idempotency_key: &str) -> Result<Option<Operation>, StoreError> {
+                let mut conn = self.read_pool().acquire().await.context("acquiring a connection")?;
+                operation_by_key(&mut conn, idempotency_key).await
+            }
+
+            async fn attempts(&self, operation_id: i64) -> Result<Vec<AttemptRow>, StoreError> {
+                let rows = sqlx::query(
+                    "SELECT kind, attempt_no, provider_key, started_at_ms, duration_ms, status_code, error_kind, \
+                     classification, outcome, decision FROM attempts WHERE operation_id = $1 ORDER BY id",
+                )
+                .bind(operation_id)
+                .fetch_all(self.read_pool())
+                .await
+                .context("reading the attempt history")?;
+                Ok(rows.iter().map(crate::outbox::rows::attempt_from_row).collect())
+            }
+
+            async fn renew(
+                &self,
+                queue: Leased,
+                leases: Vec<(i64, i64)>,
+                until_ms: i64,
+            ) -> Result<u64, StoreError> {
+                if leases.is_empty() {
+                    return Ok(0);
+                }
+                renew_leases(self.pool(), queue, &leases, until_ms).await
+            }
+
+            async fn delete_delivered(&self, before_ms: i64, limit: u32) -> Result<u64, StoreError> {
+                let deleted = sqlx::query(
+                    "DELETE FROM outbox WHERE id IN (SELECT x.id FROM outbox x \
+                     JOIN operations o ON o.id = x.operation_id WHERE x.state = 'done' \
+                     AND x.updated_at_ms < $1 AND o.status IN ('succeeded', 'failed') ORDER BY x.id LIMIT $2)",
+                )
+                .bind(before_ms)
+                .bind(i64::from(limit))
+                .execute(self.pool())
+                .await
+                .context("deleting delivered messages")?;
+                Ok(deleted.rows_affected())
+            }
+
+        }
+    };
+}
+
+pub(crate) use outbox_statements;
