@@ -123,8 +123,8 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// with the report and sends it ([`deliver`]). Errors: as [`compare`]; a
 /// sink that cannot be reached is recorded with the report and logged, not
 /// returned (the report is sent again later).
-pub async fn compare_and_alert<S: Store>(
-    store: &S,
+pub async fn compare_and_alert(
+    store: &Store,
     providers: &Providers,
     sink: Option<&AlertSink>,
     provider: &str,
@@ -167,7 +167,7 @@ const ALERT_DISCREPANCIES: usize = 50;
 /// [`AlertClaim::Due`], up to [`ALERTS_AT_ONCE`] of them; with
 /// [`AlertClaim::Report`], that report's alert if it is due. Returns how
 /// many the sink took. Errors: the store failed.
-pub async fn deliver<S: Store>(store: &S, sink: &AlertSink, claim: AlertClaim) -> Result<usize, StoreError> {
+pub async fn deliver(store: &Store, sink: &AlertSink, claim: AlertClaim) -> Result<usize, StoreError> {
     let rounds = if claim == AlertClaim::Due { ALERTS_AT_ONCE } else { 1 };
     let mut taken = 0;
     for _ in 0..rounds {
@@ -248,7 +248,7 @@ fn report_alert(report: &Report) -> (String, Value) {
 /// Sends queued alerts until `shutdown`: each second, whatever is due
 /// (alerts whose send failed, and those of processes sharing the store
 /// that died while sending or before).
-pub async fn send_queued<S: Store>(store: S, sink: AlertSink, shutdown: CancellationToken) {
+pub async fn send_queued(store: Store, sink: AlertSink, shutdown: CancellationToken) {
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -270,8 +270,8 @@ pub const COMPARISON_LEASE_MS: i64 = 30 * 60_000;
 /// and alerts on discrepancies ([`run_window`]). A window whose run was
 /// claimed and never finished (its process died) is run once its claim is
 /// [`COMPARISON_LEASE_MS`] old, looked for at start and at least as often.
-pub async fn run_schedule<S: Store>(
-    store: S,
+pub async fn run_schedule(
+    store: Store,
     providers: Arc<Providers>,
     sink: Option<AlertSink>,
     shutdown: CancellationToken,
@@ -322,8 +322,8 @@ const CATCH_UP_RUNS: usize = 100;
 /// first scheduled comparison is made up for: that time may predate
 /// failwell's use, and the provider's records from then would all look
 /// missing here.
-async fn catch_up<S: Store>(
-    store: &S,
+async fn catch_up(
+    store: &Store,
     providers: &Providers,
     sink: Option<&AlertSink>,
     name: &str,
@@ -356,8 +356,8 @@ async fn catch_up<S: Store>(
 /// counted in `failwell_comparison_failures_total{provider}` and sent to
 /// the alert sink; the window counts as run (an operator compares it again
 /// with `failwell reconcile run --window`).
-async fn run_window<S: Store>(
-    store: &S,
+async fn run_window(
+    store: &Store,
     providers: &Providers,
     sink: Option<&AlertSink>,
     name: &str,
@@ -416,8 +416,8 @@ pub struct AgeAlert {
 
 /// Watches every integration's oldest open entry until `shutdown` (see
 /// [`AgeAlert`]); `known` are the configured providers.
-pub async fn watch_age<S: Store>(
-    store: S,
+pub async fn watch_age(
+    store: Store,
     known: Vec<String>,
     rule: AgeAlert,
     sink: AlertSink,

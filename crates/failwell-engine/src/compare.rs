@@ -183,8 +183,8 @@ pub struct Compared {
 /// queued for the alert sink in the transaction that stores it. Errors: the
 /// provider is not configured for it, its list cannot be read (nothing is
 /// stored), the store fails.
-pub async fn compare<S: Store>(
-    store: &S,
+pub async fn compare(
+    store: &Store,
     client: &ProviderClient,
     (from_ms, to_ms): (i64, i64),
     actor: &str,

@@ -48,15 +48,15 @@ pub type ForwardTargets = BTreeMap<String, ForwardTarget>;
 
 /// The forwarder (see the module docs).
 #[derive(Debug)]
-pub struct Forwarder<S> {
-    queue: Arc<ForwardQueue<S>>,
+pub struct Forwarder {
+    queue: Arc<ForwardQueue>,
     config: RelayConfig,
     wake: Arc<Notify>,
 }
 
-impl<S: Store> Forwarder<S> {
+impl Forwarder {
     /// A forwarder over `store` for `targets`, woken early through `wake`.
-    pub fn new(store: S, targets: Arc<ForwardTargets>, config: RelayConfig, wake: Arc<Notify>) -> Self {
+    pub fn new(store: Store, targets: Arc<ForwardTargets>, config: RelayConfig, wake: Arc<Notify>) -> Self {
         Self { queue: Arc::new(ForwardQueue { store, targets }), config, wake }
     }
 
@@ -68,12 +68,12 @@ impl<S: Store> Forwarder<S> {
 }
 
 #[derive(Debug)]
-struct ForwardQueue<S> {
-    store: S,
+struct ForwardQueue {
+    store: Store,
     targets: Arc<ForwardTargets>,
 }
 
-impl<S: Store> Queue for ForwardQueue<S> {
+impl Queue for ForwardQueue {
     type Item = ClaimedForward;
     type Done = ForwardCompletion;
     const WHAT: &'static str = "forwards";

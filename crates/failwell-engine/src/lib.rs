@@ -68,8 +68,8 @@ impl Engine {
     /// Starts the relay and the reconciler on `store` for `providers`, the
     /// forwarder for `forwards` (with its own `forwarder` settings), and
     /// retention of delivered messages when `retention` is given.
-    pub fn start<S: failwell_store::Store>(
-        store: S,
+    pub fn start(
+        store: failwell_store::Store,
         providers: Arc<Providers>,
         forwards: Arc<ForwardTargets>,
         relay: RelayConfig,

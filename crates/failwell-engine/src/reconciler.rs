@@ -32,15 +32,15 @@ pub struct ReconcilerConfig {
 
 /// The reconciler (see the module docs).
 #[derive(Debug)]
-pub struct Reconciler<S> {
-    store: S,
+pub struct Reconciler {
+    store: Store,
     providers: Arc<Providers>,
     config: ReconcilerConfig,
 }
 
-impl<S: Store> Reconciler<S> {
+impl Reconciler {
     /// A reconciler over `store`.
-    pub fn new(store: S, providers: Arc<Providers>, config: ReconcilerConfig) -> Self {
+    pub fn new(store: Store, providers: Arc<Providers>, config: ReconcilerConfig) -> Self {
         Self { store, providers, config }
     }
 

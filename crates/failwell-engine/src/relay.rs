@@ -28,15 +28,15 @@ use crate::{ProviderClient, now_ms};
 
 /// The outbox relay (see the module docs).
 #[derive(Debug)]
-pub struct Relay<S> {
-    outbox: Arc<OutboxQueue<S>>,
+pub struct Relay {
+    outbox: Arc<OutboxQueue>,
     config: RelayConfig,
     wake: Arc<Notify>,
 }
 
-impl<S: Store> Relay<S> {
+impl Relay {
     /// A relay over `store`, woken early through `wake`.
-    pub fn new(store: S, providers: Arc<Providers>, config: RelayConfig, wake: Arc<Notify>) -> Self {
+    pub fn new(store: Store, providers: Arc<Providers>, config: RelayConfig, wake: Arc<Notify>) -> Self {
         Self {
             outbox: Arc::new(OutboxQueue { store, providers, strays_at_ms: AtomicI64::new(0) }),
             config,
@@ -57,14 +57,14 @@ const STRAYS_EVERY_MS: i64 = 1_000;
 
 /// The outbox as the pump's queue.
 #[derive(Debug)]
-struct OutboxQueue<S> {
-    store: S,
+struct OutboxQueue {
+    store: Store,
     providers: Arc<Providers>,
     /// When strays were last looked for (ms since the Unix epoch).
     strays_at_ms: AtomicI64,
 }
 
-impl<S: Store> Queue for OutboxQueue<S> {
+impl Queue for OutboxQueue {
     type Item = Claimed;
     type Done = Completion;
     const WHAT: &'static str = "outbox messages";

@@ -24,7 +24,7 @@ pub struct RetentionConfig {
 
 /// Deletes delivered messages older than `config.delivered`, a batch at a
 /// time, every `config.interval`, until `shutdown`.
-pub async fn run<S: Store>(store: S, config: RetentionConfig, shutdown: CancellationToken) {
+pub async fn run(store: Store, config: RetentionConfig, shutdown: CancellationToken) {
     let mut every = tokio::time::interval(config.interval);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -17,7 +17,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, ManualResolution, Store};
+use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, ManualResolution};
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 
@@ -95,23 +95,23 @@ impl Token {
 }
 
 /// The admin routes (see the module docs), all below `/admin/v1`.
-pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router<Arc<AppState<S>>> {
+pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
     Router::new()
-        .route("/admin/v1/status", get(status::<S>))
-        .route("/admin/v1/dead-letters", get(list::<S>))
-        .route("/admin/v1/dead-letters/ack", post(ack::<S>))
-        .route("/admin/v1/dead-letters/{kind}/{id}", get(show::<S>).delete(purge::<S>))
-        .route("/admin/v1/dead-letters/{kind}/{id}/replay", post(replay::<S>))
-        .route("/admin/v1/reconcile", post(reconcile::<S>))
-        .route("/admin/v1/operations/{key}/history", get(history::<S>))
-        .route("/admin/v1/operations/{key}/resolve", post(resolve::<S>))
-        .route("/admin/v1/reports", get(reports::<S>))
-        .route("/admin/v1/reports/{id}", get(report::<S>))
+        .route("/admin/v1/status", get(status))
+        .route("/admin/v1/dead-letters", get(list))
+        .route("/admin/v1/dead-letters/ack", post(ack))
+        .route("/admin/v1/dead-letters/{kind}/{id}", get(show).delete(purge))
+        .route("/admin/v1/dead-letters/{kind}/{id}/replay", post(replay))
+        .route("/admin/v1/reconcile", post(reconcile))
+        .route("/admin/v1/operations/{key}/history", get(history))
+        .route("/admin/v1/operations/{key}/resolve", post(resolve))
+        .route("/admin/v1/reports", get(reports))
+        .route("/admin/v1/reports/{id}", get(report))
         .route("/admin", axum::routing::any(no_route))
         .route("/admin/", axum::routing::any(no_route))
         .route("/admin/{*rest}", axum::routing::any(no_route))
         .method_not_allowed_fallback(crate::api::method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(state, authenticate::<S>))
+        .layer(axum::middleware::from_fn_with_state(state, authenticate))
 }
 
 async fn no_route() -> Problem {
@@ -120,8 +120,8 @@ async fn no_route() -> Problem {
 
 /// Checks the bearer token of every request below `/admin/` (whatever its
 /// method, and for paths no route takes), before anything else answers it.
-async fn authenticate<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+async fn authenticate(
+    State(state): State<Arc<AppState>>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -184,7 +184,7 @@ pub(crate) fn kind(s: &str) -> Result<DeadLetterKind, Problem> {
 /// entries and the oldest one's age, dead letters since the last look.
 #[utoipa::path(get, path = "/admin/v1/status", operation_id = "admin_status", tag = "admin", security(("admin_token" = [])),
     responses((status = 200, description = "The numbers", body = failwell_store::Stats), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn status<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
+pub(crate) async fn status(State(state): State<Arc<AppState>>) -> Result<Response, Problem> {
     let stats = ops::stats(&state.store, &state.providers, state.admin.stats_window).await?;
     Ok(Json(stats).into_response())
 }
@@ -205,8 +205,8 @@ pub(crate) struct ListQuery {
         ("integration" = Option<String>, Query, description = "Only this provider or webhook integration"),
         ("limit" = Option<i64>, Query, minimum = 1, description = "At most this many (default 100; more than 1000 lists 1000)")),
     responses((status = 200, description = "Dead letters", body = DeadLetters), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn list<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+pub(crate) async fn list(
+    State(state): State<Arc<AppState>>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Problem> {
     let Query(q) = query.map_err(|e| Problem::new(ProblemType::InvalidQuery, e.body_text()))?;
@@ -232,8 +232,8 @@ pub(crate) async fn list<S: Store>(
 #[utoipa::path(get, path = "/admin/v1/dead-letters/{kind}/{id}", operation_id = "get_dead_letter", tag = "admin", security(("admin_token" = [])),
     params(("kind" = failwell_store::DeadLetterKind, Path, description = "Which queue"), ("id" = i64, Path, description = "Its id")),
     responses((status = 200, description = "The dead letter", body = failwell_store::DeadLetter), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn show<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+pub(crate) async fn show(
+    State(state): State<Arc<AppState>>,
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
     match state.store.dead_letter(kind(&k)?, id).await? {
@@ -251,8 +251,8 @@ fn not_dead(kind: &str, id: i64) -> Problem {
 #[utoipa::path(post, path = "/admin/v1/dead-letters/{kind}/{id}/replay", operation_id = "replay_dead_letter", tag = "admin", security(("admin_token" = [])),
     params(("kind" = failwell_store::DeadLetterKind, Path, description = "Which queue"), ("id" = i64, Path, description = "Its id")),
     responses((status = 200, description = "Replayed", body = Done), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn replay<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+pub(crate) async fn replay(
+    State(state): State<Arc<AppState>>,
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
     let dead_kind = kind(&k)?;
@@ -265,7 +265,7 @@ pub(crate) async fn replay<S: Store>(
 }
 
 /// Wakes the queue a replayed dead letter went back to.
-pub(crate) fn wake<S>(state: &AppState<S>, kind: DeadLetterKind) {
+pub(crate) fn wake(state: &AppState, kind: DeadLetterKind) {
     match kind {
         DeadLetterKind::Message => state.wake.notify_one(),
         DeadLetterKind::Forward => state.forward.notify_one(),
@@ -276,8 +276,8 @@ pub(crate) fn wake<S>(state: &AppState<S>, kind: DeadLetterKind) {
 #[utoipa::path(delete, path = "/admin/v1/dead-letters/{kind}/{id}", operation_id = "purge_dead_letter", tag = "admin", security(("admin_token" = [])),
     params(("kind" = failwell_store::DeadLetterKind, Path, description = "Which queue"), ("id" = i64, Path, description = "Its id")),
     responses((status = 200, description = "Purged", body = Done), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn purge<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+pub(crate) async fn purge(
+    State(state): State<Arc<AppState>>,
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
     if !state.store.purge(kind(&k)?, id, Channel::Api, failwell_engine::now_ms()).await? {
@@ -290,7 +290,7 @@ pub(crate) async fn purge<S: Store>(
 /// Acknowledges every dead letter so far (the status counts from now).
 #[utoipa::path(post, path = "/admin/v1/dead-letters/ack", operation_id = "ack_dead_letters", tag = "admin", security(("admin_token" = [])),
     responses((status = 200, description = "Acknowledged", body = Acknowledged), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn ack<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
+pub(crate) async fn ack(State(state): State<Arc<AppState>>) -> Result<Response, Problem> {
     let now = failwell_engine::now_ms();
     state.store.ack_dead_letters(Channel::Api, now).await?;
     Ok(Json(Acknowledged { acknowledged_at_ms: now }).into_response())
@@ -380,8 +380,8 @@ fn json_object<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Resul
     request_body(content = Option<ReconcileBody>, description = "All optional: one provider, the window in ms (default a day)"),
     responses((status = 200, description = "What the run found", body = crate::ops::ReconcileRun), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem),
         (status = 413, response = Problem), (status = 502, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn reconcile<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+pub(crate) async fn reconcile(
+    State(state): State<Arc<AppState>>,
     body: Result<axum::body::Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let body = body?;
@@ -405,8 +405,8 @@ pub(crate) async fn reconcile<S: Store>(
 #[utoipa::path(get, path = "/admin/v1/operations/{key}/history", operation_id = "get_operation_history", tag = "admin", security(("admin_token" = [])),
     params(("key" = String, Path, description = "The operation's idempotency key")),
     responses((status = 200, description = "The operation and its history", body = Timeline), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn history<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+pub(crate) async fn history(
+    State(state): State<Arc<AppState>>,
     ApiPath(key): ApiPath<String>,
 ) -> Result<Response, Problem> {
     match ops::timeline(&state.store, &key).await? {
@@ -431,8 +431,8 @@ pub(crate) struct ResolveBody {
 
 /// Settles an `unknown` or `needs_human` operation by hand (see
 /// [`Store::resolve`]); also used by the dashboard.
-pub(crate) async fn settle<S: Store>(
-    state: &AppState<S>,
+pub(crate) async fn settle(
+    state: &AppState,
     key: &str,
     status: &str,
     provider_ref: Option<String>,
@@ -482,8 +482,8 @@ pub(crate) async fn settle<S: Store>(
     request_body(content = ResolveBody, description = "What happened, and why you know"),
     responses((status = 200, description = "Resolved: the operation and its history", body = Timeline), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem),
         (status = 409, response = Problem), (status = 413, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn resolve<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+pub(crate) async fn resolve(
+    State(state): State<Arc<AppState>>,
     ApiPath(key): ApiPath<String>,
     body: Result<axum::body::Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
@@ -504,8 +504,8 @@ pub(crate) struct ReportsQuery {
 #[utoipa::path(get, path = "/admin/v1/reports", operation_id = "list_reports", tag = "admin", security(("admin_token" = [])),
     params(("limit" = Option<i64>, Query, minimum = 0, description = "At most this many (default 20; more than 200 lists 200)")),
     responses((status = 200, description = "Reports", body = Reports), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn reports<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+pub(crate) async fn reports(
+    State(state): State<Arc<AppState>>,
     query: Result<Query<ReportsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Problem> {
     let Query(q) = query.map_err(|e| Problem::new(ProblemType::InvalidQuery, e.body_text()))?;
@@ -524,8 +524,8 @@ pub(crate) async fn reports<S: Store>(
 #[utoipa::path(get, path = "/admin/v1/reports/{id}", operation_id = "get_report", tag = "admin", security(("admin_token" = [])),
     params(("id" = i64, Path, description = "Its id")),
     responses((status = 200, description = "The report", body = failwell_store::Report), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn report<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+pub(crate) async fn report(
+    State(state): State<Arc<AppState>>,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Response, Problem> {
     match state.store.report(id).await? {

@@ -34,9 +34,9 @@ pub const MAX_KEY_BYTES: usize = 255;
 
 /// What the HTTP handlers share.
 #[derive(Debug)]
-pub struct AppState<S> {
+pub struct AppState {
     /// The store.
-    pub store: S,
+    pub store: Store,
     /// Configured providers, to refuse unknown ones at the door.
     pub providers: Arc<Providers>,
     /// Wakes the relay when an operation was recorded.
@@ -80,8 +80,8 @@ pub struct AdminState {
 /// `reconcile` may take longer than an API call (it waits out the
 /// provider's pauses), and needs the admin token, checked before any
 /// other answer, on every path below `/admin/`.
-pub fn router<S: Store>(
-    state: Arc<AppState<S>>,
+pub fn router(
+    state: Arc<AppState>,
     max_body_bytes: usize,
     bulkhead: Bulkhead,
     request_timeout: Duration,
@@ -93,18 +93,18 @@ pub fn router<S: Store>(
         .layer(TimeoutLayer::new(None))
         .map_err(PolicyError::<Infallible>::Inner);
     let api = Router::new()
-        .route("/v1/operations", post(submit::<S>))
-        .route("/v1/operations/{key}", get(show::<S>))
-        .route("/v1/providers", get(providers::<S>))
-        .route("/metrics", get(prometheus::<S>))
-        .route("/v1/events", get(crate::inbox::feed::<S>))
-        .route("/v1/read/{provider}/{operation}", get(crate::read::read::<S>))
-        .route("/v1/events/{integration}/{event_id}", get(crate::inbox::event::<S>))
+        .route("/v1/operations", post(submit))
+        .route("/v1/operations/{key}", get(show))
+        .route("/v1/providers", get(providers))
+        .route("/metrics", get(prometheus))
+        .route("/v1/events", get(crate::inbox::feed))
+        .route("/v1/read/{provider}/{operation}", get(crate::read::read))
+        .route("/v1/events/{integration}/{event_id}", get(crate::inbox::event))
         .route(
             "/webhooks/{integration}",
-            post(crate::inbox::receive::<S>).layer(DefaultBodyLimit::max(webhook_body_limit(&state))),
+            post(crate::inbox::receive).layer(DefaultBodyLimit::max(webhook_body_limit(&state))),
         )
-        .route("/healthz", get(health::<S>))
+        .route("/healthz", get(health))
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .fallback(|| async { Problem::new(ProblemType::NotFound, "No such route.") })
         .method_not_allowed_fallback(method_not_allowed)
@@ -137,7 +137,7 @@ pub(crate) async fn method_not_allowed() -> Problem {
 }
 
 /// The largest body any webhook source accepts (each source checks its own).
-fn webhook_body_limit<S>(state: &AppState<S>) -> usize {
+fn webhook_body_limit(state: &AppState) -> usize {
     state.webhooks.values().map(|w| w.max_body_bytes).max().unwrap_or(0)
 }
 
@@ -297,8 +297,8 @@ fn encode_segment(s: &str) -> String {
         (status = 200, description = "The key was used before with the same request: the stored operation", body = OperationView),
         (status = 400, response = Problem), (status = 413, response = Problem), (status = 415, response = Problem),
         (status = 422, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn submit<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+pub(crate) async fn submit(
+    State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     body: ApiJson<SubmitBody>,
 ) -> Result<Response, Problem> {
@@ -428,8 +428,8 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
     responses(
         (status = 200, description = "The operation, its history and its events", body = OperationDetail),
         (status = 400, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn show<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+pub(crate) async fn show(
+    State(state): State<Arc<AppState>>,
     key: Result<Path<String>, PathRejection>,
 ) -> Result<Json<OperationDetail>, Problem> {
     let Path(key) = key.map_err(|e| Problem::new(ProblemType::InvalidPath, e.body_text()))?;
@@ -447,7 +447,7 @@ pub(crate) async fn show<S: Store>(
     responses(
         (status = 200, description = "Prometheus text exposition format 0.0.4", body = String, content_type = "text/plain; version=0.0.4"),
         (status = 503, response = Problem)))]
-pub(crate) async fn prometheus<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
+pub(crate) async fn prometheus(State(state): State<Arc<AppState>>) -> Result<Response, Problem> {
     let Some(handle) = &state.metrics else {
         return Err(Problem::new(
             ProblemType::MetricsUnavailable,
@@ -470,7 +470,7 @@ pub(crate) async fn prometheus<S: Store>(State(state): State<Arc<AppState<S>>>) 
 /// per provider the latest comparison's `failwell_comparison_discrepancies`
 /// and `failwell_comparison_last_run_timestamp_seconds`, and each breaker's
 /// `failwell_breaker_state` (also set on every transition).
-async fn record_stats<S: Store>(state: &AppState<S>) -> Result<(), Problem> {
+async fn record_stats(state: &AppState) -> Result<(), Problem> {
     let stats = crate::ops::stats(&state.store, &state.providers, state.admin.stats_window).await?;
     for i in &stats.integrations {
         let label = || [("integration", i.integration.clone())];
@@ -560,7 +560,7 @@ pub(crate) struct BudgetView {
 /// Each provider's breaker, bulkhead and retry budget.
 #[utoipa::path(get, path = "/v1/providers", operation_id = "list_providers", tag = "providers",
     responses((status = 200, description = "Every configured provider", body = ProvidersView)))]
-pub(crate) async fn providers<S: Store>(State(state): State<Arc<AppState<S>>>) -> Json<ProvidersView> {
+pub(crate) async fn providers(State(state): State<Arc<AppState>>) -> Json<ProvidersView> {
     let providers = state
         .providers
         .iter()
@@ -597,7 +597,7 @@ pub(crate) struct Health {
 /// The store answers, with its counts.
 #[utoipa::path(get, path = "/healthz", operation_id = "health", tag = "health",
     responses((status = 200, description = "The store answers", body = Health), (status = 503, response = Problem)))]
-pub(crate) async fn health<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Json<Health>, Problem> {
+pub(crate) async fn health(State(state): State<Arc<AppState>>) -> Result<Json<Health>, Problem> {
     let counts = state.store.counts().await?;
     Ok(Json(Health { status: "ok", operations: counts }))
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use failwell_policy::Outcome;
-use failwell_store::{AnyStore, Backend, Channel, DeadLetterFilter, DeadLetterKind, ManualResolution, Store};
+use failwell_store::{Channel, Database, DeadLetterFilter, DeadLetterKind, ManualResolution, Store};
 use serde::Serialize;
 
 use crate::config::Config;
@@ -117,10 +117,10 @@ fn parse_kind(s: &str) -> Result<DeadLetterKind, String> {
 /// configuration is invalid, the database (SQLite: its file) does not
 /// exist, or it holds no failwell store: an operator command never creates
 /// one.
-pub async fn open(common: &Common) -> anyhow::Result<(Config, AnyStore)> {
+pub async fn open(common: &Common) -> anyhow::Result<(Config, Store)> {
     let config = crate::config::load(common.config.as_deref())?;
     let url = &config.database_url;
-    if Backend::of(url) == Some(Backend::Sqlite) {
+    if Database::of(url) == Some(Database::Sqlite) {
         let path = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
         let path = path.split('?').next().unwrap_or(path);
         if path != ":memory:" && !std::path::Path::new(path).exists() {
@@ -129,14 +129,14 @@ pub async fn open(common: &Common) -> anyhow::Result<(Config, AnyStore)> {
             );
         }
     }
-    let holds = AnyStore::holds_store(url).await.context("cannot open the database (database_url)")?;
+    let holds = Store::holds_store(url).await.context("cannot open the database (database_url)")?;
     if !holds {
         anyhow::bail!(
             "the database (database_url) holds no failwell store; is this the configuration `failwell serve` \
              runs with? (`failwell serve` creates the store)"
         );
     }
-    let store = AnyStore::open(url, config.store_options())
+    let store = Store::open(url, config.store_options())
         .await
         .context("cannot open the database (database_url)")?;
     Ok((config, store))

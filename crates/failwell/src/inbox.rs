@@ -204,7 +204,7 @@ pub struct Ingest {
 impl Ingest {
     /// Starts the writer task on `store`; it ends when every handle is
     /// dropped. Each transaction counts in `failwell_webhook_commits_total`.
-    pub fn start<S: Store>(store: S) -> Self {
+    pub fn start(store: Store) -> Self {
         let (queue, mut waiting) =
             tokio::sync::mpsc::channel::<(NewEvent, oneshot::Sender<Option<Received>>)>(INGEST_QUEUE);
         tokio::spawn(async move {
@@ -258,7 +258,7 @@ impl Ingest {
 }
 
 /// Commits one group of deliveries and answers each.
-async fn commit<S: Store>(store: &S, group: Vec<(NewEvent, oneshot::Sender<Option<Received>>)>) {
+async fn commit(store: &Store, group: Vec<(NewEvent, oneshot::Sender<Option<Received>>)>) {
     let (events, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
     let count = events.len();
     metrics::counter!("failwell_webhook_commits_total").increment(1);
@@ -312,8 +312,8 @@ pub(crate) struct ReceivedView {
         (status = 200, description = "Stored (or already stored)", body = ReceivedView),
         (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem),
         (status = 413, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn receive<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+pub(crate) async fn receive(
+    State(state): State<Arc<AppState>>,
     Path(integration): Path<String>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -505,8 +505,8 @@ pub(crate) struct ForwardView {
     responses(
         (status = 200, description = "A page of events", body = FeedPage),
         (status = 400, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn feed<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+pub(crate) async fn feed(
+    State(state): State<Arc<AppState>>,
     query: Result<axum::extract::Query<FeedQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<FeedPage>, Problem> {
     let axum::extract::Query(query) =
@@ -531,8 +531,8 @@ pub(crate) async fn feed<S: Store>(
     responses(
         (status = 200, description = "The event and what it did", body = EventDetail),
         (status = 400, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
-pub(crate) async fn event<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+pub(crate) async fn event(
+    State(state): State<Arc<AppState>>,
     ApiPath((integration, event_id)): ApiPath<(String, String)>,
 ) -> Result<Json<EventDetail>, Problem> {
     let Some(record) = state.store.event(&integration, &event_id).await? else {

@@ -28,7 +28,7 @@ use std::time::Duration;
 use failwell_cluster::Cluster;
 use failwell_engine::{Engine, ForwardTarget, ForwardTargets, ProviderClient, Providers};
 use failwell_policy::Bulkhead;
-use failwell_store::{AnyStore, StoreError};
+use failwell_store::{Store, StoreError};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -117,7 +117,7 @@ pub fn prometheus() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
 #[derive(Debug)]
 pub struct Server {
     addr: SocketAddr,
-    store: AnyStore,
+    store: Store,
     providers: Arc<Providers>,
     engine: Engine,
     /// Keeps the shared breakers' driver running.
@@ -135,7 +135,7 @@ impl Server {
     /// cannot be opened or migrated.
     pub async fn start(config: Config, listener: TcpListener) -> Result<Self, StartError> {
         let addr = listener.local_addr().map_err(StartError::Listener)?;
-        let store = AnyStore::open(&config.database_url, config.store_options()).await?;
+        let store = Store::open(&config.database_url, config.store_options()).await?;
         let (cluster, providers, forwards) = match config.cluster {
             Some(cluster_config) => {
                 let cluster = Cluster::start(cluster_config)
@@ -187,7 +187,7 @@ impl Server {
             sink,
             stop_watchers.clone(),
         ))];
-        if let AnyStore::Postgres(store) = &store {
+        if let Some(store) = store.backend::<failwell_store::PostgresStore>() {
             watchers.push(tokio::spawn(wake_on_new_messages(
                 store.clone(),
                 engine.waker(),
@@ -231,7 +231,7 @@ impl Server {
 
     /// The store, for an application that writes its own rows and outbox
     /// messages in one transaction ([`failwell_store::Outbox::enqueue`]).
-    pub fn store(&self) -> &AnyStore {
+    pub fn store(&self) -> &Store {
         &self.store
     }
 

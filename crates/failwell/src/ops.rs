@@ -78,8 +78,8 @@ pub fn known(providers: &Providers) -> Vec<String> {
 }
 
 /// The four numbers of every integration as of now over `window`.
-pub async fn stats<S: Store>(
-    store: &S,
+pub async fn stats(
+    store: &Store,
     providers: &Providers,
     window: Duration,
 ) -> Result<Stats, StoreError> {
@@ -93,8 +93,8 @@ pub async fn stats<S: Store>(
 /// reports with discrepancies to `sink`. Errors: `window` is not between
 /// 1 ms and [`MAX_WINDOW`], `provider` is not configured or cannot be
 /// compared (nothing is done then); a comparison or the store failed.
-pub async fn reconcile_run<S: Store>(
-    store: &S,
+pub async fn reconcile_run(
+    store: &Store,
     providers: &Arc<Providers>,
     sink: Option<&AlertSink>,
     provider: Option<&str>,
@@ -174,8 +174,8 @@ pub async fn reconcile_run<S: Store>(
 }
 
 /// An operation and its history, by idempotency key.
-pub async fn timeline<S: Store>(
-    store: &S,
+pub async fn timeline(
+    store: &Store,
     key: &str,
 ) -> Result<Option<(Operation, Vec<HistoryEntry>)>, StoreError> {
     let Some(op) = store.operation(key).await? else { return Ok(None) };

@@ -20,7 +20,6 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use failwell_policy::{Answer, Classification, OnUnavailable};
-use failwell_store::Store;
 use lru::LruCache;
 use serde_json::Value;
 
@@ -95,8 +94,8 @@ pub(crate) struct ReadAnswer {
         (status = "4XX", description = "The provider refused for good: its answer, passed on", body = ReadAnswer),
         (status = 400, response = Problem), (status = 404, response = Problem), (status = 422, response = Problem),
         (status = 503, response = Problem)))]
-pub(crate) async fn read<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+pub(crate) async fn read(
+    State(state): State<Arc<AppState>>,
     ApiPath((provider, operation)): ApiPath<(String, String)>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, Problem> {

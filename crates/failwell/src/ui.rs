@@ -23,7 +23,7 @@ use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use failwell_engine::compare::rfc3339;
-use failwell_store::{AlertState, Channel, DeadLetterFilter, DeadLetterKind, OperationStatus, Store};
+use failwell_store::{AlertState, Channel, DeadLetterFilter, DeadLetterKind, OperationStatus};
 use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
 
@@ -37,19 +37,19 @@ const COOKIE: &str = "failwell_session";
 const SESSION_S: i64 = 12 * 60 * 60;
 
 /// The dashboard's routes, all below `/ui`.
-pub fn router<S: Store>(state: Arc<AppState<S>>) -> Router<Arc<AppState<S>>> {
+pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
     let signed_in = Router::new()
-        .route("/ui", get(dashboard::<S>))
-        .route("/ui/reports/{id}", get(report::<S>))
-        .route("/ui/operations/{key}", get(operation::<S>))
-        .route("/ui/dead-letters/{kind}/{id}/replay", post(replay::<S>))
-        .route("/ui/dead-letters/{kind}/{id}/purge", post(purge::<S>))
-        .route("/ui/dead-letters/ack", post(ack::<S>))
-        .route("/ui/operations/{key}/resolve", post(resolve::<S>))
+        .route("/ui", get(dashboard))
+        .route("/ui/reports/{id}", get(report))
+        .route("/ui/operations/{key}", get(operation))
+        .route("/ui/dead-letters/{kind}/{id}/replay", post(replay))
+        .route("/ui/dead-letters/{kind}/{id}/purge", post(purge))
+        .route("/ui/dead-letters/ack", post(ack))
+        .route("/ui/operations/{key}/resolve", post(resolve))
         .route("/ui/logout", post(logout))
-        .layer(axum::middleware::from_fn_with_state(state, session::<S>));
+        .layer(axum::middleware::from_fn_with_state(state, session));
     Router::new()
-        .route("/ui/login", get(login_page::<S>).post(login::<S>))
+        .route("/ui/login", get(login_page).post(login))
         .merge(signed_in)
         .layer(axum::middleware::map_response(no_framing))
 }
@@ -110,7 +110,7 @@ form.inline{display:inline}form.logout{float:right}button{cursor:pointer}pre{bac
 
 /// Rejects a request without the session cookie (back to the sign-in page),
 /// and a `POST` that did not come from a page of this origin (403).
-async fn session<S: Store>(State(state): State<Arc<AppState<S>>>, request: Request, next: Next) -> Response {
+async fn session(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let Some(token) = &state.admin.token else { return disabled() };
     // Reading is safe from anywhere (the browser keeps the answer from
     // another origin); changing something is not.
@@ -186,7 +186,7 @@ fn login_form(error: Option<&str>) -> Html<String> {
     )
 }
 
-async fn login_page<S: Store>(State(state): State<Arc<AppState<S>>>) -> Response {
+async fn login_page(State(state): State<Arc<AppState>>) -> Response {
     if state.admin.token.is_none() {
         return disabled();
     }
@@ -199,8 +199,8 @@ struct Login {
     token: String,
 }
 
-async fn login<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+async fn login(
+    State(state): State<Arc<AppState>>,
     form: Result<Form<Login>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let Some(token) = &state.admin.token else { return disabled() };
@@ -241,8 +241,8 @@ impl Notice {
     }
 }
 
-async fn dashboard<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+async fn dashboard(
+    State(state): State<Arc<AppState>>,
     Query(notice): Query<Notice>,
 ) -> Result<Response, Problem> {
     let stats = ops::stats(&state.store, &state.providers, state.admin.stats_window).await?;
@@ -350,8 +350,8 @@ fn encode(segment: &str) -> String {
     percent_encoding::utf8_percent_encode(segment, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
-async fn report<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+async fn report(
+    State(state): State<Arc<AppState>>,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Response, Problem> {
     let Some(r) = state.store.report(id).await? else {
@@ -360,8 +360,8 @@ async fn report<S: Store>(
     Ok(page(&format!("Report {id}"), html! { pre id="report-text" { (r.text) } }).into_response())
 }
 
-async fn operation<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+async fn operation(
+    State(state): State<Arc<AppState>>,
     ApiPath(key): ApiPath<String>,
 ) -> Result<Response, Problem> {
     let Some((op, history)) = ops::timeline(&state.store, &key).await? else {
@@ -387,8 +387,8 @@ async fn operation<S: Store>(
     Ok(page(&format!("Operation {key}"), body).into_response())
 }
 
-async fn replay<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+async fn replay(
+    State(state): State<Arc<AppState>>,
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
     let dead_kind = crate::admin::kind(&k)?;
@@ -400,8 +400,8 @@ async fn replay<S: Store>(
     Ok(Redirect::to("/ui?notice=replayed").into_response())
 }
 
-async fn purge<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+async fn purge(
+    State(state): State<Arc<AppState>>,
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
     if !state.store.purge(crate::admin::kind(&k)?, id, Channel::Ui, failwell_engine::now_ms()).await? {
@@ -419,8 +419,8 @@ struct ResolveForm {
     provider_ref: Option<String>,
 }
 
-async fn resolve<S: Store>(
-    State(state): State<Arc<AppState<S>>>,
+async fn resolve(
+    State(state): State<Arc<AppState>>,
     ApiPath(key): ApiPath<String>,
     form: Result<Form<ResolveForm>, axum::extract::rejection::FormRejection>,
 ) -> Result<Response, Problem> {
@@ -432,7 +432,7 @@ async fn resolve<S: Store>(
     Ok(Redirect::to(&format!("/ui/operations/{}", encode(&key))).into_response())
 }
 
-async fn ack<S: Store>(State(state): State<Arc<AppState<S>>>) -> Result<Response, Problem> {
+async fn ack(State(state): State<Arc<AppState>>) -> Result<Response, Problem> {
     state.store.ack_dead_letters(Channel::Ui, failwell_engine::now_ms()).await?;
     Ok(Redirect::to("/ui?notice=acknowledged").into_response())
 }

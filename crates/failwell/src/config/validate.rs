@@ -14,7 +14,7 @@ use failwell_policy::{
     OnUnavailable, RetryBudgetConfig, RetryPolicy, SlidingWindow, ThrottleConfig, ThrottleConfigError,
     Timeouts, TimeoutsError,
 };
-use failwell_store::{Backend, Synchronous};
+use failwell_store::{Database, Synchronous};
 
 use super::raw::{
     RawAlerts, RawBreaker, RawBulkhead, RawCluster, RawCompare, RawConfig, RawForward, RawLedger,
@@ -23,7 +23,7 @@ use super::raw::{
 use super::{ApiLimits, Checker, Config, ConfigError, MAX_CONCURRENCY};
 
 pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, ConfigError> {
-    if Backend::of(&raw.database_url).is_none() {
+    if Database::of(&raw.database_url).is_none() {
         return Err(c.invalid(
             "database_url",
             format!("{:?}: expected sqlite://PATH or postgres://USER@HOST:PORT/DATABASE", raw.database_url),

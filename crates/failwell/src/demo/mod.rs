@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use failwell_sim::{Effects, Profile, RateLimit, RateScope, SimConfig, Simulator, WebhookTarget};
-use failwell_store::{Message, Operation, OperationStatus, Outbox, Store};
+use failwell_store::prelude::*;
+use failwell_store::{Message, Operation, OperationStatus, Outbox};
 use hdrhistogram::Histogram;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -223,7 +224,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
 
     let start = Instant::now();
     let start_ms = failwell_engine::now_ms();
-    let failwell_store::AnyStore::Sqlite(store) = server.store().clone() else {
+    let Some(store) = server.store().backend::<failwell_store::SqliteStore>().cloned() else {
         anyhow::bail!("the demo runs on its own SQLite database");
     };
     sqlx::query(

@@ -212,7 +212,8 @@ async fn api_with(
 ) -> (tempfile::TempDir, axum::Router) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("api.db").display());
-    let store = failwell_store::SqliteStore::open(&url, failwell_store::Synchronous::Normal).await.unwrap();
+    let store: failwell_store::Store =
+        failwell_store::SqliteStore::open(&url, failwell_store::Synchronous::Normal).await.unwrap().into();
     let state = std::sync::Arc::new(failwell::api::AppState {
         ingest: failwell::inbox::Ingest::start(store.clone()),
         store,

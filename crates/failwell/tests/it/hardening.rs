@@ -76,7 +76,7 @@ async fn enqueue_and_damage(url: &str, keys: &[&str], damaged: &[(&str, String, 
                 .await
                 .unwrap();
         }
-        store.close().await;
+        failwell_store::Backend::close(&store).await;
     } else {
         let pool = sqlx::PgPool::connect(url).await.unwrap();
         for key in keys {
