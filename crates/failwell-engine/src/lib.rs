@@ -17,11 +17,14 @@ pub mod compare;
 #[cfg(test)]
 mod fixtures;
 pub mod forwarder;
+mod ingest;
 pub mod provider;
 mod pump;
+pub mod reads;
 pub mod reconciler;
 pub mod relay;
 pub mod retention;
+mod webhooks;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -32,16 +35,19 @@ pub use alerts::{
 pub use client::{CallRequest, CallResult, ClientError, Guards, ProviderClient};
 pub use compare::{CompareError, CompareSpec, Compared, Schedule, TimeUnit, compare};
 pub use forwarder::{ForwardTarget, ForwardTargets, Forwarder};
+pub use ingest::{INGEST_LINGER, Ingest};
 pub use provider::{
     ClusterRule, Encoding, LookupSpec, OperationSpec, PauseRule, PauseWhen, ProviderSpec, Providers,
 };
 pub use pump::RelayConfig;
+pub use reads::ReadCache;
 pub use reconciler::{Reconciler, ReconcilerConfig};
 pub use relay::Relay;
 pub use retention::RetentionConfig;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+pub use webhooks::{LedgerMapping, WebhookSource, Webhooks};
 
 /// Milliseconds since the Unix epoch: the one clock read of the engine.
 pub fn now_ms() -> i64 {

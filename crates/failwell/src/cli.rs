@@ -136,9 +136,8 @@ pub async fn open(common: &Common) -> anyhow::Result<(Config, Store)> {
              runs with? (`failwell serve` creates the store)"
         );
     }
-    let store = Store::open(url, config.store_options())
-        .await
-        .context("cannot open the database (database_url)")?;
+    let store =
+        Store::open(url, config.store_options()).await.context("cannot open the database (database_url)")?;
     Ok((config, store))
 }
 

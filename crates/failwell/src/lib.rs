@@ -6,19 +6,13 @@
 //! policy logic of its own. `main.rs` is a thin CLI over it, so tests start
 //! the same [`Server`] on an ephemeral port.
 
-pub mod admin;
-pub mod api;
 pub mod check;
 pub mod cli;
 pub mod config;
 pub mod demo;
-pub mod inbox;
-pub mod openapi;
+pub mod http;
 pub mod ops;
-pub mod problem;
-pub mod read;
 pub mod telemetry;
-pub mod ui;
 pub mod webhook;
 
 use std::net::SocketAddr;
@@ -164,7 +158,7 @@ impl Server {
             providers.iter().map(|(name, client)| (name.as_str(), client.guards().breaker.is_some())),
             config.webhooks.iter().map(|(name, source)| (name.as_str(), source.forward)),
         );
-        let state = Arc::new(api::AppState {
+        let state = Arc::new(http::AppState {
             store: store.clone(),
             providers,
             wake: engine.waker(),
@@ -172,8 +166,8 @@ impl Server {
             forward: engine.forward_waker(),
             reads: Default::default(),
             metrics: prometheus(),
-            ingest: inbox::Ingest::start(store.clone()),
-            admin: api::AdminState {
+            ingest: failwell_engine::Ingest::start(store.clone()),
+            admin: http::AdminState {
                 token: config.admin_token,
                 alerts: config.alerts.as_ref().map(|a| a.sink.clone()),
                 stats_window: config.stats_window,
@@ -214,7 +208,7 @@ impl Server {
         }
         let bulkhead = Bulkhead::new("api", config.api.bulkhead).map_err(StartError::Limits)?;
         let providers = state.providers.clone();
-        let app = api::router(state, config.max_body_bytes, bulkhead, config.api.request_timeout);
+        let app = http::router(state, config.max_body_bytes, bulkhead, config.api.request_timeout);
         let stop_http = CancellationToken::new();
         let stop = stop_http.clone();
         let http = tokio::spawn(async move {

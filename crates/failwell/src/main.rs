@@ -241,7 +241,7 @@ async fn run(cli: Cli, demo_log: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     failwell::prometheus();
     match cli.command {
         Command::Openapi => {
-            println!("{}", serde_json::to_string_pretty(&failwell::openapi::document())?);
+            println!("{}", serde_json::to_string_pretty(&failwell::http::openapi::document())?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Status { common } => failwell::cli::status(common).await,

@@ -78,11 +78,7 @@ pub fn known(providers: &Providers) -> Vec<String> {
 }
 
 /// The four numbers of every integration as of now over `window`.
-pub async fn stats(
-    store: &Store,
-    providers: &Providers,
-    window: Duration,
-) -> Result<Stats, StoreError> {
+pub async fn stats(store: &Store, providers: &Providers, window: Duration) -> Result<Stats, StoreError> {
     store.stats(failwell_engine::now_ms(), window.as_millis() as u64, &known(providers)).await
 }
 

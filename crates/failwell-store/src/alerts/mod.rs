@@ -55,9 +55,5 @@ pub trait AlertStore: Send + Sync {
     /// is due again at its `retry_at_ms`. Returns `false`, recording
     /// nothing, when the claim no longer holds it (another sender claimed
     /// it after the lease ran out).
-    async fn alert_sent(
-        &self,
-        claimed: &Alert,
-        sent: AlertSent,
-    ) -> Result<bool, StoreError>;
+    async fn alert_sent(&self, claimed: &Alert, sent: AlertSent) -> Result<bool, StoreError>;
 }

@@ -70,10 +70,7 @@ pub trait ComparisonStore: Send + Sync {
 
     /// The latest window of `provider` a scheduled comparison claimed (by
     /// its end), if any.
-    async fn last_comparison_window(
-        &self,
-        provider: &str,
-    ) -> Result<Option<Window>, StoreError>;
+    async fn last_comparison_window(&self, provider: &str) -> Result<Option<Window>, StoreError>;
 
     /// The comparisons claimed at or before `claimed_before_ms` and never
     /// finished, as `(provider, (from_ms, to_ms))`, oldest window first.

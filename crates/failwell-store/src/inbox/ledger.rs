@@ -489,4 +489,3 @@ pub(crate) trait InboxBinds: Sized {
     /// given_back`.
     fn bind_forward_changes(self, changes: &[ForwardChange<'_>]) -> Self;
 }
-

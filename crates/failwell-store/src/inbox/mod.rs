@@ -35,11 +35,7 @@ pub trait InboxStore: Send + Sync {
     /// settled operation never goes back; settling one closes its outbox
     /// message), and a forward to the application is queued when asked for.
     /// Each of these steps is recorded in the event's history.
-    async fn receive(
-        &self,
-        events: Vec<NewEvent>,
-        now_ms: i64,
-    ) -> Result<Vec<Received>, StoreError>;
+    async fn receive(&self, events: Vec<NewEvent>, now_ms: i64) -> Result<Vec<Received>, StoreError>;
 
     /// Up to `limit` stored events with `seq` above `after`, in the order
     /// they were first received, and no more than `max_bytes` of payloads
@@ -54,18 +50,11 @@ pub trait InboxStore: Send + Sync {
 
     /// What webhook events did to one operation (their ledger steps),
     /// oldest first.
-    async fn operation_events(
-        &self,
-        operation_id: i64,
-    ) -> Result<Vec<OperationEvent>, StoreError>;
+    async fn operation_events(&self, operation_id: i64) -> Result<Vec<OperationEvent>, StoreError>;
 
     /// The stored event `(integration, event_id)` with its history and
     /// forwarding state, if any.
-    async fn event(
-        &self,
-        integration: &str,
-        event_id: &str,
-    ) -> Result<Option<EventRecord>, StoreError>;
+    async fn event(&self, integration: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError>;
 
     /// Claims up to `limit` events due for forwarding to the application
     /// under a lease of `lease_ms`, counting the attempt about to be made.

@@ -12,8 +12,8 @@ pub(crate) mod stats;
 
 pub use model::*;
 
-use crate::StoreError;
 use crate::Counts;
+use crate::StoreError;
 
 /// What operators read and do: counts, dead letters (listed, replayed,
 /// purged, acknowledged), manual resolutions, the four numbers per
@@ -26,18 +26,11 @@ pub trait OperatorStore: Send + Sync {
 
     /// Dead letters of both kinds matching `filter`, newest first, at most
     /// `limit`.
-    async fn dead_letters(
-        &self,
-        filter: DeadLetterFilter,
-        limit: u32,
-    ) -> Result<Vec<DeadLetter>, StoreError>;
+    async fn dead_letters(&self, filter: DeadLetterFilter, limit: u32)
+    -> Result<Vec<DeadLetter>, StoreError>;
 
     /// One dead letter, if `(kind, id)` is one.
-    async fn dead_letter(
-        &self,
-        kind: DeadLetterKind,
-        id: i64,
-    ) -> Result<Option<DeadLetter>, StoreError>;
+    async fn dead_letter(&self, kind: DeadLetterKind, id: i64) -> Result<Option<DeadLetter>, StoreError>;
 
     /// Puts a dead letter back in its queue, due now, with its attempts
     /// counted afresh and (for a message) its operation `pending` again with
@@ -80,30 +73,18 @@ pub trait OperatorStore: Send + Sync {
 
     /// Records that an operator has looked at the dead letters: those given
     /// up until now no longer count as unacknowledged.
-    async fn ack_dead_letters(
-        &self,
-        channel: Channel,
-        now_ms: i64,
-    ) -> Result<(), StoreError>;
+    async fn ack_dead_letters(&self, channel: Channel, now_ms: i64) -> Result<(), StoreError>;
 
     /// The four numbers of every integration (success ratio and p95 latency
     /// of the calls started in the last `window_ms`, open entries and the
     /// oldest one's age, dead letters since the last acknowledgement), with
     /// a row for each name in `known` even when it has nothing.
-    async fn stats(
-        &self,
-        now_ms: i64,
-        window_ms: u64,
-        known: &[String],
-    ) -> Result<Stats, StoreError>;
+    async fn stats(&self, now_ms: i64, window_ms: u64, known: &[String]) -> Result<Stats, StoreError>;
 
     /// Everything that happened to one operation, oldest first: its state
     /// changes and its message's (with who made them), every attempt, what
     /// webhook events did, and the discrepancies reports found.
-    async fn history(
-        &self,
-        operation_id: i64,
-    ) -> Result<Vec<HistoryEntry>, StoreError>;
+    async fn history(&self, operation_id: i64) -> Result<Vec<HistoryEntry>, StoreError>;
 }
 
 /// The status an operator's resolution gives an operation: `succeeded` or

@@ -194,7 +194,8 @@ mod sealed {
 /// PostgreSQL computes its own in SQL (`failwell_request_hash`), so
 /// plain-SQL applications get the same.
 pub(crate) fn request_hash(provider: &str, operation: &str, payload: &Value) -> String {
-    let canonical = serde_json::json!([provider, operation, crate::outbox::stored::hash_form(payload)]).to_string();
+    let canonical =
+        serde_json::json!([provider, operation, crate::outbox::stored::hash_form(payload)]).to_string();
     hex::encode(Sha256::digest(canonical.as_bytes()))
 }
 

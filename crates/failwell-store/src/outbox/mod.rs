@@ -35,11 +35,7 @@ pub trait OutboxStore: Send + Sync {
     /// both cases nothing is written. A payload failwell could not read back
     /// is refused before anything is written
     /// ([`StoreError::InvalidPayload`]).
-    async fn submit(
-        &self,
-        op: NewOperation,
-        now_ms: i64,
-    ) -> Result<Submitted, StoreError>;
+    async fn submit(&self, op: NewOperation, now_ms: i64) -> Result<Submitted, StoreError>;
 
     /// Claims up to `limit` due outbox messages under a lease of `lease_ms`,
     /// counting the attempt about to be made and stamping the first use of
@@ -63,57 +59,32 @@ pub trait OutboxStore: Send + Sync {
     /// Returns, per completion in order, what was recorded
     /// ([`Recorded::Applied`], or only the history row:
     /// [`Recorded::LeaseLost`], [`Recorded::SettledElsewhere`]).
-    async fn complete(
-        &self,
-        completions: Vec<Completion>,
-        now_ms: i64,
-    ) -> Result<Vec<Recorded>, StoreError>;
+    async fn complete(&self, completions: Vec<Completion>, now_ms: i64) -> Result<Vec<Recorded>, StoreError>;
 
     /// Extends the leases of claimed items still being worked, given as
     /// `(id, lease_token)` pairs of `queue`, to `until_ms`, so a slow call
     /// keeps its item and no other process starts it. An item whose lease
     /// was taken over, or that is no longer pending, is left alone. Returns
     /// how many were extended.
-    async fn renew(
-        &self,
-        queue: Leased,
-        leases: Vec<(i64, i64)>,
-        until_ms: i64,
-    ) -> Result<u64, StoreError>;
+    async fn renew(&self, queue: Leased, leases: Vec<(i64, i64)>, until_ms: i64) -> Result<u64, StoreError>;
 
     /// Deletes up to `limit` outbox messages delivered (`done`, their
     /// operation `succeeded` or `failed`) before `before_ms`, oldest first,
     /// and returns how many: the outbox keeps open and recent work, while
     /// operations (the idempotency records), attempts and the history stay.
-    async fn delete_delivered(
-        &self,
-        before_ms: i64,
-        limit: u32,
-    ) -> Result<u64, StoreError>;
+    async fn delete_delivered(&self, before_ms: i64, limit: u32) -> Result<u64, StoreError>;
 
     /// Operations whose outcome is unknown and whose next reconciliation is
     /// due, oldest first, at most `limit`.
-    async fn due_unknown(
-        &self,
-        now_ms: i64,
-        limit: u32,
-    ) -> Result<Vec<Operation>, StoreError>;
+    async fn due_unknown(&self, now_ms: i64, limit: u32) -> Result<Vec<Operation>, StoreError>;
 
     /// Applies a status lookup's result to an unknown operation (a no-op if
     /// the operation is no longer unknown).
-    async fn reconcile(
-        &self,
-        reconciled: Reconciled,
-        now_ms: i64,
-    ) -> Result<(), StoreError>;
+    async fn reconcile(&self, reconciled: Reconciled, now_ms: i64) -> Result<(), StoreError>;
 
     /// The operation with this idempotency key, if any.
-    async fn operation(
-        &self,
-        idempotency_key: &str,
-    ) -> Result<Option<Operation>, StoreError>;
+    async fn operation(&self, idempotency_key: &str) -> Result<Option<Operation>, StoreError>;
 
     /// The attempt history of one operation, oldest first.
-    async fn attempts(&self, operation_id: i64)
-    -> Result<Vec<AttemptRow>, StoreError>;
+    async fn attempts(&self, operation_id: i64) -> Result<Vec<AttemptRow>, StoreError>;
 }

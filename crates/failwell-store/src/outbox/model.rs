@@ -454,4 +454,3 @@ pub enum Recorded {
     /// due at once.
     Conflict,
 }
-

@@ -194,7 +194,11 @@ pub(crate) fn operation_from_row<R: OperationRow>(row: &R) -> Result<Operation, 
         provider_ref: text_or_null(&mut d, "provider_ref"),
         // A damaged response is shown as its text; only the other columns
         // decide whether the operation can be sent.
-        response: row.text_or_null("response").ok().flatten().map(|text| crate::outbox::stored::json_or_text(text).0),
+        response: row
+            .text_or_null("response")
+            .ok()
+            .flatten()
+            .map(|text| crate::outbox::stored::json_or_text(text).0),
         last_error: text_or_null(&mut d, "last_error"),
         dead_letter: d
             .or("dead_letter", row.flag_or_null("dead_letter").map_err(|e| e.to_string()), None)

@@ -1,12 +1,12 @@
 //! Comparison windows and reports on PostgreSQL: the shared statements
 //! ([`crate::comparisons::statements`]) and how lists are bound.
 
+use super::PostgresStore;
+use crate::comparisons::DiscrepancyColumns;
 use failwell_policy::Discrepancy;
 use sqlx::Postgres;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
-use super::PostgresStore;
-use crate::comparisons::DiscrepancyColumns;
 
 crate::comparisons::statements::comparison_statements!(
     store = PostgresStore,

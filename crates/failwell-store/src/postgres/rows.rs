@@ -2,8 +2,8 @@
 
 use sqlx::postgres::PgConnection;
 
-use crate::error::{Context, StoreError};
 use crate::Operation;
+use crate::error::{Context, StoreError};
 use crate::outbox::rows::{operation_from_row, select_operation};
 
 pub(super) async fn operation_by_key(

@@ -6,8 +6,8 @@ use sqlx::postgres::PgConnection;
 
 use super::PostgresStore;
 use super::writes::{count_attempt, not_applied};
-use crate::outbox::changes::{MessageChange, OperationChange};
 use crate::AttemptRecord;
+use crate::outbox::changes::{MessageChange, OperationChange};
 use crate::outbox::{CLAIMED_COLUMNS, DUE};
 
 crate::outbox::statements::outbox_statements!(store = PostgresStore, lock = " FOR UPDATE");
@@ -123,7 +123,13 @@ async fn lease_due(
     rows.iter()
         .map(|r| {
             let outbox_id = r.try_get("outbox_id").context("reading a claimed message")?;
-            Ok(crate::outbox::rows::claimed_from_row(r, outbox_id, "message_attempts", token, operation_from_row(r)?))
+            Ok(crate::outbox::rows::claimed_from_row(
+                r,
+                outbox_id,
+                "message_attempts",
+                token,
+                operation_from_row(r)?,
+            ))
         })
         .collect()
 }

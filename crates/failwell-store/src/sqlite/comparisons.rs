@@ -1,13 +1,13 @@
 //! Comparison windows and reports on SQLite: the shared statements
 //! ([`crate::comparisons::statements`]) and how lists are bound.
 
+use super::SqliteStore;
+use crate::comparisons::discrepancy_json;
 use failwell_policy::Discrepancy;
 use serde_json::Value;
 use sqlx::Sqlite;
 use sqlx::query::Query;
 use sqlx::sqlite::SqliteArguments;
-use super::SqliteStore;
-use crate::comparisons::discrepancy_json;
 
 crate::comparisons::statements::comparison_statements!(
     store = SqliteStore,

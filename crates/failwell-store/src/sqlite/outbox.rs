@@ -6,9 +6,9 @@ use sqlx::sqlite::SqliteConnection;
 
 use super::rows::operation_by_key;
 use crate::error::{Context, StoreError};
-use crate::{NewOperation, Submitted};
-use crate::outbox::{OutboxConnection, check_replay, replayed, request_hash};
 use crate::outbox::rows::operation_from_row;
+use crate::outbox::{OutboxConnection, check_replay, replayed, request_hash};
+use crate::{NewOperation, Submitted};
 
 impl OutboxConnection for SqliteConnection {
     async fn record(&mut self, op: &NewOperation, now_ms: i64, actor: &str) -> Result<Submitted, StoreError> {

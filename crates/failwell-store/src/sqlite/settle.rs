@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use sqlx::sqlite::SqliteConnection;
 
 use super::writes::not_applied;
-use crate::outbox::changes::{MessageChange, OperationChange};
 use crate::error::{Context, StoreError};
+use crate::outbox::changes::{MessageChange, OperationChange};
 use crate::{Completion, Recorded};
 
 /// The batch's rows, from the JSON array bound as `$1` (see [`row`]), in

@@ -157,7 +157,9 @@ async fn lease_due(
             Err(e) => Err(e.to_string()),
         };
         match operation {
-            Ok(operation) => claimed.push(crate::outbox::rows::claimed_from_row(r, id, "attempts", token, operation)),
+            Ok(operation) => {
+                claimed.push(crate::outbox::rows::claimed_from_row(r, id, "attempts", token, operation))
+            }
             Err(why) => set_aside_orphan(&mut *tx, id, &format!("operation_id: {why}"), now_ms).await?,
         }
     }
@@ -168,7 +170,10 @@ async fn lease_due(
 /// integer below [`DAMAGED_COUNT`](crate::outbox::rows::DAMAGED_COUNT). SQLite
 /// stores any value in any column; another is damage, left as it is.
 fn countable(column: &str) -> String {
-    format!("typeof({column}) = 'integer' AND {column} BETWEEN 0 AND {}", crate::outbox::rows::DAMAGED_COUNT - 1)
+    format!(
+        "typeof({column}) = 'integer' AND {column} BETWEEN 0 AND {}",
+        crate::outbox::rows::DAMAGED_COUNT - 1
+    )
 }
 
 /// Dead-letters message `id`, whose operation cannot be found, alone: it

@@ -79,7 +79,7 @@ pub struct Config {
     /// Provider clients by name.
     pub providers: Arc<Providers>,
     /// Webhook sources by integration name.
-    pub webhooks: Arc<crate::inbox::Webhooks>,
+    pub webhooks: Arc<failwell_engine::Webhooks>,
     /// Where webhook events are forwarded, by integration name.
     pub forwards: Arc<failwell_engine::ForwardTargets>,
     /// Breakers and pauses shared with the other processes (`[cluster]`;
@@ -92,7 +92,7 @@ pub struct Config {
     pub retention: Option<failwell_engine::RetentionConfig>,
     /// The admin API's and dashboard's bearer token (`[admin]`; `None`:
     /// both are off).
-    pub admin_token: Option<crate::admin::Token>,
+    pub admin_token: Option<crate::http::admin::Token>,
     /// The alert sink and the oldest-open-entry rule (`[alerts]`).
     pub alerts: Option<Alerts>,
 }

@@ -75,7 +75,7 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
             ProviderClient::new(spec).map_err(|e| c.invalid(format!("providers.{name}"), e.to_string()))?;
         providers.insert(name, client);
     }
-    let mut webhooks = crate::inbox::Webhooks::new();
+    let mut webhooks = failwell_engine::Webhooks::new();
     let mut forwards = ForwardTargets::new();
     for (name, w) in raw.webhooks {
         let (source, forward) = webhook(c, &name, w, &providers)?;
@@ -102,7 +102,7 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
         retention: retention(c, &raw.retention)?,
         admin_token: raw
             .admin
-            .map(|a| crate::admin::Token::new(a.token).map_err(|e| c.invalid("admin.token", e)))
+            .map(|a| crate::http::admin::Token::new(a.token).map_err(|e| c.invalid("admin.token", e)))
             .transpose()?,
         alerts: alerts(c, raw.alerts)?,
     })
@@ -661,7 +661,7 @@ fn webhook(
     name: &str,
     w: RawWebhook,
     providers: &Providers,
-) -> Result<(crate::inbox::WebhookSource, Option<ForwardTarget>), ConfigError> {
+) -> Result<(failwell_engine::WebhookSource, Option<ForwardTarget>), ConfigError> {
     use failwell_webhook::{Encoding, Scheme, Verifier};
     let key = |k: &str| format!("webhooks.{name}.{k}");
     let hmac_only = [
@@ -719,7 +719,7 @@ fn webhook(
         return Err(c.invalid(key("max_body_bytes"), "must be between 1 and 67108864"));
     }
     let forward = w.forward.map(|f| forward(c, name, f, providers)).transpose()?;
-    let source = crate::inbox::WebhookSource {
+    let source = failwell_engine::WebhookSource {
         verifier,
         event_id_pointer: c.pointer(&key("event_id_pointer"), &w.event_id_pointer)?,
         max_body_bytes: w.max_body_bytes,
@@ -756,7 +756,7 @@ fn ledger(
     name: &str,
     l: RawLedger,
     providers: &Providers,
-) -> Result<crate::inbox::LedgerMapping, ConfigError> {
+) -> Result<failwell_engine::LedgerMapping, ConfigError> {
     let key = |k: &str| format!("webhooks.{name}.ledger.{k}");
     if !providers.contains_key(&l.provider) {
         return Err(c.invalid(key("provider"), format!("{:?} is not a configured provider", l.provider)));
@@ -785,7 +785,7 @@ fn ledger(
         }
         c.pointer(&key(k), value)
     };
-    Ok(crate::inbox::LedgerMapping {
+    Ok(failwell_engine::LedgerMapping {
         provider: l.provider,
         reference_pointer: pointer("reference_pointer", &l.reference_pointer)?,
         status_pointer: pointer("status_pointer", &l.status_pointer)?,

@@ -214,8 +214,8 @@ async fn api_with(
     let url = format!("sqlite://{}", dir.path().join("api.db").display());
     let store: failwell_store::Store =
         failwell_store::SqliteStore::open(&url, failwell_store::Synchronous::Normal).await.unwrap().into();
-    let state = std::sync::Arc::new(failwell::api::AppState {
-        ingest: failwell::inbox::Ingest::start(store.clone()),
+    let state = std::sync::Arc::new(failwell::http::AppState {
+        ingest: failwell_engine::Ingest::start(store.clone()),
         store,
         providers: std::sync::Arc::new(failwell_engine::Providers::new()),
         wake: std::sync::Arc::default(),
@@ -223,13 +223,13 @@ async fn api_with(
         forward: std::sync::Arc::default(),
         reads: Default::default(),
         metrics: None,
-        admin: failwell::api::AdminState {
+        admin: failwell::http::AdminState {
             token: None,
             alerts: None,
             stats_window: std::time::Duration::from_secs(300),
         },
     });
-    (dir, failwell::api::router(state, 65_536, bulkhead, timeout))
+    (dir, failwell::http::router(state, 65_536, bulkhead, timeout))
 }
 
 fn get(path: &str) -> axum::http::Request<axum::body::Body> {

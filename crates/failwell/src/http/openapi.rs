@@ -9,7 +9,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::{ContentBuilder, RefOr, ResponseBuilder, Schema};
 use utoipa::{OpenApi, PartialSchema, ToSchema};
 
-use crate::problem::{Problem, ProblemType};
+use super::problem::{Problem, ProblemType};
 
 /// The document's root: every path, schema and shared response.
 #[derive(OpenApi)]
@@ -20,26 +20,26 @@ use crate::problem::{Problem, ProblemType};
         license(name = "Apache-2.0")
     ),
     paths(
-        crate::api::submit,
-        crate::api::show,
-        crate::api::providers,
-        crate::api::prometheus,
-        crate::api::health,
-        crate::inbox::feed,
-        crate::inbox::event,
-        crate::inbox::receive,
-        crate::read::read,
-        crate::admin::status,
-        crate::admin::list,
-        crate::admin::show,
-        crate::admin::replay,
-        crate::admin::purge,
-        crate::admin::ack,
-        crate::admin::reconcile,
-        crate::admin::history,
-        crate::admin::resolve,
-        crate::admin::reports,
-        crate::admin::report,
+        super::operations::submit,
+        super::operations::show,
+        super::providers::providers,
+        super::metrics::prometheus,
+        super::health::health,
+        super::events::feed,
+        super::events::event,
+        super::webhooks::receive,
+        super::read::read,
+        super::admin::status,
+        super::admin::list,
+        super::admin::show,
+        super::admin::replay,
+        super::admin::purge,
+        super::admin::ack,
+        super::admin::reconcile,
+        super::admin::history,
+        super::admin::resolve,
+        super::admin::reports,
+        super::admin::report,
         openapi_json,
     ),
     components(schemas(ProblemBody), responses(Problem)),

@@ -11,56 +11,20 @@
 //! `reject`, the answer is 503 `provider-unavailable` with `Retry-After`.
 //! The last-known-good answers live in memory: a restart forgets them.
 
-use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use failwell_engine::reads::Good;
 use failwell_policy::{Answer, Classification, OnUnavailable};
-use lru::LruCache;
 use serde_json::Value;
 
-use crate::api::{ApiPath, AppState};
-use crate::problem::{Problem, ProblemType};
-
-/// Last-known-good answers kept, at most (least recently used go first).
-const CACHED_READS: usize = 10_000;
-
-/// The last-known-good answer of each read, by provider, operation and
-/// query (in memory, per process).
-#[derive(Debug)]
-pub struct ReadCache(Mutex<LruCache<ReadKey, Good>>);
-
-/// A read: provider, operation and query string, as asked.
-type ReadKey = (String, String, String);
-
-impl Default for ReadCache {
-    fn default() -> Self {
-        Self(Mutex::new(LruCache::new(NonZeroUsize::new(CACHED_READS).unwrap_or(NonZeroUsize::MIN))))
-    }
-}
-
-/// A provider's 2xx answer to a read.
-#[derive(Clone, Debug)]
-struct Good {
-    status: u16,
-    response: Value,
-    at: Instant,
-    at_ms: i64,
-}
-
-impl ReadCache {
-    fn put(&self, key: ReadKey, good: Good) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).put(key, good);
-    }
-
-    fn get(&self, key: &ReadKey) -> Option<Good> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
-    }
-}
+use super::extract::ApiPath;
+use super::problem::{Problem, ProblemType};
+use super::state::AppState;
 
 /// The provider's answer to a read.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]

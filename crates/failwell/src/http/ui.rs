@@ -27,9 +27,10 @@ use failwell_store::{AlertState, Channel, DeadLetterFilter, DeadLetterKind, Oper
 use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
 
-use crate::api::{ApiPath, AppState};
+use super::extract::ApiPath;
+use super::problem::{Problem, ProblemType};
+use super::state::AppState;
 use crate::ops;
-use crate::problem::{Problem, ProblemType};
 
 const COOKIE: &str = "failwell_session";
 
@@ -350,10 +351,7 @@ fn encode(segment: &str) -> String {
     percent_encoding::utf8_percent_encode(segment, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
-async fn report(
-    State(state): State<Arc<AppState>>,
-    ApiPath(id): ApiPath<i64>,
-) -> Result<Response, Problem> {
+async fn report(State(state): State<Arc<AppState>>, ApiPath(id): ApiPath<i64>) -> Result<Response, Problem> {
     let Some(r) = state.store.report(id).await? else {
         return Err(Problem::new(ProblemType::ReportNotFound, format!("No report {id}.")));
     };
@@ -391,11 +389,11 @@ async fn replay(
     State(state): State<Arc<AppState>>,
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
-    let dead_kind = crate::admin::kind(&k)?;
+    let dead_kind = super::admin::kind(&k)?;
     if !state.store.replay(dead_kind, id, Channel::Ui, failwell_engine::now_ms()).await? {
         return Ok(Redirect::to("/ui?notice=gone").into_response());
     }
-    crate::admin::wake(&state, dead_kind);
+    super::admin::wake(&state, dead_kind);
     tracing::info!(kind = k, id, by = Channel::Ui.actor(), "dead letter replayed");
     Ok(Redirect::to("/ui?notice=replayed").into_response())
 }
@@ -404,7 +402,7 @@ async fn purge(
     State(state): State<Arc<AppState>>,
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
-    if !state.store.purge(crate::admin::kind(&k)?, id, Channel::Ui, failwell_engine::now_ms()).await? {
+    if !state.store.purge(super::admin::kind(&k)?, id, Channel::Ui, failwell_engine::now_ms()).await? {
         return Ok(Redirect::to("/ui?notice=gone").into_response());
     }
     tracing::info!(kind = k, id, by = Channel::Ui.actor(), "dead letter purged");
@@ -428,7 +426,7 @@ async fn resolve(
         Problem::with_status(ProblemType::InvalidBody, StatusCode::BAD_REQUEST, e.body_text())
     })?;
     let provider_ref = form.provider_ref.filter(|r| !r.trim().is_empty());
-    crate::admin::settle(&state, &key, &form.status, provider_ref, form.note, Channel::Ui).await?;
+    super::admin::settle(&state, &key, &form.status, provider_ref, form.note, Channel::Ui).await?;
     Ok(Redirect::to(&format!("/ui/operations/{}", encode(&key))).into_response())
 }
 

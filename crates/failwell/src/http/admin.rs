@@ -23,9 +23,10 @@ use serde::{Deserialize, Serialize};
 
 use sha2::Sha256;
 
-use crate::api::{ApiPath, AppState};
+use super::extract::ApiPath;
+use super::problem::{Problem, ProblemType};
+use super::state::AppState;
 use crate::ops::{self, OpsError};
-use crate::problem::{Problem, ProblemType};
 
 /// The shortest token accepted, in characters.
 pub const MIN_TOKEN_CHARS: usize = 32;
@@ -110,7 +111,7 @@ pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/admin", axum::routing::any(no_route))
         .route("/admin/", axum::routing::any(no_route))
         .route("/admin/{*rest}", axum::routing::any(no_route))
-        .method_not_allowed_fallback(crate::api::method_not_allowed)
+        .method_not_allowed_fallback(super::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state, authenticate))
 }
 
@@ -120,11 +121,7 @@ async fn no_route() -> Problem {
 
 /// Checks the bearer token of every request below `/admin/` (whatever its
 /// method, and for paths no route takes), before anything else answers it.
-async fn authenticate(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
+async fn authenticate(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let path = request.uri().path();
     if path != "/admin" && !path.starts_with("/admin/") {
         return next.run(request).await;
