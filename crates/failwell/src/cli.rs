@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use failwell_policy::Outcome;
-use failwell_store::{Channel, Database, DeadLetterFilter, DeadLetterKind, ManualResolution, Store};
+use failwell_store::{Channel, Database, DeadLetterFilter, DeadLetterKind, Store};
 use serde::Serialize;
 
 use crate::config::Config;
@@ -162,7 +162,6 @@ pub async fn status(common: Common) -> anyhow::Result<ExitCode> {
 /// `failwell dlq …`: exit 1 when the dead letter named does not exist.
 pub async fn dlq(common: Common, command: DlqCommand) -> anyhow::Result<ExitCode> {
     let (_, store) = open(&common).await?;
-    let now = failwell_engine::now_ms();
     let missing = |kind: DeadLetterKind, id: i64| {
         eprintln!("{} {id} is not a dead letter", kind.as_str());
         ExitCode::from(1)
@@ -190,7 +189,7 @@ pub async fn dlq(common: Common, command: DlqCommand) -> anyhow::Result<ExitCode
             None => missing(kind, id),
         },
         DlqCommand::Replay { kind, id } => {
-            if store.replay(kind, id, Channel::Cli, now).await? {
+            if done(ops::replay(&store, kind, id, Channel::Cli).await)? {
                 let done = serde_json::json!({ "kind": kind.as_str(), "id": id, "replayed": true });
                 print(common.json, &done, || {
                     format!(
@@ -204,7 +203,7 @@ pub async fn dlq(common: Common, command: DlqCommand) -> anyhow::Result<ExitCode
             }
         }
         DlqCommand::Purge { kind, id } => {
-            if store.purge(kind, id, Channel::Cli, now).await? {
+            if done(ops::purge(&store, kind, id, Channel::Cli).await)? {
                 let done = serde_json::json!({ "kind": kind.as_str(), "id": id, "purged": true });
                 print(common.json, &done, || format!("{} {id} purged\n", kind.as_str()))?;
                 ExitCode::SUCCESS
@@ -213,7 +212,7 @@ pub async fn dlq(common: Common, command: DlqCommand) -> anyhow::Result<ExitCode
             }
         }
         DlqCommand::Ack => {
-            store.ack_dead_letters(Channel::Cli, now).await?;
+            let now = ops::acknowledge(&store, Channel::Cli).await?;
             print(common.json, &serde_json::json!({ "acknowledged_at_ms": now }), || {
                 format!("dead letters acknowledged at {}\n", failwell_engine::compare::rfc3339(now))
             })?;
@@ -274,21 +273,20 @@ pub async fn show(common: Common, key: String) -> anyhow::Result<ExitCode> {
 pub async fn resolve(common: Common, args: ResolveArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(!args.note.trim().is_empty(), "--note must say why (it is kept in the history)");
     let (_, store) = open(&common).await?;
-    let now = failwell_engine::now_ms();
     let done =
-        store.resolve(&args.key, args.outcome, args.provider_ref, args.note, Channel::Cli, now).await?;
+        ops::resolve(&store, &args.key, args.outcome, args.provider_ref, args.note, Channel::Cli).await;
     store.close().await;
     Ok(match done {
-        ManualResolution::Resolved => {
+        Ok(()) => {
             let done = serde_json::json!({ "key": args.key, "status": args.outcome.to_string() });
             print(common.json, &done, || format!("{} is now {}\n", args.key, args.outcome))?;
             ExitCode::SUCCESS
         }
-        ManualResolution::NotFound => {
-            eprintln!("no operation has the idempotency key {:?}", args.key);
+        Err(e @ ops::OpsError::NoOperation(_)) => {
+            eprintln!("{e}");
             ExitCode::from(1)
         }
-        ManualResolution::NotOpen(status) => {
+        Err(ops::OpsError::NotOpen(status)) => {
             eprintln!(
                 "{} is {}: only unknown and needs_human operations are resolved by hand",
                 args.key,
@@ -296,5 +294,16 @@ pub async fn resolve(common: Common, args: ResolveArgs) -> anyhow::Result<ExitCo
             );
             ExitCode::from(1)
         }
+        Err(e) => return Err(e.into()),
     })
+}
+
+/// Whether a dead-letter action was done: `false` when `(kind, id)` is not
+/// a dead letter (the command then says so and exits 1).
+fn done(action: Result<(), ops::OpsError>) -> Result<bool, ops::OpsError> {
+    match action {
+        Ok(()) => Ok(true),
+        Err(ops::OpsError::NotADeadLetter { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
 }

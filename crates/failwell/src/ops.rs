@@ -10,8 +10,10 @@ use std::time::Duration;
 use failwell_engine::{
     AlertSink, CompareError, Providers, Reconciler, ReconcilerConfig, compare::rfc3339, compare_and_alert,
 };
+use failwell_policy::Outcome;
 use failwell_store::{
-    Channel, DeadLetter, HistoryEntry, IntegrationStats, Operation, Stats, Store, StoreError,
+    Channel, DeadLetter, DeadLetterKind, HistoryEntry, IntegrationStats, ManualResolution, Operation,
+    OperationStatus, Stats, Store, StoreError,
 };
 use serde::Serialize;
 
@@ -39,6 +41,81 @@ pub enum OpsError {
     /// The request names something that is not configured.
     #[error("{0}")]
     Invalid(String),
+    /// `(kind, id)` is not a dead letter (never was, or was replayed or
+    /// purged meanwhile).
+    #[error("{} {id} is not a dead letter", kind.as_str())]
+    NotADeadLetter {
+        /// Which queue.
+        kind: DeadLetterKind,
+        /// The id asked for.
+        id: i64,
+    },
+    /// No operation has this idempotency key.
+    #[error("no operation has the idempotency key {0:?}")]
+    NoOperation(String),
+    /// Only `unknown` and `needs_human` operations are resolved by hand.
+    #[error("the operation is {}: only unknown and needs_human operations are resolved by hand", .0.as_str())]
+    NotOpen(OperationStatus),
+    /// A resolution must say why.
+    #[error("the note must say why (it is kept in the history)")]
+    NoNote,
+}
+
+/// Puts a dead letter back in its queue, due now, with fresh attempts and
+/// the same idempotency key, as `channel`'s operator; logged. The caller
+/// wakes its queue if it runs one. Errors: [`OpsError::NotADeadLetter`],
+/// the store's.
+pub async fn replay(store: &Store, kind: DeadLetterKind, id: i64, channel: Channel) -> Result<(), OpsError> {
+    if !store.replay(kind, id, channel, failwell_engine::now_ms()).await? {
+        return Err(OpsError::NotADeadLetter { kind, id });
+    }
+    tracing::info!(kind = kind.as_str(), id, by = channel.actor(), "dead letter replayed");
+    Ok(())
+}
+
+/// Deletes a dead letter for good (the history keeps that it was), as
+/// `channel`'s operator; logged. Errors: [`OpsError::NotADeadLetter`], the
+/// store's.
+pub async fn purge(store: &Store, kind: DeadLetterKind, id: i64, channel: Channel) -> Result<(), OpsError> {
+    if !store.purge(kind, id, channel, failwell_engine::now_ms()).await? {
+        return Err(OpsError::NotADeadLetter { kind, id });
+    }
+    tracing::info!(kind = kind.as_str(), id, by = channel.actor(), "dead letter purged");
+    Ok(())
+}
+
+/// Acknowledges every dead letter so far, as `channel`'s operator; returns
+/// when (ms since the epoch). Errors: the store's.
+pub async fn acknowledge(store: &Store, channel: Channel) -> Result<i64, OpsError> {
+    let now = failwell_engine::now_ms();
+    store.ack_dead_letters(channel, now).await?;
+    Ok(now)
+}
+
+/// Settles an `unknown` or `needs_human` operation by hand, after the
+/// operator checked with the provider: `outcome` with the provider's id if
+/// known, and a `note` saying why (kept in the history with who did it);
+/// logged. Errors: [`OpsError::NoNote`] for a blank note,
+/// [`OpsError::NoOperation`], [`OpsError::NotOpen`], the store's.
+pub async fn resolve(
+    store: &Store,
+    key: &str,
+    outcome: Outcome,
+    provider_ref: Option<String>,
+    note: String,
+    channel: Channel,
+) -> Result<(), OpsError> {
+    if note.trim().is_empty() {
+        return Err(OpsError::NoNote);
+    }
+    match store.resolve(key, outcome, provider_ref, note, channel, failwell_engine::now_ms()).await? {
+        ManualResolution::Resolved => {
+            tracing::info!(key, %outcome, by = channel.actor(), "operation resolved by hand");
+            Ok(())
+        }
+        ManualResolution::NotFound => Err(OpsError::NoOperation(key.to_owned())),
+        ManualResolution::NotOpen(status) => Err(OpsError::NotOpen(status)),
+    }
 }
 
 /// What `reconcile run` did.

@@ -17,7 +17,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind, ManualResolution};
+use failwell_store::{Channel, DeadLetterFilter, DeadLetterKind};
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 
@@ -166,6 +166,25 @@ impl From<OpsError> for Problem {
             OpsError::Compare(e @ failwell_engine::CompareError::Provider { .. }) => {
                 Problem::new(ProblemType::ProviderListFailed, e.to_string())
             }
+            OpsError::NotADeadLetter { kind, id } => Problem::new(
+                ProblemType::NotADeadLetter,
+                format!("{} {id} is not a dead letter.", kind.as_str()),
+            ),
+            OpsError::NoOperation(_) => {
+                Problem::new(ProblemType::OperationNotFound, "No operation has this idempotency key.")
+            }
+            OpsError::NotOpen(current) => Problem::new(
+                ProblemType::OperationNotOpen,
+                format!(
+                    "The operation is {}: only unknown and needs_human operations are resolved by hand.",
+                    current.as_str()
+                ),
+            ),
+            OpsError::NoNote => Problem::with_status(
+                ProblemType::InvalidBody,
+                StatusCode::BAD_REQUEST,
+                "note must say why (it is kept in the history).",
+            ),
         }
     }
 }
@@ -235,12 +254,8 @@ pub(crate) async fn show(
 ) -> Result<Response, Problem> {
     match state.store.dead_letter(kind(&k)?, id).await? {
         Some(letter) => Ok(Json(letter).into_response()),
-        None => Err(not_dead(&k, id)),
+        None => Err(OpsError::NotADeadLetter { kind: kind(&k)?, id }.into()),
     }
-}
-
-fn not_dead(kind: &str, id: i64) -> Problem {
-    Problem::new(ProblemType::NotADeadLetter, format!("{kind} {id} is not a dead letter."))
 }
 
 /// Puts a dead letter back in its queue, due now, with fresh attempts and
@@ -253,11 +268,8 @@ pub(crate) async fn replay(
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
     let dead_kind = kind(&k)?;
-    if !state.store.replay(dead_kind, id, Channel::Api, failwell_engine::now_ms()).await? {
-        return Err(not_dead(&k, id));
-    }
+    ops::replay(&state.store, dead_kind, id, Channel::Api).await?;
     wake(&state, dead_kind);
-    tracing::info!(kind = k, id, by = Channel::Api.actor(), "dead letter replayed");
     Ok(Json(Done { kind: k, id, replayed: Some(true), purged: None }).into_response())
 }
 
@@ -277,10 +289,7 @@ pub(crate) async fn purge(
     State(state): State<Arc<AppState>>,
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
-    if !state.store.purge(kind(&k)?, id, Channel::Api, failwell_engine::now_ms()).await? {
-        return Err(not_dead(&k, id));
-    }
-    tracing::info!(kind = k, id, by = Channel::Api.actor(), "dead letter purged");
+    ops::purge(&state.store, kind(&k)?, id, Channel::Api).await?;
     Ok(Json(Done { kind: k, id, replayed: None, purged: Some(true) }).into_response())
 }
 
@@ -288,8 +297,7 @@ pub(crate) async fn purge(
 #[utoipa::path(post, path = "/admin/v1/dead-letters/ack", operation_id = "ack_dead_letters", tag = "admin", security(("admin_token" = [])),
     responses((status = 200, description = "Acknowledged", body = Acknowledged), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
 pub(crate) async fn ack(State(state): State<Arc<AppState>>) -> Result<Response, Problem> {
-    let now = failwell_engine::now_ms();
-    state.store.ack_dead_letters(Channel::Api, now).await?;
+    let now = ops::acknowledge(&state.store, Channel::Api).await?;
     Ok(Json(Acknowledged { acknowledged_at_ms: now }).into_response())
 }
 
@@ -427,7 +435,7 @@ pub(crate) struct ResolveBody {
 }
 
 /// Settles an `unknown` or `needs_human` operation by hand (see
-/// [`Store::resolve`]); also used by the dashboard.
+/// [`ops::resolve`]); also used by the dashboard.
 pub(crate) async fn settle(
     state: &AppState,
     key: &str,
@@ -447,29 +455,7 @@ pub(crate) async fn settle(
             ));
         }
     };
-    if note.trim().is_empty() {
-        return Err(Problem::with_status(
-            ProblemType::InvalidBody,
-            StatusCode::BAD_REQUEST,
-            "note must say why (it is kept in the history).",
-        ));
-    }
-    match state.store.resolve(key, outcome, provider_ref, note, channel, failwell_engine::now_ms()).await? {
-        ManualResolution::Resolved => {
-            tracing::info!(key, status, by = channel.actor(), "operation resolved by hand");
-            Ok(())
-        }
-        ManualResolution::NotFound => {
-            Err(Problem::new(ProblemType::OperationNotFound, "No operation has this idempotency key."))
-        }
-        ManualResolution::NotOpen(current) => Err(Problem::new(
-            ProblemType::OperationNotOpen,
-            format!(
-                "The operation is {}: only unknown and needs_human operations are resolved by hand.",
-                current.as_str()
-            ),
-        )),
-    }
+    Ok(ops::resolve(&state.store, key, outcome, provider_ref, note, channel).await?)
 }
 
 /// Settles an `unknown` or `needs_human` operation by hand, after checking

@@ -31,6 +31,7 @@ use super::extract::ApiPath;
 use super::problem::{Problem, ProblemType};
 use super::state::AppState;
 use crate::ops;
+use crate::ops::OpsError;
 
 const COOKIE: &str = "failwell_session";
 
@@ -390,11 +391,11 @@ async fn replay(
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
     let dead_kind = super::admin::kind(&k)?;
-    if !state.store.replay(dead_kind, id, Channel::Ui, failwell_engine::now_ms()).await? {
-        return Ok(Redirect::to("/ui?notice=gone").into_response());
+    match crate::ops::replay(&state.store, dead_kind, id, Channel::Ui).await {
+        Ok(()) => super::admin::wake(&state, dead_kind),
+        Err(OpsError::NotADeadLetter { .. }) => return Ok(Redirect::to("/ui?notice=gone").into_response()),
+        Err(e) => return Err(e.into()),
     }
-    super::admin::wake(&state, dead_kind);
-    tracing::info!(kind = k, id, by = Channel::Ui.actor(), "dead letter replayed");
     Ok(Redirect::to("/ui?notice=replayed").into_response())
 }
 
@@ -402,11 +403,11 @@ async fn purge(
     State(state): State<Arc<AppState>>,
     ApiPath((k, id)): ApiPath<(String, i64)>,
 ) -> Result<Response, Problem> {
-    if !state.store.purge(super::admin::kind(&k)?, id, Channel::Ui, failwell_engine::now_ms()).await? {
-        return Ok(Redirect::to("/ui?notice=gone").into_response());
+    match crate::ops::purge(&state.store, super::admin::kind(&k)?, id, Channel::Ui).await {
+        Ok(()) => Ok(Redirect::to("/ui?notice=purged").into_response()),
+        Err(OpsError::NotADeadLetter { .. }) => Ok(Redirect::to("/ui?notice=gone").into_response()),
+        Err(e) => Err(e.into()),
     }
-    tracing::info!(kind = k, id, by = Channel::Ui.actor(), "dead letter purged");
-    Ok(Redirect::to("/ui?notice=purged").into_response())
 }
 
 /// The "resolve by hand" form.
@@ -431,7 +432,7 @@ async fn resolve(
 }
 
 async fn ack(State(state): State<Arc<AppState>>) -> Result<Response, Problem> {
-    state.store.ack_dead_letters(Channel::Ui, failwell_engine::now_ms()).await?;
+    crate::ops::acknowledge(&state.store, Channel::Ui).await?;
     Ok(Redirect::to("/ui?notice=acknowledged").into_response())
 }
 
