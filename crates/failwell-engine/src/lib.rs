@@ -61,43 +61,87 @@ pub fn since(now_ms: i64, at_ms: i64) -> Duration {
     Duration::from_millis(now_ms.saturating_sub(at_ms).max(0) as u64)
 }
 
-/// The running relay, reconciler and forwarder of one failwell process.
+/// `[alerts]`: where alerts go, and when the oldest open entry raises one.
+#[derive(Clone, Debug)]
+pub struct Alerts {
+    /// The sink (a generic JSON or Slack incoming webhook).
+    pub sink: AlertSink,
+    /// The oldest-open-entry rule (`None`: off).
+    pub age: Option<AgeAlert>,
+}
+
+/// What one process's engine runs: the clients and targets, and the
+/// settings of each background task.
+#[derive(Debug)]
+pub struct EngineConfig {
+    /// The providers' clients (the relay's, the reconciler's and the
+    /// comparisons').
+    pub providers: Arc<Providers>,
+    /// Where events are forwarded.
+    pub forwards: Arc<ForwardTargets>,
+    /// The relay's settings.
+    pub relay: RelayConfig,
+    /// The forwarder's settings.
+    pub forwarder: RelayConfig,
+    /// The reconciler's settings.
+    pub reconciler: ReconcilerConfig,
+    /// Retention of delivered messages (`None`: kept).
+    pub retention: Option<RetentionConfig>,
+    /// Alerts (`None`: none are sent; comparisons still run on schedule).
+    pub alerts: Option<Alerts>,
+}
+
+/// The background work of one failwell process, all started here: the
+/// relay, the reconciler, the forwarder, retention, the comparison
+/// schedule, the alert sender and the oldest-entry watch, the webhook
+/// group commit ([`Ingest`]), and on PostgreSQL the listener that wakes the
+/// relay on new messages.
 #[derive(Debug)]
 pub struct Engine {
     wake: Arc<Notify>,
     forward: Arc<Notify>,
+    ingest: Ingest,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl Engine {
-    /// Starts the relay and the reconciler on `store` for `providers`, the
-    /// forwarder for `forwards` (with its own `forwarder` settings), and
-    /// retention of delivered messages when `retention` is given.
-    pub fn start(
-        store: failwell_store::Store,
-        providers: Arc<Providers>,
-        forwards: Arc<ForwardTargets>,
-        relay: RelayConfig,
-        forwarder: RelayConfig,
-        reconciler: ReconcilerConfig,
-        retention: Option<RetentionConfig>,
-    ) -> Self {
+    /// Starts every background task on `store` with `config`.
+    pub fn start(store: failwell_store::Store, config: EngineConfig) -> Self {
+        let EngineConfig { providers, forwards, relay, forwarder, reconciler, retention, alerts } = config;
         let (wake, forward) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
         let shutdown = CancellationToken::new();
+        let mut tasks = Vec::with_capacity(8);
         let forwarder = Forwarder::new(store.clone(), forwards, forwarder, forward.clone());
         let relay = Relay::new(store.clone(), providers.clone(), relay, wake.clone());
-        let mut tasks = Vec::with_capacity(4);
         if let Some(retention) = retention {
             tasks.push(tokio::spawn(retention::run(store.clone(), retention, shutdown.clone())));
         }
-        let reconciler = Reconciler::new(store, providers, reconciler);
+        let reconciler = Reconciler::new(store.clone(), providers.clone(), reconciler);
         tasks.extend([
             tokio::spawn(relay.run(shutdown.clone())),
             tokio::spawn(reconciler.run(shutdown.clone())),
             tokio::spawn(forwarder.run(shutdown.clone())),
         ]);
-        Self { wake, forward, shutdown, tasks }
+        let sink = alerts.as_ref().map(|a| a.sink.clone());
+        tasks.push(tokio::spawn(run_schedule(store.clone(), providers.clone(), sink, shutdown.clone())));
+        if let Some(alerts) = alerts {
+            tasks.push(tokio::spawn(send_queued(store.clone(), alerts.sink.clone(), shutdown.clone())));
+            if let Some(age) = alerts.age {
+                let known = providers.keys().cloned().collect();
+                tasks.push(tokio::spawn(watch_age(store.clone(), known, age, alerts.sink, shutdown.clone())));
+            }
+        }
+        if let Some(postgres) = store.backend::<failwell_store::PostgresStore>() {
+            tasks.push(tokio::spawn(wake_on_new_messages(postgres.clone(), wake.clone(), shutdown.clone())));
+        }
+        let ingest = Ingest::start(store);
+        Self { wake, forward, ingest, shutdown, tasks }
+    }
+
+    /// The group commit that stores webhook events.
+    pub fn ingest(&self) -> Ingest {
+        self.ingest.clone()
     }
 
     /// Tells the relay that new messages are waiting (it also polls).
@@ -117,13 +161,47 @@ impl Engine {
     }
 
     /// Stops claiming, lets attempts in flight finish and record their
-    /// results, and returns when all three loops have ended.
+    /// results, and returns when every task has ended (the webhook group
+    /// commit ends once its last handle is dropped).
     pub async fn shutdown(self) {
         self.shutdown.cancel();
         for task in self.tasks {
             if let Err(e) = task.await {
                 tracing::error!(error = %e, "engine task ended abnormally");
             }
+        }
+    }
+}
+
+/// Wakes the relay whenever a commit enqueued messages in the PostgreSQL
+/// store, from this process or any other (an application's own
+/// transaction included), until `stop`. Without the notices (PostgreSQL
+/// unreachable), the relay still polls; the listener is opened again every
+/// second.
+async fn wake_on_new_messages(
+    store: failwell_store::PostgresStore,
+    wake: Arc<Notify>,
+    stop: CancellationToken,
+) {
+    loop {
+        match store.new_messages().await {
+            Ok(mut notices) => loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    notice = notices.next() => match notice {
+                        Ok(()) => wake.notify_one(),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "notices of new messages stopped; polling meanwhile");
+                            break;
+                        }
+                    },
+                }
+            },
+            Err(e) => tracing::warn!(error = %e, "cannot listen for new messages; polling meanwhile"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
 }

@@ -17,10 +17,9 @@ pub mod webhook;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use failwell_cluster::Cluster;
-use failwell_engine::{Engine, ForwardTarget, ForwardTargets, ProviderClient, Providers};
+use failwell_engine::{Engine, EngineConfig, ForwardTarget, ForwardTargets, ProviderClient, Providers};
 use failwell_policy::Bulkhead;
 use failwell_store::{Store, StoreError};
 use tokio::net::TcpListener;
@@ -118,9 +117,6 @@ pub struct Server {
     cluster: Option<Cluster>,
     http: JoinHandle<std::io::Result<()>>,
     stop_http: CancellationToken,
-    /// The comparison schedule and the oldest-entry alert.
-    watchers: Vec<JoinHandle<()>>,
-    stop_watchers: CancellationToken,
 }
 
 impl Server {
@@ -145,18 +141,26 @@ impl Server {
             }
             None => (None, config.providers, config.forwards),
         };
-        let engine = Engine::start(
-            store.clone(),
-            providers.clone(),
-            forwards,
-            config.relay,
-            config.forwarder,
-            config.reconciler,
-            config.retention,
-        );
         telemetry::start_at_zero(
             providers.iter().map(|(name, client)| (name.as_str(), client.guards().breaker.is_some())),
             config.webhooks.iter().map(|(name, source)| (name.as_str(), source.forward)),
+        );
+        let admin = http::AdminState {
+            token: config.admin_token,
+            alerts: config.alerts.as_ref().map(|a| a.sink.clone()),
+            stats_window: config.stats_window,
+        };
+        let engine = Engine::start(
+            store.clone(),
+            EngineConfig {
+                providers: providers.clone(),
+                forwards,
+                relay: config.relay,
+                forwarder: config.forwarder,
+                reconciler: config.reconciler,
+                retention: config.retention,
+                alerts: config.alerts,
+            },
         );
         let state = Arc::new(http::AppState {
             store: store.clone(),
@@ -166,46 +170,9 @@ impl Server {
             forward: engine.forward_waker(),
             reads: Default::default(),
             metrics: prometheus(),
-            ingest: failwell_engine::Ingest::start(store.clone()),
-            admin: http::AdminState {
-                token: config.admin_token,
-                alerts: config.alerts.as_ref().map(|a| a.sink.clone()),
-                stats_window: config.stats_window,
-            },
+            ingest: engine.ingest(),
+            admin,
         });
-        let stop_watchers = CancellationToken::new();
-        let sink = config.alerts.as_ref().map(|a| a.sink.clone());
-        let mut watchers = vec![tokio::spawn(failwell_engine::run_schedule(
-            store.clone(),
-            state.providers.clone(),
-            sink,
-            stop_watchers.clone(),
-        ))];
-        if let Some(store) = store.backend::<failwell_store::PostgresStore>() {
-            watchers.push(tokio::spawn(wake_on_new_messages(
-                store.clone(),
-                engine.waker(),
-                stop_watchers.clone(),
-            )));
-        }
-        if let Some(alerts) = &config.alerts {
-            watchers.push(tokio::spawn(failwell_engine::send_queued(
-                store.clone(),
-                alerts.sink.clone(),
-                stop_watchers.clone(),
-            )));
-        }
-        if let Some(alerts) = &config.alerts
-            && let Some(age) = alerts.age
-        {
-            watchers.push(tokio::spawn(failwell_engine::watch_age(
-                store.clone(),
-                ops::known(&state.providers),
-                age,
-                alerts.sink.clone(),
-                stop_watchers.clone(),
-            )));
-        }
         let bulkhead = Bulkhead::new("api", config.api.bulkhead).map_err(StartError::Limits)?;
         let providers = state.providers.clone();
         let app = http::router(state, config.max_body_bytes, bulkhead, config.api.request_timeout);
@@ -215,7 +182,7 @@ impl Server {
             axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await
         });
         tracing::info!(%addr, "failwell is serving");
-        Ok(Self { addr, store, providers, engine, cluster, http, stop_http, watchers, stop_watchers })
+        Ok(Self { addr, store, providers, engine, cluster, http, stop_http })
     }
 
     /// The API's address.
@@ -244,10 +211,6 @@ impl Server {
     /// closes the store.
     pub async fn shutdown(self) {
         self.stop_http.cancel();
-        self.stop_watchers.cancel();
-        for watcher in self.watchers {
-            let _ = watcher.await;
-        }
         match self.http.await {
             Ok(Err(e)) => tracing::error!(error = %e, "HTTP server failed"),
             Err(e) => tracing::error!(error = %e, "HTTP server task ended abnormally"),
@@ -256,38 +219,5 @@ impl Server {
         self.engine.shutdown().await;
         drop(self.cluster);
         self.store.close().await;
-    }
-}
-
-/// Wakes the relay whenever a commit enqueued messages in the PostgreSQL
-/// store, from this process or any other (an application's own
-/// transaction included), until `stop`. Without the notices (PostgreSQL
-/// unreachable), the relay still polls; the listener is opened again every
-/// second.
-async fn wake_on_new_messages(
-    store: failwell_store::PostgresStore,
-    wake: Arc<tokio::sync::Notify>,
-    stop: CancellationToken,
-) {
-    loop {
-        match store.new_messages().await {
-            Ok(mut notices) => loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    notice = notices.next() => match notice {
-                        Ok(()) => wake.notify_one(),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "notices of new messages stopped; polling meanwhile");
-                            break;
-                        }
-                    },
-                }
-            },
-            Err(e) => tracing::warn!(error = %e, "cannot listen for new messages; polling meanwhile"),
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
     }
 }

@@ -107,14 +107,7 @@ impl Config {
     }
 }
 
-/// `[alerts]`: where alerts go, and when the oldest open entry raises one.
-#[derive(Clone, Debug)]
-pub struct Alerts {
-    /// The sink (a generic JSON or Slack incoming webhook).
-    pub sink: failwell_engine::AlertSink,
-    /// The oldest-open-entry rule (`None`: off).
-    pub age: Option<failwell_engine::AgeAlert>,
-}
+pub use failwell_engine::Alerts;
 
 /// The top-level keys: only `FAILWELL_*` variables naming one of these are
 /// configuration (so `FAILWELL_LOG` and the like are left alone).
