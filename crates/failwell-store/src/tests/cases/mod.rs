@@ -1,0 +1,63 @@
+//! The store's behaviour, written once and run on each database: the
+//! invoking module defines `S` (the store type) and `store()` (a fresh,
+//! migrated store and whatever keeps it alive).
+
+/// Every store test, for the `S` and `store()` in scope.
+macro_rules! store_tests {
+    () => {
+        use failwell_policy::{Outcome, Reported};
+        use serde_json::json;
+
+        use crate::prelude::*;
+
+        use crate::{
+            AttemptKind, AttemptRecord, Channel, ClaimScope, Completion, DeadLetterFilter, DeadLetterKind, EventReport,
+            ForwardCompletion, ForwardTransition, LedgerEffect, Message, NewEvent, NewOperation, OperationStatus,
+            Outbox, Received, Reconciled, Recorded, Resolution, StoreError, Submitted, Transition,
+        };
+
+        fn new_op(key: &str, amount: i64) -> NewOperation {
+            NewOperation {
+                idempotency_key: key.into(),
+                provider: "payments".into(),
+                operation: "charge".into(),
+                reference: Some(format!("ref-{key}")),
+                payload: json!({"amount": amount, "currency": "eur", "reference": format!("ref-{key}")}),
+            }
+        }
+
+        fn message(key: &str, amount: i64) -> Message {
+            let op = new_op(key, amount);
+            Message {
+                idempotency_key: Some(op.idempotency_key),
+                reference: op.reference,
+                ..Message::new(op.provider, op.operation, op.payload)
+            }
+        }
+
+        fn record(outcome: Outcome) -> AttemptRecord {
+            AttemptRecord {
+                kind: AttemptKind::Call,
+                started_at_ms: 1,
+                duration_ms: 2,
+                status_code: Some(200),
+                error_kind: None,
+                classification: None,
+                outcome,
+                decision: "done".into(),
+            }
+        }
+
+        crate::tests::cases::intents::intent_cases!();
+        crate::tests::cases::delivery::delivery_cases!();
+        crate::tests::cases::inbox::inbox_cases!();
+        crate::tests::cases::operator::operator_cases!();
+    };
+}
+
+pub(crate) mod delivery;
+pub(crate) mod inbox;
+pub(crate) mod intents;
+pub(crate) mod operator;
+
+pub(super) use store_tests;

@@ -1,0 +1,66 @@
+//! The store's behaviour on PostgreSQL, each test in a schema of its own,
+//! and what only PostgreSQL has: the outbox in plain SQL and several
+//! processes racing on one database.
+
+mod inbox_races;
+mod outbox;
+
+use crate::PostgresStore;
+
+type S = PostgresStore;
+
+/// Statements that switch off the schema's checks of counts.
+const COUNT_CHECKS_OFF: &[&str] = &["ALTER TABLE outbox DROP CONSTRAINT outbox_numbers_in_range"];
+/// What the schema says when it refuses a count out of range.
+const COUNT_CHECK_SAYS: &str = "outbox_numbers_in_range";
+
+/// A schema of its own on the test server, dropped when this is.
+pub(super) struct Schema {
+    url: String,
+    name: String,
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        // Dropped inside a runtime: the statement runs on a thread of its own.
+        let dropped = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+                // A connection of the test still inside a transaction
+                // (its rollback waits for this runtime thread) holds
+                // locks: the schema is then left behind, not waited for.
+                let options: sqlx::postgres::PgConnectOptions = url.parse()?;
+                let pool = sqlx::PgPool::connect_with(options.options([("lock_timeout", "2s")])).await?;
+                sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {name} CASCADE")))
+                    .execute(&pool)
+                    .await?;
+                pool.close().await;
+                Ok::<_, sqlx::Error>(())
+            })
+        });
+        let _ = dropped.join();
+    }
+}
+
+pub(super) fn server_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// A fresh schema and the URL whose connections use it.
+pub(super) async fn schema() -> (Schema, String) {
+    let url = server_url();
+    let name = format!("store_test_{:016x}", rand::random::<u64>());
+    let pool = sqlx::PgPool::connect(&url).await.expect("PostgreSQL at DATABASE_URL");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {name}"))).execute(&pool).await.unwrap();
+    pool.close().await;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let schema_url = format!("{url}{separator}options=-csearch_path%3D{name}");
+    (Schema { url, name }, schema_url)
+}
+
+async fn store() -> (Schema, S) {
+    let (schema, url) = schema().await;
+    (schema, PostgresStore::open(&url, 4).await.unwrap())
+}
+
+super::store_tests!();

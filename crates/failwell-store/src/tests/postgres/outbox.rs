@@ -1,0 +1,197 @@
+//! PostgreSQL only: the outbox as applications use it, across
+//! transactions and in plain SQL.
+
+use serde_json::json;
+
+use super::store;
+use crate::prelude::*;
+use crate::{ClaimScope, Message, Outbox, Submitted};
+
+fn charge(key: &str) -> Message {
+    Message {
+        idempotency_key: Some(key.into()),
+        ..Message::new("payments", "charge", json!({"amount": 100, "reference": key}))
+    }
+}
+
+/// Ids are taken at insert and transactions commit in any order: a
+/// message with a lower id that commits after one with a higher id
+/// was claimed is still claimed (no id watermark skips it).
+#[tokio::test]
+async fn a_lower_id_committed_later_is_never_skipped() {
+    let (_schema, s) = store().await;
+    let mut first = s.begin().await.unwrap();
+    let Submitted::Created(early) = Outbox::enqueue(&mut first, &charge("early-id"), 1).await.unwrap() else {
+        panic!("not created")
+    };
+    let mut second = s.begin().await.unwrap();
+    let Submitted::Created(late) = Outbox::enqueue(&mut second, &charge("late-id"), 1).await.unwrap() else {
+        panic!("not created")
+    };
+    assert!(early.id < late.id);
+    second.commit().await.unwrap();
+    let claimed = s.claim(2, 10, 60_000, &ClaimScope::All).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].operation.idempotency_key, "late-id");
+    first.commit().await.unwrap();
+    let claimed = s.claim(3, 10, 60_000, &ClaimScope::All).await.unwrap();
+    assert_eq!(claimed.len(), 1, "the lower id is claimed after it commits");
+    assert_eq!(claimed[0].operation.idempotency_key, "early-id");
+}
+
+/// What the HTTP API would refuse, the contract refuses too, with
+/// `check_violation` and a message naming what is wrong; nothing is
+/// written.
+#[tokio::test]
+async fn the_sql_contract_refuses_what_the_api_would() {
+    let (_schema, s) = store().await;
+    for (payload, available_at, reference, says) in [
+        ("[1, 2]", "NULL", "NULL", "payload must be a JSON object, not array"),
+        ("\"text\"", "NULL", "NULL", "payload must be a JSON object, not string"),
+        ("{\"a\": 1}", "'infinity'", "NULL", "is not a time within a year from now"),
+        ("{\"a\": 1}", "now() + interval '2 years'", "NULL", "is not a time within a year from now"),
+        ("{\"a\": 1}", "NULL", "''", "operations_reference_not_blank"),
+        ("{\"a\": 1}", "NULL", "'  '", "operations_reference_not_blank"),
+    ] {
+        let error = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO failwell_outbox (provider, operation, payload, available_at, reference) \
+             VALUES ('payments', 'charge', '{payload}', {available_at}, {reference})"
+        )))
+        .execute(s.pool())
+        .await
+        .unwrap_err();
+        let error = error.as_database_error().unwrap();
+        assert_eq!(error.code().as_deref(), Some("23514"), "{error}");
+        assert!(error.message().contains(says), "{error}");
+    }
+    let big = sqlx::query(
+        "INSERT INTO failwell_outbox (provider, operation, payload) \
+         VALUES ('payments', 'charge', jsonb_build_object('x', repeat('x', 1100000)))",
+    )
+    .execute(s.pool())
+    .await
+    .unwrap_err();
+    assert!(big.to_string().contains("at most 1048576"), "{big}");
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM operations").fetch_one(s.pool()).await.unwrap();
+    assert_eq!(count, 0);
+}
+
+/// What the application inserts is what failwell stores and sends:
+/// numbers with all their digits and their notation, keys in their
+/// order, whitespace included (the column is `json`); a `jsonb`
+/// value still inserts. What failwell could not read back (nesting
+/// deeper than 127, `\u0000`) is refused at the insert.
+#[tokio::test]
+async fn the_sql_contract_stores_the_payload_as_written() {
+    let (_schema, s) = store().await;
+    let exact = r#"{"z": 1e-400, "a":123456789012345678901234567890,"m":0.1000000000000000055511151231257827,"n":-9223372036854775809,"big":1e309,"s":"\u00e9"}"#;
+    sqlx::query(
+        "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key) \
+         VALUES ('payments', 'charge', $1::json, 'exact'), ('payments', 'charge', $2::jsonb, 'binary')",
+    )
+    .bind(exact)
+    .bind(r#"{"b": 1, "a": 2}"#)
+    .execute(s.pool())
+    .await
+    .unwrap();
+    let stored: String = sqlx::query_scalar("SELECT payload FROM operations WHERE idempotency_key = 'exact'")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(stored, exact);
+    let op = s.operation("exact").await.unwrap().unwrap();
+    assert_eq!(op.unreadable, None);
+    assert_eq!(
+        op.payload.to_string(),
+        r#"{"z":1e-400,"a":123456789012345678901234567890,"m":0.1000000000000000055511151231257827,"n":-9223372036854775809,"big":1e+309,"s":"é"}"#
+    );
+    assert_eq!(s.operation("binary").await.unwrap().unwrap().payload.to_string(), r#"{"a":2,"b":1}"#);
+    // The same request with its keys in another order is a replay.
+    sqlx::query(
+        "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key) \
+         VALUES ('payments', 'charge', '{\"a\": 2, \"b\": 1}', 'binary')",
+    )
+    .execute(s.pool())
+    .await
+    .unwrap();
+
+    let nested = |depth: usize| format!("{{\"a\":{}{}}}", "[".repeat(depth - 1), "]".repeat(depth - 1));
+    sqlx::query(
+        "INSERT INTO failwell_outbox (provider, operation, payload) VALUES ('payments', 'charge', $1::json), \
+         ('payments', 'charge', '{\"note\": \"$serde_json::private::Number as text\"}')",
+    )
+    .bind(nested(127))
+    .execute(s.pool())
+    .await
+    .unwrap();
+    for (payload, says) in [
+        (nested(128), "payload nests arrays and objects deeper than 127 levels"),
+        (r#"{"a": "nul \u0000"}"#.to_string(), "unsupported Unicode escape sequence"),
+        (r#"{"a": [{"$serde_json::private::Number": "12"}]}"#.to_string(), "serde_json::private::, which"),
+        (r#"{"a": {"\u0024serde_json::private::Number": "12"}}"#.to_string(), "serde_json::private::, which"),
+        (r#"{"a": 1e131072}"#.to_string(), "value overflows numeric format"),
+        // Within numeric, but 131072 digits written out in full.
+        (r#"{"a": [1, {"b": 1e131071}]}"#.to_string(), "more than 1000 digits"),
+        (r#"{"a": -1.5e-1000}"#.to_string(), "more than 1000 digits"),
+    ] {
+        let error = sqlx::query(
+            "INSERT INTO failwell_outbox (provider, operation, payload) VALUES ('payments', 'charge', $1::json)",
+        )
+        .bind(&payload)
+        .execute(s.pool())
+        .await
+        .unwrap_err();
+        assert!(error.to_string().contains(says), "{error}");
+    }
+    let blank = sqlx::query(
+        "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key) \
+         VALUES ('payments', 'charge', '{}', ' \t')",
+    )
+    .execute(s.pool())
+    .await
+    .unwrap_err();
+    assert!(blank.to_string().contains("must not be empty or blank"), "{blank}");
+    let claimed = s.claim(i64::MAX / 2, 10, 1_000, &ClaimScope::All).await.unwrap();
+    assert_eq!(claimed.len(), 4, "every stored message reads back");
+    assert!(claimed.iter().all(|c| c.operation.unreadable.is_none()));
+}
+
+/// A row another program damaged reads through the view as the
+/// JSON string of its text, and the other rows still read.
+#[tokio::test]
+async fn the_view_shows_a_damaged_row_as_its_text() {
+    let (_schema, s) = store().await;
+    Outbox::enqueue(&mut *s.pool().acquire().await.unwrap(), &charge("fine"), 1).await.unwrap();
+    Outbox::enqueue(&mut *s.pool().acquire().await.unwrap(), &charge("damaged"), 1).await.unwrap();
+    sqlx::query("UPDATE operations SET payload = '{\"amount\": ' WHERE idempotency_key = 'damaged'")
+        .execute(s.pool())
+        .await
+        .unwrap();
+    let rows: Vec<(String, serde_json::Value)> =
+        sqlx::query_as("SELECT idempotency_key, payload::jsonb FROM failwell_outbox ORDER BY id")
+            .fetch_all(s.pool())
+            .await
+            .unwrap();
+    assert_eq!(rows[0].1["reference"], "fine");
+    assert_eq!(rows[1], ("damaged".to_string(), json!("{\"amount\": ")));
+}
+
+/// The SQL key derivation (for applications inserting with plain
+/// SQL) is the Rust one.
+#[tokio::test]
+async fn the_provider_key_in_sql_is_the_rust_one() {
+    let (_schema, s) = store().await;
+    for (provider, operation, intent, group) in
+        [("payments", "charge", "order-1", 0), ("p", "o", "ключ ✓", 3), ("", "", "", 7)]
+    {
+        let sql: String = sqlx::query_scalar("SELECT failwell_provider_key($1, $2, $3, $4)")
+            .bind(provider)
+            .bind(operation)
+            .bind(intent)
+            .bind(group as i32)
+            .fetch_one(s.pool())
+            .await
+            .unwrap();
+        assert_eq!(sql, failwell_policy::derive_key(provider, operation, intent, group));
+    }
+}
