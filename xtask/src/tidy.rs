@@ -4,6 +4,8 @@
 //!
 //! - the policy crate's decision modules do no I/O and read no clock
 //!   ([`policy_decisions_do_no_io_and_read_no_clock`]);
+//! - SQL is written only in the store and in the cluster's PostgreSQL
+//!   driver ([`sql_only_in_the_store`]);
 //!
 //! The files are read as text: comments are skipped, string literals are
 //! told apart from code, and test code (`#[cfg(test)]` items and the files
@@ -62,6 +64,17 @@ const POLICY_ALLOWED: &[(&str, &str, &str)] = &[(
      `SystemTime::now`, is still refused)",
 )];
 
+/// Where SQL may be written, besides test code: the store crate, and the
+/// shared breakers' PostgreSQL driver (its own table, next to the Redis one).
+const SQL_HOMES: &[&str] = &["crates/failwell-store/", "crates/failwell-cluster/src/postgres.rs"];
+
+/// Files outside [`SQL_HOMES`] that may write SQL, each with its reason.
+const SQL_ALLOWED: &[(&str, &str)] = &[(
+    "crates/failwell/src/demo/shop.rs",
+    "the demo plays the shop application: its own `orders` table, written in the same transaction as the \
+     outbox message, as an application does; failwell's own tables are never touched there",
+)];
+
 #[test]
 fn policy_decisions_do_no_io_and_read_no_clock() {
     let workspace = Workspace::read();
@@ -107,9 +120,77 @@ fn policy_decisions_do_no_io_and_read_no_clock() {
     assert_clean("the policy's decisions must stay pure", problems);
 }
 
+#[test]
+fn sql_only_in_the_store() {
+    let workspace = Workspace::read();
+    let mut problems = Vec::new();
+    for source in workspace.files.iter().filter(|f| !f.is_test_file) {
+        if SQL_HOMES.iter().any(|home| source.path.starts_with(home))
+            || SQL_ALLOWED.iter().any(|(path, _)| *path == source.path)
+        {
+            continue;
+        }
+        for literal in source.literals.iter().filter(|l| !source.is_test_line(l.line)) {
+            if let Some(keyword) = sql_keyword(&literal.text) {
+                problems.push(format!(
+                    "{}:{}: SQL (`{keyword}`) in a string literal outside the store: give failwell-store a \
+                     function for it and call that",
+                    source.path, literal.line
+                ));
+            }
+        }
+        for (line, text) in source.code_lines() {
+            if source.is_test_line(line) {
+                continue;
+            }
+            for call in ["sqlx::query", "sqlx::raw_sql"] {
+                if names(text, call) {
+                    problems.push(format!(
+                        "{}:{line}: `{call}` outside the store: give failwell-store a function for it and call \
+                         that",
+                        source.path
+                    ));
+                }
+            }
+        }
+    }
+    assert_clean("SQL belongs to failwell-store (and the cluster's PostgreSQL driver)", problems);
+}
+
 /// Panics with every problem, one per line, under `rule`.
 fn assert_clean(rule: &str, problems: Vec<String>) {
     assert!(problems.is_empty(), "{rule}:\n{}\n", problems.join("\n"));
+}
+
+/// The SQL statement keyword `text` (a string literal's contents) starts a
+/// statement with, if any: `SELECT … FROM`, `INSERT INTO`, `UPDATE … SET`,
+/// `DELETE FROM`, `CREATE`/`ALTER`/`DROP` `TABLE`/`INDEX`/`SCHEMA`.
+/// Keywords are matched in capitals, as failwell writes SQL, so prose
+/// ("select a provider from the list") is not taken for SQL.
+fn sql_keyword(text: &str) -> Option<&'static str> {
+    let words: Vec<&str> =
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).collect();
+    let after = |first: &str, then: &str| {
+        words.iter().position(|w| *w == first).is_some_and(|at| words[at + 1..].contains(&then))
+    };
+    let pair = |first: &str, second: &str| words.windows(2).any(|w| w[0] == first && w[1] == second);
+    if after("SELECT", "FROM") {
+        return Some("SELECT … FROM");
+    }
+    if after("UPDATE", "SET") {
+        return Some("UPDATE … SET");
+    }
+    let pairs: &[(&str, &str, &'static str)] = &[
+        ("INSERT", "INTO", "INSERT INTO"),
+        ("DELETE", "FROM", "DELETE FROM"),
+        ("CREATE", "TABLE", "CREATE TABLE"),
+        ("CREATE", "INDEX", "CREATE INDEX"),
+        ("CREATE", "SCHEMA", "CREATE SCHEMA"),
+        ("ALTER", "TABLE", "ALTER TABLE"),
+        ("DROP", "TABLE", "DROP TABLE"),
+        ("DROP", "SCHEMA", "DROP SCHEMA"),
+    ];
+    pairs.iter().find(|(a, b, _)| pair(a, b)).map(|(.., keyword)| *keyword)
 }
 
 /// Whether `code` names `path` (`Instant::now`, `tokio`, `std::fs`) as a
@@ -457,7 +538,10 @@ fn the_reader_tells_code_from_comments_strings_and_tests() {
     assert_eq!(source.code_lines_naming("Instant::now").count(), 0, "strings are not code");
     let texts: Vec<(usize, &str)> = source.literals.iter().map(|l| (l.line, l.text.as_str())).collect();
     assert_eq!(texts[0], (2, "SELECT \"a\" FROM t"));
+    assert_eq!(sql_keyword(texts[0].1), Some("SELECT … FROM"));
     assert_eq!(texts[1], (3, "Instant::now"));
     assert!(source.is_test_line(7) && !source.is_test_line(4));
     assert_eq!(source.test_module_paths(), ["crates/x/src/a/more.rs", "crates/x/src/a/more/"]);
+    assert_eq!(sql_keyword("select a provider from the list"), None);
+    assert_eq!(sql_keyword("UPDATE outbox SET state = 'done'"), Some("UPDATE … SET"));
 }

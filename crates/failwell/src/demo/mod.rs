@@ -16,6 +16,7 @@
 
 mod naive;
 mod report;
+mod shop;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -226,13 +227,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     let failwell_store::AnyStore::Sqlite(store) = server.store().clone() else {
         anyhow::bail!("the demo runs on its own SQLite database");
     };
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS orders (reference TEXT PRIMARY KEY, amount INTEGER NOT NULL, \
-         currency TEXT NOT NULL, placed_at_ms INTEGER NOT NULL)",
-    )
-    .execute(store.pool())
-    .await
-    .context("cannot create the demo's orders table")?;
+    shop::create_orders(&store).await.context("cannot create the demo's orders table")?;
     place_all(&store, &orders, (start.into(), args.arrival_rate), &placed).await?;
     placed.finish();
     let placing = start.elapsed();
@@ -346,12 +341,7 @@ async fn place_all(
 async fn place(store: &failwell_store::SqliteStore, order: &Order) -> anyhow::Result<()> {
     let now = failwell_engine::now_ms();
     let mut tx = store.begin().await?;
-    sqlx::query("INSERT INTO orders (reference, amount, currency, placed_at_ms) VALUES (?1, ?2, ?3, ?4)")
-        .bind(&order.reference)
-        .bind(order.amount as i64)
-        .bind(order.currency)
-        .bind(now)
-        .execute(&mut *tx)
+    shop::insert_order(&mut tx, order, now)
         .await
         .with_context(|| format!("cannot insert order {}", order.reference))?;
     let message = Message {
