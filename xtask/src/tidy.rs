@@ -6,6 +6,8 @@
 //!   ([`policy_decisions_do_no_io_and_read_no_clock`]);
 //! - SQL is written only in the store and in the cluster's PostgreSQL
 //!   driver ([`sql_only_in_the_store`]);
+//! - the wall clock and `std`'s monotonic clock are read only in the clock
+//!   modules ([`clocks_read_only_in_clock_modules`]);
 //!
 //! The files are read as text: comments are skipped, string literals are
 //! told apart from code, and test code (`#[cfg(test)]` items and the files
@@ -74,6 +76,19 @@ const SQL_ALLOWED: &[(&str, &str)] = &[(
     "the demo plays the shop application: its own `orders` table, written in the same transaction as the \
      outbox message, as an application does; failwell's own tables are never touched there",
 )];
+
+/// The clock modules: the only product code that reads `SystemTime::now`
+/// or `std::time::Instant::now` (tokio's `Instant::now` is free to use:
+/// paused test time controls it). Each carries
+/// `#[allow(clippy::disallowed_methods)]` for the same rule in `clippy.toml`.
+const CLOCK_MODULES: &[&str] = &[
+    // tokio's clock for the stateful policies, and wall time for HTTP dates.
+    "crates/failwell-policy/src/clock.rs",
+    // ms since the Unix epoch (what the store keeps), and ages of values kept in memory.
+    "crates/failwell-engine/src/clock.rs",
+    // The provider simulator's signed Unix timestamps: it stands for a remote provider.
+    "crates/failwell-sim/src/clock.rs",
+];
 
 #[test]
 fn policy_decisions_do_no_io_and_read_no_clock() {
@@ -157,6 +172,40 @@ fn sql_only_in_the_store() {
     assert_clean("SQL belongs to failwell-store (and the cluster's PostgreSQL driver)", problems);
 }
 
+#[test]
+fn clocks_read_only_in_clock_modules() {
+    let workspace = Workspace::read();
+    let mut problems = Vec::new();
+    for source in
+        workspace.files.iter().filter(|f| !f.is_test_file && !CLOCK_MODULES.contains(&f.path.as_str()))
+    {
+        let std_instant = source.imports_std_instant();
+        for (line, text) in source.code_lines() {
+            if source.is_test_line(line) {
+                continue;
+            }
+            let read = if names(text, "SystemTime::now") {
+                Some("SystemTime::now")
+            } else if names(text, "std::time::Instant::now")
+                || (std_instant && names_unqualified(text, "Instant::now"))
+            {
+                Some("std::time::Instant::now")
+            } else {
+                None
+            };
+            if let Some(read) = read {
+                problems.push(format!(
+                    "{}:{line}: `{read}` outside the clock modules: call failwell_engine::clock (`now_ms`, \
+                     `wall`, `monotonic`) or failwell_policy::clock, or use tokio::time::Instant, which paused \
+                     test time controls",
+                    source.path
+                ));
+            }
+        }
+    }
+    assert_clean("clocks are read in the clock modules only", problems);
+}
+
 /// Panics with every problem, one per line, under `rule`.
 fn assert_clean(rule: &str, problems: Vec<String>) {
     assert!(problems.is_empty(), "{rule}:\n{}\n", problems.join("\n"));
@@ -198,6 +247,12 @@ fn sql_keyword(text: &str) -> Option<&'static str> {
 /// `tokio_util`).
 fn names(code: &str, path: &str) -> bool {
     whole(code, path).next().is_some()
+}
+
+/// Whether `code` names `path` (see [`names`]) by itself, not as the end
+/// of a longer path (`tokio::time::Instant::now`).
+fn names_unqualified(code: &str, path: &str) -> bool {
+    whole(code, path).any(|at| !code[..at].ends_with("::"))
 }
 
 /// Where `path` stands in `code` as a whole (see [`names`]).
@@ -304,6 +359,19 @@ impl SourceFile {
 
     fn is_test_line(&self, line: usize) -> bool {
         self.test_lines.iter().any(|(start, end)| (*start..=*end).contains(&line))
+    }
+
+    /// Whether a `use` brings `std::time::Instant` in as `Instant`.
+    fn imports_std_instant(&self) -> bool {
+        let mut rest = self.code.as_str();
+        while let Some(at) = rest.find("use std::time::") {
+            let statement = &rest[at..rest[at..].find(';').map_or(rest.len(), |end| at + end)];
+            if names(statement, "Instant") && !statement.contains("Instant as") {
+                return true;
+            }
+            rest = &rest[at + 1..];
+        }
+        false
     }
 
     /// The modules this file declares (`mod NAME;` / `pub mod NAME;`), with
@@ -533,6 +601,7 @@ fn the_reader_tells_code_from_comments_strings_and_tests() {
          mod tests {\n    fn t() { let _ = \"INSERT INTO x\"; }\n}\n\
          #[cfg(test)]\n#[allow(dead_code)]\nmod more;\n",
     );
+    assert!(source.imports_std_instant());
     assert_eq!(source.code_lines_naming("SystemTime").count(), 0, "comments are not code");
     assert_eq!(source.code_lines_naming("tokio").count(), 0, "block comments are not code");
     assert_eq!(source.code_lines_naming("Instant::now").count(), 0, "strings are not code");
@@ -544,4 +613,6 @@ fn the_reader_tells_code_from_comments_strings_and_tests() {
     assert_eq!(source.test_module_paths(), ["crates/x/src/a/more.rs", "crates/x/src/a/more/"]);
     assert_eq!(sql_keyword("select a provider from the list"), None);
     assert_eq!(sql_keyword("UPDATE outbox SET state = 'done'"), Some("UPDATE … SET"));
+    assert!(names_unqualified("Instant::now()", "Instant::now"));
+    assert!(!names_unqualified("tokio::time::Instant::now()", "Instant::now"));
 }

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use failwell_policy::{Admission, Attempted, Decision, Due, IdempotencyPolicy, admit, decide};
 use failwell_store::{
@@ -192,7 +192,7 @@ async fn deliver(target: &ForwardTarget, forward: &ClaimedForward) -> ForwardCom
             return completion(forward, Some(step), ForwardTransition::DeadLetter { error });
         }
     };
-    let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let timestamp = crate::clock::wall().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let headers = match signed_headers(target, forward, timestamp) {
         Ok(headers) => headers,
         Err(error) => {

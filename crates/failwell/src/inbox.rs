@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -347,7 +347,7 @@ pub(crate) async fn receive<S: Store>(
             ));
         }
     };
-    let verified = source.verifier.verify(&headers, &body, SystemTime::now()).map_err(|e| {
+    let verified = source.verifier.verify(&headers, &body, failwell_engine::clock::wall()).map_err(|e| {
         refused(e.kind());
         signature_problem(&e)
     })?;

@@ -305,7 +305,7 @@ async fn run(cli: Cli, demo_log: Option<PathBuf>) -> anyhow::Result<ExitCode> {
             let mut body = Vec::new();
             std::io::Read::read_to_end(&mut std::io::stdin(), &mut body)
                 .context("cannot read the body from stdin")?;
-            match failwell::webhook::verify(&args, &body, std::time::SystemTime::now())? {
+            match failwell::webhook::verify(&args, &body, failwell_engine::clock::wall())? {
                 Ok(verified) => {
                     match verified.event_id {
                         Some(id) => println!("valid (event {id})"),

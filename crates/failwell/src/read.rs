@@ -130,7 +130,7 @@ pub(crate) async fn read<S: Store>(
                     let good = Good {
                         status: reply.status,
                         response: reply.body.clone().unwrap_or(Value::Null),
-                        at: Instant::now(),
+                        at: failwell_engine::clock::monotonic(),
                         at_ms: failwell_engine::now_ms(),
                     };
                     // Kept only where it may be served stale.

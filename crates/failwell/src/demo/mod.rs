@@ -20,7 +20,7 @@ mod shop;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use failwell_sim::{Effects, Profile, RateLimit, RateScope, SimConfig, Simulator, WebhookTarget};
@@ -30,6 +30,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio::time::Instant;
 
 pub use naive::{Belief, NaiveResult};
 pub use report::{Figures, Report, WebhookFigures};
@@ -228,7 +229,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
         anyhow::bail!("the demo runs on its own SQLite database");
     };
     shop::create_orders(&store).await.context("cannot create the demo's orders table")?;
-    place_all(&store, &orders, (start.into(), args.arrival_rate), &placed).await?;
+    place_all(&store, &orders, (start, args.arrival_rate), &placed).await?;
     placed.finish();
     let placing = start.elapsed();
     eprintln!(
@@ -311,7 +312,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
 async fn place_all(
     store: &failwell_store::SqliteStore,
     orders: &[Order],
-    (start, arrival_rate): (tokio::time::Instant, u32),
+    (start, arrival_rate): (Instant, u32),
     placed: &ProgressBar,
 ) -> anyhow::Result<()> {
     let mut placing = tokio::task::JoinSet::new();
