@@ -8,6 +8,8 @@
 //!   driver ([`sql_only_in_the_store`]);
 //! - the wall clock and `std`'s monotonic clock are read only in the clock
 //!   modules ([`clocks_read_only_in_clock_modules`]);
+//! - `anyhow` is used only at the binary's edge
+//!   ([`anyhow_only_in_main`]).
 //!
 //! The files are read as text: comments are skipped, string literals are
 //! told apart from code, and test code (`#[cfg(test)]` items and the files
@@ -89,6 +91,10 @@ const CLOCK_MODULES: &[&str] = &[
     // The provider simulator's signed Unix timestamps: it stands for a remote provider.
     "crates/failwell-sim/src/clock.rs",
 ];
+
+/// The one file that may use `anyhow`: the binary's edge, which prints an
+/// error with its causes (`{:#}`) and maps it to an exit code.
+const ANYHOW_HOME: &str = "crates/failwell/src/main.rs";
 
 #[test]
 fn policy_decisions_do_no_io_and_read_no_clock() {
@@ -206,6 +212,36 @@ fn clocks_read_only_in_clock_modules() {
     assert_clean("clocks are read in the clock modules only", problems);
 }
 
+#[test]
+fn anyhow_only_in_main() {
+    let workspace = Workspace::read();
+    let mut problems = Vec::new();
+    for source in workspace.files.iter().filter(|f| f.path != ANYHOW_HOME) {
+        for line in source.code_lines_naming("anyhow") {
+            problems.push(format!(
+                "{}:{line}: `anyhow` outside {ANYHOW_HOME}: return a thiserror enum saying what failed (main.rs \
+                 prints it with its causes)",
+                source.path
+            ));
+        }
+    }
+    for manifest in &workspace.manifests {
+        if manifest.path == "crates/failwell/Cargo.toml" {
+            continue;
+        }
+        for (n, line) in manifest.text.lines().enumerate() {
+            if line.trim_start().starts_with("anyhow") {
+                problems.push(format!(
+                    "{}:{}: depends on `anyhow`: only failwell's binary (main.rs) uses it",
+                    manifest.path,
+                    n + 1
+                ));
+            }
+        }
+    }
+    assert_clean("anyhow is for the binary's edge only", problems);
+}
+
 /// Panics with every problem, one per line, under `rule`.
 fn assert_clean(rule: &str, problems: Vec<String>) {
     assert!(problems.is_empty(), "{rule}:\n{}\n", problems.join("\n"));
@@ -265,13 +301,20 @@ fn whole<'a>(code: &'a str, path: &'a str) -> impl Iterator<Item = usize> + 'a {
     })
 }
 
-/// The workspace's Rust sources.
+/// The workspace's Rust sources and Cargo manifests.
 struct Workspace {
     files: Vec<SourceFile>,
+    manifests: Vec<Manifest>,
+}
+
+/// A `Cargo.toml`, by its path from the workspace root.
+struct Manifest {
+    path: String,
+    text: String,
 }
 
 impl Workspace {
-    /// Reads every `.rs` file under `crates/` and `xtask/`.
+    /// Reads every `.rs` file and `Cargo.toml` under `crates/` and `xtask/`.
     fn read() -> Self {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace root");
         let mut paths = Vec::new();
@@ -280,18 +323,23 @@ impl Workspace {
         }
         let relative = |path: &Path| path.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
         let mut files = Vec::new();
+        let mut manifests = Vec::new();
         for path in paths {
             let text =
                 fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-            if path.extension().is_some_and(|e| e == "rs") {
-                files.push(SourceFile::new(relative(&path), &text));
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("rs") => files.push(SourceFile::new(relative(&path), &text)),
+                _ if path.file_name().is_some_and(|n| n == "Cargo.toml") => {
+                    manifests.push(Manifest { path: relative(&path), text })
+                }
+                _ => {}
             }
         }
         let test_modules: BTreeSet<String> = files.iter().flat_map(SourceFile::test_module_paths).collect();
         for file in &mut files {
             file.is_test_file |= test_modules.iter().any(|m| file.path == *m || file.path.starts_with(m));
         }
-        Self { files }
+        Self { files, manifests }
     }
 
     /// The file at `path` (from the workspace root).

@@ -244,14 +244,16 @@ async fn run(cli: Cli, demo_log: Option<PathBuf>) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&failwell::openapi::document())?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Status { common } => failwell::cli::status(common).await,
-        Command::Dlq { common, command } => failwell::cli::dlq(common, command).await,
+        Command::Status { common } => Ok(failwell::cli::status(common).await?),
+        Command::Dlq { common, command } => Ok(failwell::cli::dlq(common, command).await?),
         Command::Reconcile { common, command: ReconcileCommand::Run(args) } => {
-            failwell::cli::reconcile(common, args).await
+            Ok(failwell::cli::reconcile(common, args).await?)
         }
-        Command::Ops { common, command: OpsCommand::Show { key } } => failwell::cli::show(common, key).await,
+        Command::Ops { common, command: OpsCommand::Show { key } } => {
+            Ok(failwell::cli::show(common, key).await?)
+        }
         Command::Ops { common, command: OpsCommand::Resolve(args) } => {
-            failwell::cli::resolve(common, args).await
+            Ok(failwell::cli::resolve(common, args).await?)
         }
         Command::Check { config } => {
             let config = failwell::config::load(config.as_deref())?;
