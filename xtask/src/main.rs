@@ -12,6 +12,8 @@
 //! exit status is cargo's.
 
 mod prerequisites;
+#[cfg(test)]
+mod tidy;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, ExitCode, Stdio};

@@ -371,7 +371,7 @@ impl OwnRedis {
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("redis-server (Debian package redis-server) must be installed");
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(started.elapsed() < Duration::from_secs(5), "redis-server did not start on port {port}");
             std::thread::sleep(Duration::from_millis(10));

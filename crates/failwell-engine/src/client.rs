@@ -23,6 +23,7 @@
 //! send): failwell cannot tell that phase apart, and treating it as possibly
 //! sent is the safe side.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
@@ -30,7 +31,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use failwell_policy::{
     BreakerConfig, BreakerConfigError, Bulkhead, BulkheadConfigError, CallOutcome, CircuitBreaker,
@@ -135,6 +136,9 @@ impl CallResult {
         }
     }
 }
+
+/// All configured providers' clients, by provider name.
+pub type Providers = BTreeMap<String, ProviderClient>;
 
 /// The client for one provider: the HTTP sender behind the provider's
 /// resilience policy (bulkhead, then circuit breaker, as
@@ -692,8 +696,8 @@ impl Sender {
     /// provider's headers and body idle limits (see the module table).
     async fn execute(&self, request: reqwest::RequestBuilder, total: Duration) -> CallResult {
         let started_at_ms = crate::now_ms();
-        let start = Instant::now();
-        let deadline = tokio::time::Instant::from_std(start).checked_add(total).unwrap_or_else(far_future);
+        let start = tokio::time::Instant::now();
+        let deadline = start.checked_add(total).unwrap_or_else(far_future);
         let response = async {
             let headers = Phase::new(deadline, total, self.spec.timeouts.headers, "headers_timeout");
             let mut response = headers.run(request.send()).await?;
@@ -702,7 +706,7 @@ impl Sender {
                 .headers()
                 .get(RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| parse_retry_after(v, SystemTime::now()));
+                .and_then(|v| parse_retry_after(v, crate::clock::wall()));
             let mut body = Vec::new();
             loop {
                 let idle = Phase::new(deadline, total, self.spec.timeouts.body_idle, "body_idle_timeout");

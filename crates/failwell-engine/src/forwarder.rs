@@ -16,13 +16,13 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use failwell_policy::{Admission, Attempted, Decision, Due, IdempotencyPolicy, admit, decide};
 use failwell_store::{
     ClaimedForward, EventStep, ForwardCompletion, ForwardTransition, Leased, Recorded, Store, StoreError,
 };
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, InvalidHeaderValue, USER_AGENT};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -139,6 +139,23 @@ impl Queue for ForwardQueue {
     }
 }
 
+/// Why a forward cannot be signed; it then ends in a dead letter, since no
+/// retry would change it.
+#[derive(Debug, thiserror::Error)]
+enum SigningError {
+    /// The forward target's secret is unusable.
+    #[error("cannot sign: {0}")]
+    Secret(failwell_webhook::SecretError),
+    /// A header (the event id, given) cannot be sent as a header value.
+    #[error("invalid header value {value:?}: {error}")]
+    HeaderValue {
+        /// The value.
+        value: String,
+        /// Why HTTP refuses it.
+        error: InvalidHeaderValue,
+    },
+}
+
 /// The headers of a Standard Webhooks delivery of `event_id` at
 /// `timestamp` (Unix seconds): `webhook-id`, `webhook-timestamp`,
 /// `webhook-signature`, the stored content type (JSON when none was kept).
@@ -146,7 +163,7 @@ fn signed_headers(
     target: &ForwardTarget,
     forward: &ClaimedForward,
     timestamp: u64,
-) -> Result<HeaderMap, String> {
+) -> Result<HeaderMap, SigningError> {
     let event = &forward.event;
     let signature = failwell_webhook::standard_webhooks_signature(
         &target.secret,
@@ -154,8 +171,10 @@ fn signed_headers(
         timestamp,
         &event.payload,
     )
-    .map_err(|e| format!("cannot sign: {e}"))?;
-    let value = |v: &str| HeaderValue::from_str(v).map_err(|e| format!("invalid header value {v:?}: {e}"));
+    .map_err(SigningError::Secret)?;
+    let value = |v: &str| {
+        HeaderValue::from_str(v).map_err(|error| SigningError::HeaderValue { value: v.to_owned(), error })
+    };
     let content_type = event.headers["content-type"]
         .as_str()
         .and_then(|v| HeaderValue::from_str(v).ok())
@@ -192,11 +211,12 @@ async fn deliver(target: &ForwardTarget, forward: &ClaimedForward) -> ForwardCom
             return completion(forward, Some(step), ForwardTransition::DeadLetter { error });
         }
     };
-    let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let timestamp = crate::clock::wall().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let headers = match signed_headers(target, forward, timestamp) {
         Ok(headers) => headers,
         Err(error) => {
             let step = EventStep::new("forward", now_ms(), format!("dead letter: {error}"));
+            let error = error.to_string();
             return completion(forward, Some(step), ForwardTransition::DeadLetter { error });
         }
     };

@@ -13,6 +13,7 @@
 
 pub mod alerts;
 pub mod client;
+pub mod clock;
 pub mod compare;
 #[cfg(test)]
 mod fixtures;
@@ -24,35 +25,34 @@ pub mod reads;
 pub mod reconciler;
 pub mod relay;
 pub mod retention;
+pub mod schedule;
 mod webhooks;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 pub use alerts::{
     AgeAlert, AlertSink, SinkRefusal, compare_and_alert, deliver, run_schedule, send_queued, watch_age,
 };
-pub use client::{CallRequest, CallResult, ClientError, Guards, ProviderClient};
-pub use compare::{CompareError, CompareSpec, Compared, Schedule, TimeUnit, compare};
+pub use client::{CallRequest, CallResult, ClientError, Guards, ProviderClient, Providers};
+pub use clock::now_ms;
+pub use compare::{CompareError, Compared, ListError, compare};
 pub use forwarder::{ForwardTarget, ForwardTargets, Forwarder};
 pub use ingest::{INGEST_LINGER, Ingest};
 pub use provider::{
-    ClusterRule, Encoding, LookupSpec, OperationSpec, PauseRule, PauseWhen, ProviderSpec, Providers,
+    ClusterRule, CompareSpec, Encoding, LookupSpec, OperationSpec, PauseRule, PauseWhen, ProviderSpec,
+    TimeUnit,
 };
 pub use pump::RelayConfig;
 pub use reads::ReadCache;
 pub use reconciler::{Reconciler, ReconcilerConfig};
 pub use relay::Relay;
 pub use retention::RetentionConfig;
+pub use schedule::{Schedule, ScheduleError};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 pub use webhooks::{LedgerMapping, WebhookSource, Webhooks};
-
-/// Milliseconds since the Unix epoch: the one clock read of the engine.
-pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
 
 /// The time from `at_ms` to `now_ms` (ms since the Unix epoch): zero when
 /// `at_ms` is later, and saturating, so a damaged stored time (say

@@ -1,5 +1,8 @@
-//! The clock of the stateful policies: tokio's monotonic time, read only
-//! where a decision needs it.
+//! failwell's clocks: tokio's monotonic time for the stateful policies,
+//! read only where a decision needs it, and the wall clock ([`wall`]) for
+//! what is dated in wall time. This module and `failwell_engine::clock`
+//! are where the system's clocks are read (`clippy.toml` refuses
+//! `SystemTime::now` and `std::time::Instant::now` elsewhere).
 //!
 //! [`Clock`] counts nanoseconds since its creation as a `u64` (enough for
 //! 584 years), so timestamps fit in atomics. It reads
@@ -8,7 +11,7 @@
 //! runtime it is the system's monotonic clock. One read costs about 20–25 ns,
 //! which is why the success paths of the breaker avoid it.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
@@ -41,6 +44,15 @@ impl Clock {
     pub fn instant(&self, at: u64) -> Instant {
         self.origin + Duration::from_nanos(at.saturating_sub(1))
     }
+}
+
+/// The wall clock, now: for what is dated in wall time, such as an
+/// HTTP-date `Retry-After` ([`crate::parse_retry_after`] takes it as its
+/// `now`) or a signed webhook timestamp. It can jump (NTP, an operator):
+/// measure durations with [`Clock`] or `tokio::time::Instant` instead.
+#[allow(clippy::disallowed_methods)]
+pub fn wall() -> SystemTime {
+    SystemTime::now()
 }
 
 /// A duration in whole nanoseconds, saturating at `u64::MAX` (584 years).

@@ -17,9 +17,10 @@
 //! limit), the retry [`budget`], the adaptive sending rate ([`throttle`])
 //! and the [`deadline`] of a call. They read
 //! tokio's clock ([`clock`]), so tests pause and advance time, and they do
-//! no other I/O. [`layer`] makes each of them a `tower::Layer`, composes them
-//! as a [`Policy`], and offers the same policy as `reqwest-middleware`
-//! middleware. failwell's relay and HTTP API use exactly these.
+//! no other I/O. [`layer`] makes each of them a `tower::Layer` and composes
+//! them as a [`Policy`]; with the `reqwest` feature, it also offers the same
+//! policy as `reqwest-middleware` middleware (`PolicyMiddleware`, classified
+//! by `HttpClassifier`). failwell's relay and HTTP API use exactly these.
 
 pub mod backoff;
 pub mod breaker;
@@ -53,10 +54,9 @@ pub use decision::{
     after_not_found, decide,
 };
 pub use idempotency::{IdempotencyPolicy, derive_key};
-pub use layer::{
-    Classify, ErrorsAreRetryable, HttpClassifier, Policy, PolicyError, PolicyMiddleware, PolicyService,
-    Rejected, Retry, Step,
-};
+pub use layer::{Classify, ErrorsAreRetryable, Policy, PolicyError, PolicyService, Rejected, Retry, Step};
+#[cfg(feature = "reqwest")]
+pub use layer::{HttpClassifier, PolicyMiddleware};
 pub use ledger::{EventEffect, Ledger, Reported, apply_event};
 pub use manifest::{
     Answer, Effective, KeyUse, Manifest, Offers, OnUnavailable, Reconcile, Refusal, RetryOwner, Severity,

@@ -42,6 +42,7 @@
 //! at most 6 times, 200 ms, 400 ms, 800 ms, … apart.
 
 mod api;
+mod clock;
 mod config;
 mod handlers;
 mod limit;

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Instant;
+use tokio::time::Instant;
 
 /// A rate limit of the simulator (see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq)]

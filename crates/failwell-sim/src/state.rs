@@ -9,11 +9,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tokio::time::Instant;
 
 use crate::api::{Charge, Reply, derived_id};
 use crate::config::{Fault, Profile, SimConfig, lookup_latency, planned};
@@ -328,7 +329,7 @@ impl SimState {
             currency: params.currency.clone(),
             reference: params.reference.clone(),
             status: if declined { "failed" } else { "succeeded" },
-            created: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            created: crate::clock::unix_secs(),
         };
         let counters = inner.effects.by_reference.entry(params.reference.clone()).or_default();
         if declined {

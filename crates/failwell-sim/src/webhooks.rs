@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::header::CONTENT_TYPE;
@@ -173,7 +173,7 @@ impl Webhooks {
 
     /// One signed `POST`; true on a 2xx answer.
     async fn post(&self, body: &Bytes) -> bool {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let now = crate::clock::unix_secs();
         let signature = failwell_webhook::stripe_signature(&self.target.secret, now, body);
         let sent = self
             .client

@@ -9,14 +9,49 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use failwell_policy::Outcome;
-use failwell_store::{Channel, Database, DeadLetterFilter, DeadLetterKind, Store};
+use failwell_store::{Channel, Database, DeadLetterFilter, DeadLetterKind, Store, StoreError};
 use serde::Serialize;
 
-use crate::config::Config;
-use crate::ops;
+use crate::config::{Config, ConfigError};
+use crate::ops::{self, OpsError};
+
+/// Why an operator command failed (its exit status is then 2; "not found"
+/// answers are an exit status of 1, not an error).
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The SQLite file `database_url` names does not exist (its path given).
+    #[error(
+        "there is no database at {0:?} (database_url); is this the configuration `failwell serve` runs with?"
+    )]
+    NoDatabase(String),
+    /// The database could not be opened.
+    #[error("cannot open the database (database_url)")]
+    Open(#[source] StoreError),
+    /// The database holds no failwell store: an operator command never
+    /// creates one.
+    #[error(
+        "the database (database_url) holds no failwell store; is this the configuration `failwell serve` runs \
+         with? (`failwell serve` creates the store)"
+    )]
+    NoStore,
+    /// `ops resolve --note` is blank.
+    #[error("--note must say why (it is kept in the history)")]
+    BlankNote,
+    /// The store failed during the command.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A reconciliation failed.
+    #[error(transparent)]
+    Ops(#[from] OpsError),
+    /// The answer could not be written as JSON.
+    #[error("cannot write the answer as JSON")]
+    Json(#[from] serde_json::Error),
+}
 
 /// Where the configuration comes from, and the output format.
 #[derive(Debug, Args)]
@@ -117,31 +152,25 @@ fn parse_kind(s: &str) -> Result<DeadLetterKind, String> {
 /// configuration is invalid, the database (SQLite: its file) does not
 /// exist, or it holds no failwell store: an operator command never creates
 /// one.
-pub async fn open(common: &Common) -> anyhow::Result<(Config, Store)> {
+pub async fn open(common: &Common) -> Result<(Config, Store), CliError> {
     let config = crate::config::load(common.config.as_deref())?;
     let url = &config.database_url;
     if Database::of(url) == Some(Database::Sqlite) {
         let path = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
         let path = path.split('?').next().unwrap_or(path);
         if path != ":memory:" && !std::path::Path::new(path).exists() {
-            anyhow::bail!(
-                "there is no database at {path:?} (database_url); is this the configuration `failwell serve` runs with?"
-            );
+            return Err(CliError::NoDatabase(path.to_owned()));
         }
     }
-    let holds = Store::holds_store(url).await.context("cannot open the database (database_url)")?;
+    let holds = Store::holds_store(url).await.map_err(CliError::Open)?;
     if !holds {
-        anyhow::bail!(
-            "the database (database_url) holds no failwell store; is this the configuration `failwell serve` \
-             runs with? (`failwell serve` creates the store)"
-        );
+        return Err(CliError::NoStore);
     }
-    let store =
-        Store::open(url, config.store_options()).await.context("cannot open the database (database_url)")?;
+    let store = Store::open(url, config.store_options()).await.map_err(CliError::Open)?;
     Ok((config, store))
 }
 
-fn print<T: Serialize>(json: bool, value: &T, text: impl FnOnce() -> String) -> anyhow::Result<()> {
+fn print<T: Serialize>(json: bool, value: &T, text: impl FnOnce() -> String) -> Result<(), CliError> {
     if json {
         println!("{}", serde_json::to_string_pretty(value)?);
     } else {
@@ -151,7 +180,7 @@ fn print<T: Serialize>(json: bool, value: &T, text: impl FnOnce() -> String) -> 
 }
 
 /// `failwell status`.
-pub async fn status(common: Common) -> anyhow::Result<ExitCode> {
+pub async fn status(common: Common) -> Result<ExitCode, CliError> {
     let (config, store) = open(&common).await?;
     let stats = ops::stats(&store, &config.providers, config.stats_window).await?;
     print(common.json, &stats, || ops::status_table(&stats))?;
@@ -160,7 +189,7 @@ pub async fn status(common: Common) -> anyhow::Result<ExitCode> {
 }
 
 /// `failwell dlq …`: exit 1 when the dead letter named does not exist.
-pub async fn dlq(common: Common, command: DlqCommand) -> anyhow::Result<ExitCode> {
+pub async fn dlq(common: Common, command: DlqCommand) -> Result<ExitCode, CliError> {
     let (_, store) = open(&common).await?;
     let missing = |kind: DeadLetterKind, id: i64| {
         eprintln!("{} {id} is not a dead letter", kind.as_str());
@@ -225,7 +254,7 @@ pub async fn dlq(common: Common, command: DlqCommand) -> anyhow::Result<ExitCode
 
 /// `failwell reconcile run`: exit 1 when a comparison found discrepancies
 /// or unknown operations are left.
-pub async fn reconcile(common: Common, args: ReconcileArgs) -> anyhow::Result<ExitCode> {
+pub async fn reconcile(common: Common, args: ReconcileArgs) -> Result<ExitCode, CliError> {
     let (config, store) = open(&common).await?;
     let sink = config.alerts.as_ref().map(|a| a.sink.clone());
     let providers = Arc::clone(&config.providers);
@@ -254,7 +283,7 @@ pub async fn reconcile(common: Common, args: ReconcileArgs) -> anyhow::Result<Ex
 }
 
 /// `failwell ops show KEY`: exit 1 when no operation has the key.
-pub async fn show(common: Common, key: String) -> anyhow::Result<ExitCode> {
+pub async fn show(common: Common, key: String) -> Result<ExitCode, CliError> {
     let (_, store) = open(&common).await?;
     let found = ops::timeline(&store, &key).await?;
     store.close().await;
@@ -270,8 +299,10 @@ pub async fn show(common: Common, key: String) -> anyhow::Result<ExitCode> {
 
 /// `failwell ops resolve`: exit 1 when no operation has the key or it is
 /// not `unknown` / `needs_human`.
-pub async fn resolve(common: Common, args: ResolveArgs) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(!args.note.trim().is_empty(), "--note must say why (it is kept in the history)");
+pub async fn resolve(common: Common, args: ResolveArgs) -> Result<ExitCode, CliError> {
+    if args.note.trim().is_empty() {
+        return Err(CliError::BlankNote);
+    }
     let (_, store) = open(&common).await?;
     let done =
         ops::resolve(&store, &args.key, args.outcome, args.provider_ref, args.note, Channel::Cli).await;

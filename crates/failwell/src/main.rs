@@ -244,14 +244,16 @@ async fn run(cli: Cli, demo_log: Option<PathBuf>) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&failwell::http::openapi::document())?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Status { common } => failwell::cli::status(common).await,
-        Command::Dlq { common, command } => failwell::cli::dlq(common, command).await,
+        Command::Status { common } => Ok(failwell::cli::status(common).await?),
+        Command::Dlq { common, command } => Ok(failwell::cli::dlq(common, command).await?),
         Command::Reconcile { common, command: ReconcileCommand::Run(args) } => {
-            failwell::cli::reconcile(common, args).await
+            Ok(failwell::cli::reconcile(common, args).await?)
         }
-        Command::Ops { common, command: OpsCommand::Show { key } } => failwell::cli::show(common, key).await,
+        Command::Ops { common, command: OpsCommand::Show { key } } => {
+            Ok(failwell::cli::show(common, key).await?)
+        }
         Command::Ops { common, command: OpsCommand::Resolve(args) } => {
-            failwell::cli::resolve(common, args).await
+            Ok(failwell::cli::resolve(common, args).await?)
         }
         Command::Check { config } => {
             let config = failwell::config::load(config.as_deref())?;
@@ -305,7 +307,7 @@ async fn run(cli: Cli, demo_log: Option<PathBuf>) -> anyhow::Result<ExitCode> {
             let mut body = Vec::new();
             std::io::Read::read_to_end(&mut std::io::stdin(), &mut body)
                 .context("cannot read the body from stdin")?;
-            match failwell::webhook::verify(&args, &body, std::time::SystemTime::now())? {
+            match failwell::webhook::verify(&args, &body, failwell_engine::clock::wall())? {
                 Ok(verified) => {
                     match verified.event_id {
                         Some(id) => println!("valid (event {id})"),

@@ -3,9 +3,48 @@
 
 use std::time::{Duration, SystemTime};
 
-use anyhow::{Context, bail};
-use failwell_webhook::{Encoding, Scheme, Verified, Verifier, VerifyError};
+use failwell_webhook::{Encoding, Scheme, SecretError, Verified, Verifier, VerifyError};
+use http::header::{InvalidHeaderName, InvalidHeaderValue};
 use http::{HeaderMap, HeaderName, HeaderValue};
+
+/// A usage error of `failwell webhook verify`: an argument that cannot be
+/// used, named as on the command line.
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    /// `--hmac-encoding` is neither `hex` nor `base64` (the value given).
+    #[error("--hmac-encoding {0:?}: expected hex or base64")]
+    HmacEncoding(String),
+    /// `--tolerance` does not start with a whole number (the value given).
+    #[error("--tolerance {0:?}: expected a whole number with an optional unit, e.g. 300s, 5m or 0")]
+    ToleranceNumber(String),
+    /// `--tolerance` has a unit other than `s`, `m` or `h` (the value given).
+    #[error("--tolerance {0:?}: the unit must be s, m or h")]
+    ToleranceUnit(String),
+    /// A `--secret` cannot be used.
+    #[error("--secret")]
+    Secret(#[source] SecretError),
+    /// A `--header` has no `:` (the argument given).
+    #[error("--header {0:?}: expected 'Name: value'")]
+    HeaderSyntax(String),
+    /// A `--header`'s name is not a header name.
+    #[error("--header {line:?}: invalid header name")]
+    HeaderName {
+        /// The argument given.
+        line: String,
+        /// Why the name is refused.
+        #[source]
+        source: InvalidHeaderName,
+    },
+    /// A `--header`'s value is not a header value.
+    #[error("--header {line:?}: invalid header value")]
+    HeaderValue {
+        /// The argument given.
+        line: String,
+        /// Why the value is refused.
+        #[source]
+        source: InvalidHeaderValue,
+    },
+}
 
 /// A scheme as named on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -58,7 +97,7 @@ pub fn verify(
     args: &VerifyArgs,
     body: &[u8],
     now: SystemTime,
-) -> anyhow::Result<Result<Verified, VerifyError>> {
+) -> Result<Result<Verified, VerifyError>, UsageError> {
     let scheme = match args.scheme {
         SchemeName::Stripe => Scheme::Stripe,
         SchemeName::StandardWebhooks => Scheme::StandardWebhooks,
@@ -69,40 +108,39 @@ pub fn verify(
             encoding: match args.hmac_encoding.as_str() {
                 "hex" => Encoding::Hex,
                 "base64" => Encoding::Base64,
-                other => bail!("--hmac-encoding {other:?}: expected hex or base64"),
+                other => return Err(UsageError::HmacEncoding(other.to_owned())),
             },
             prefix: args.hmac_prefix.clone(),
             event_id_header: None,
         },
     };
     let tolerance = parse_tolerance(&args.tolerance)?;
-    let verifier = Verifier::new(scheme, &args.secrets, tolerance).context("--secret")?;
+    let verifier = Verifier::new(scheme, &args.secrets, tolerance).map_err(UsageError::Secret)?;
     let mut headers = HeaderMap::new();
     for line in &args.headers {
-        let (name, value) =
-            line.split_once(':').with_context(|| format!("--header {line:?}: expected 'Name: value'"))?;
+        let (name, value) = line.split_once(':').ok_or_else(|| UsageError::HeaderSyntax(line.clone()))?;
         let name = HeaderName::from_bytes(name.trim().as_bytes())
-            .with_context(|| format!("--header {line:?}: invalid header name"))?;
+            .map_err(|source| UsageError::HeaderName { line: line.clone(), source })?;
         let value = HeaderValue::from_str(value.trim())
-            .with_context(|| format!("--header {line:?}: invalid header value"))?;
+            .map_err(|source| UsageError::HeaderValue { line: line.clone(), source })?;
         headers.append(name, value);
     }
     Ok(verifier.verify(&headers, body, now))
 }
 
 /// `300s`, `5m`, `1h`, `300` (seconds), or `0` (no check).
-fn parse_tolerance(text: &str) -> anyhow::Result<Option<Duration>> {
+fn parse_tolerance(text: &str) -> Result<Option<Duration>, UsageError> {
     let trimmed = text.trim();
     let (digits, unit) =
         trimmed.split_at(trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len()));
     let Ok(value) = digits.parse::<u64>() else {
-        bail!("--tolerance {text:?}: expected a whole number with an optional unit, e.g. 300s, 5m or 0");
+        return Err(UsageError::ToleranceNumber(text.to_owned()));
     };
     let seconds = match unit {
         "" | "s" => value,
         "m" => value.saturating_mul(60),
         "h" => value.saturating_mul(3600),
-        _ => bail!("--tolerance {text:?}: the unit must be s, m or h"),
+        _ => return Err(UsageError::ToleranceUnit(text.to_owned())),
     };
     Ok((seconds > 0).then(|| Duration::from_secs(seconds)))
 }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use failwell_policy::{
     Backoff, BulkheadConfig, Classifier, IdempotencyPolicy, Jitter, Manifest, Offers, RetryBudgetConfig,
@@ -12,6 +12,7 @@ use failwell_store::Operation;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
 
 use super::*;
 use crate::provider::{Encoding, LookupSpec, OperationSpec, ProviderSpec};

@@ -1,7 +1,7 @@
 //! HTTP: the classifier for `reqwest` calls, and the policy as a
 //! `reqwest-middleware` middleware.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use http::Extensions;
 use reqwest::header::{HeaderName, RETRY_AFTER};
@@ -71,7 +71,7 @@ impl HttpClassifier {
             .headers()
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+            .and_then(|v| parse_retry_after(v, crate::clock::wall()));
         let json = self
             .error_code_pointer
             .as_ref()

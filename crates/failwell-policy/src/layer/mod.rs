@@ -30,6 +30,7 @@
 mod breaker;
 mod bulkhead;
 mod deadline;
+#[cfg(feature = "reqwest")]
 mod http;
 mod retry;
 mod timeout;
@@ -44,6 +45,7 @@ use std::time::Duration;
 pub use breaker::{BreakerLayer, BreakerService};
 pub use bulkhead::{BulkheadLayer, BulkheadService};
 pub use deadline::{DeadlineLayer, DeadlineService};
+#[cfg(feature = "reqwest")]
 pub use http::{BodyTooLarge, HttpClassifier, PolicyMiddleware};
 pub use retry::{Retry, RetryLayer, RetryService, Step};
 pub use timeout::{TimeoutLayer, TimeoutService};
@@ -133,7 +135,7 @@ pub trait Classify<Req, Res, E>: Send + Sync + 'static {
 /// The classifier for services with no better one: `Ok` is success, every
 /// `Err` a retryable provider failure. Only right for calls that are safe to
 /// repeat; a non-idempotent call needs a classifier that calls an error
-/// after sending ambiguous (see [`HttpClassifier`]).
+/// after sending ambiguous (see `HttpClassifier`, feature `reqwest`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ErrorsAreRetryable;
 

@@ -13,6 +13,7 @@ use crate::{
     Backoff, BreakerConfig, BreakerState, BulkheadConfig, Deadline, Jitter, RetryBudget, RetryBudgetConfig,
 };
 
+#[cfg(feature = "reqwest")]
 mod middleware;
 
 fn ms(v: u64) -> Duration {

@@ -2,9 +2,10 @@
 //! the outage window and shutdown with hanging handlers. The schedule itself
 //! (which request gets which fault) is covered in `determinism.rs`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
 
 use super::helpers::{client, parts, poll, post_charge, start, start_calm};
 use crate::{Fault, Profile, SimConfig};

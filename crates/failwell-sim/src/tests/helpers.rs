@@ -1,10 +1,11 @@
 //! Shared test helpers: starting a simulator, posting charges, polling with a
 //! deadline. No assertions about simulator behaviour live here.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::net::TcpListener;
+use tokio::time::Instant;
 
 use crate::{Profile, SimConfig, Simulator};
 

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
@@ -79,7 +79,7 @@ fn verified_events(received: &[Delivery]) -> BTreeMap<String, Received> {
         Verifier::new(Scheme::Stripe, &[SECRET.to_owned()], Some(Duration::from_secs(300))).unwrap();
     let mut events: BTreeMap<String, Received> = BTreeMap::new();
     for (headers, body) in received {
-        verifier.verify(headers, body, SystemTime::now()).unwrap();
+        verifier.verify(headers, body, crate::clock::wall()).unwrap();
         assert_eq!(headers["content-type"], "application/json");
         let event: Value = serde_json::from_slice(body).unwrap();
         let id = event["id"].as_str().unwrap().to_owned();

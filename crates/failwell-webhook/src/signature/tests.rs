@@ -122,9 +122,9 @@ fn github_documented_example() {
         ("x-hub-signature-256", "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"),
         ("x-github-delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958"),
     ]);
-    let ok = v.verify(&h, b"Hello, World!", SystemTime::now()).unwrap();
+    let ok = v.verify(&h, b"Hello, World!", at(1_700_000_000)).unwrap();
     assert_eq!(ok.event_id.as_deref(), Some("72d3162e-cc78-11e3-81ab-4c9367dc0958"));
-    assert_eq!(v.verify(&h, b"Hello, World?", SystemTime::now()), Err(VerifyError::NoMatchingSignature));
+    assert_eq!(v.verify(&h, b"Hello, World?", at(1_700_000_000)), Err(VerifyError::NoMatchingSignature));
 }
 
 #[test]
@@ -149,9 +149,9 @@ fn rotation_accepts_any_active_secret() {
     let sig = hmac_hex(b"new", &[body]);
     let h = headers(&[("x-hub-signature-256", &format!("sha256={sig}"))]);
     let both = Verifier::new(Scheme::GitHub, &["old".into(), "new".into()], None).unwrap();
-    assert!(both.verify(&h, body, SystemTime::now()).is_ok());
+    assert!(both.verify(&h, body, at(1_700_000_000)).is_ok());
     let rotated_out = Verifier::new(Scheme::GitHub, &["old".into()], None).unwrap();
-    assert_eq!(rotated_out.verify(&h, body, SystemTime::now()), Err(VerifyError::NoMatchingSignature));
+    assert_eq!(rotated_out.verify(&h, body, at(1_700_000_000)), Err(VerifyError::NoMatchingSignature));
 }
 
 #[test]
@@ -161,7 +161,7 @@ fn shopify_and_generic_hmac() {
     let b64 = BASE64.encode(raw);
     let v = Verifier::new(Scheme::Shopify, &["shh".into()], None).unwrap();
     let h = headers(&[("x-shopify-hmac-sha256", &b64), ("x-shopify-webhook-id", "w-1")]);
-    assert_eq!(v.verify(&h, body, SystemTime::now()).unwrap().event_id.as_deref(), Some("w-1"));
+    assert_eq!(v.verify(&h, body, at(1_700_000_000)).unwrap().event_id.as_deref(), Some("w-1"));
     let generic = Scheme::Hmac {
         header: "x-signature".into(),
         encoding: Encoding::Hex,
@@ -170,9 +170,9 @@ fn shopify_and_generic_hmac() {
     };
     let v = Verifier::new(generic, &["shh".into()], None).unwrap();
     let h = headers(&[("x-signature", &format!("sha256={}", hex::encode(raw))), ("x-event-id", "e-9")]);
-    assert_eq!(v.verify(&h, body, SystemTime::now()).unwrap().event_id.as_deref(), Some("e-9"));
+    assert_eq!(v.verify(&h, body, at(1_700_000_000)).unwrap().event_id.as_deref(), Some("e-9"));
     let h = headers(&[("x-signature", &hex::encode(raw))]);
-    assert_eq!(v.verify(&h, body, SystemTime::now()).unwrap_err().kind(), "malformed_header");
+    assert_eq!(v.verify(&h, body, at(1_700_000_000)).unwrap_err().kind(), "malformed_header");
 }
 
 #[test]

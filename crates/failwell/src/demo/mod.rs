@@ -16,25 +16,77 @@
 
 mod naive;
 mod report;
+mod shop;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::Context;
 use failwell_sim::{Effects, Profile, RateLimit, RateScope, SimConfig, Simulator, WebhookTarget};
 use failwell_store::prelude::*;
-use failwell_store::{Message, Operation, OperationStatus, Outbox};
+use failwell_store::{Message, Operation, OperationStatus, Outbox, StoreError};
 use hdrhistogram::Histogram;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio::time::Instant;
 
 pub use naive::{Belief, NaiveResult};
 pub use report::{Figures, Report, WebhookFigures};
 
-use crate::Server;
+use crate::config::ConfigError;
+use crate::{Server, StartError};
+
+/// Why the demo could not run to its report.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// No temporary directory for the demo's database.
+    #[error("cannot create a temporary directory")]
+    TempDir(#[source] std::io::Error),
+    /// No loopback port for failwell's API.
+    #[error("cannot bind the API")]
+    BindApi(#[source] std::io::Error),
+    /// The API's listener has no local address.
+    #[error("cannot read the API's address")]
+    ApiAddress(#[source] std::io::Error),
+    /// No loopback port for a simulator.
+    #[error("cannot bind the simulator")]
+    BindSimulator(#[source] std::io::Error),
+    /// A simulator could not start.
+    #[error("cannot start the simulator")]
+    Simulator(#[source] std::io::Error),
+    /// The demo's own configuration is refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// failwell could not start.
+    #[error("cannot start failwell")]
+    Start(#[source] StartError),
+    /// failwell's store is not the demo's SQLite database.
+    #[error("the demo runs on its own SQLite database")]
+    NotSqlite,
+    /// The shop's `orders` table could not be created.
+    #[error("cannot create the demo's orders table")]
+    OrdersTable(#[source] sqlx::Error),
+    /// An order could not be written (its reference given).
+    #[error("cannot insert order {reference}")]
+    InsertOrder {
+        /// The order's reference.
+        reference: String,
+        /// The database's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// An order's transaction could not be committed.
+    #[error("cannot commit an order")]
+    Commit(#[source] sqlx::Error),
+    /// The task placing an order panicked or was cancelled.
+    #[error("an order's task ended abnormally")]
+    Task(#[source] tokio::task::JoinError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// Demo settings.
 #[derive(Clone, Debug)]
@@ -177,7 +229,7 @@ pub fn orders(count: usize, seed: u64) -> Vec<Order> {
 
 /// A simulator; `webhooks_to` is failwell's address for the provider's
 /// signed webhooks (none for the naive client).
-async fn simulator(args: &DemoArgs, webhooks_to: Option<SocketAddr>) -> anyhow::Result<Simulator> {
+async fn simulator(args: &DemoArgs, webhooks_to: Option<SocketAddr>) -> Result<Simulator, DemoError> {
     let mut config = SimConfig::new(args.profile, args.seed);
     config.rate_limit = args.rate_limit.map(|per_second| RateLimit { per_second, scope: RateScope::Global });
     config.webhooks = webhooks_to.map(|addr| WebhookTarget {
@@ -186,8 +238,8 @@ async fn simulator(args: &DemoArgs, webhooks_to: Option<SocketAddr>) -> anyhow::
     });
     // Long enough that every client times out first, short enough to free sockets.
     config.hang = Duration::from_millis(TIMEOUT_MS * 5);
-    let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind the simulator")?;
-    Ok(Simulator::start(config, listener).await?)
+    let listener = TcpListener::bind("127.0.0.1:0").await.map_err(DemoError::BindSimulator)?;
+    Simulator::start(config, listener).await.map_err(DemoError::Simulator)
 }
 
 fn bar(multi: &MultiProgress, len: usize, label: &'static str) -> ProgressBar {
@@ -200,13 +252,14 @@ fn bar(multi: &MultiProgress, len: usize, label: &'static str) -> ProgressBar {
     bar
 }
 
-/// Runs the demo and returns the report.
-pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
+/// Runs the demo and returns the report. Errors: see [`DemoError`]; a
+/// demo whose operations do not all settle still reports (them as unknown).
+pub async fn run(args: DemoArgs) -> Result<Report, DemoError> {
     let orders = orders(args.orders, args.seed);
-    let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let dir = tempfile::tempdir().map_err(DemoError::TempDir)?;
     let database_url = format!("sqlite://{}", dir.path().join("demo.db").display());
-    let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind the API")?;
-    let api = listener.local_addr().context("cannot read the API's address")?;
+    let listener = TcpListener::bind("127.0.0.1:0").await.map_err(DemoError::BindApi)?;
+    let api = listener.local_addr().map_err(DemoError::ApiAddress)?;
     let sim_failwell = simulator(&args, Some(api)).await?;
     let limit = args.rate_limit.map_or(String::new(), |n| format!(", at most {n} requests/s"));
     eprintln!(
@@ -216,7 +269,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     );
     let config =
         crate::config::from_toml(&demo_config(&sim_failwell.base_url(), &database_url, args.concurrency))?;
-    let server = Server::start(config, listener).await.context("cannot start failwell")?;
+    let server = Server::start(config, listener).await.map_err(DemoError::Start)?;
     let multi = MultiProgress::new();
     let placed = bar(&multi, orders.len(), "failwell: orders placed");
     let settled = bar(&multi, orders.len(), "failwell: outcomes final");
@@ -225,16 +278,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
     let start = Instant::now();
     let start_ms = failwell_engine::now_ms();
     let Some(store) = server.store().backend::<failwell_store::SqliteStore>().cloned() else {
-        anyhow::bail!("the demo runs on its own SQLite database");
+        return Err(DemoError::NotSqlite);
     };
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS orders (reference TEXT PRIMARY KEY, amount INTEGER NOT NULL, \
-         currency TEXT NOT NULL, placed_at_ms INTEGER NOT NULL)",
-    )
-    .execute(store.pool())
-    .await
-    .context("cannot create the demo's orders table")?;
-    place_all(&store, &orders, (start.into(), args.arrival_rate), &placed).await?;
+    shop::create_orders(&store).await.map_err(DemoError::OrdersTable)?;
+    place_all(&store, &orders, (start, args.arrival_rate), &placed).await?;
     placed.finish();
     let placing = start.elapsed();
     eprintln!(
@@ -317,44 +364,39 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Report> {
 async fn place_all(
     store: &failwell_store::SqliteStore,
     orders: &[Order],
-    (start, arrival_rate): (tokio::time::Instant, u32),
+    (start, arrival_rate): (Instant, u32),
     placed: &ProgressBar,
-) -> anyhow::Result<()> {
+) -> Result<(), DemoError> {
     let mut placing = tokio::task::JoinSet::new();
     for (n, order) in orders.iter().enumerate() {
         tokio::time::sleep_until(start + arrival(n, arrival_rate)).await;
         while let Some(done) = placing.try_join_next() {
-            done.context("an order's task ended abnormally")??;
+            done.map_err(DemoError::Task)??;
             placed.inc(1);
         }
         if placing.len() >= PLACERS
             && let Some(done) = placing.join_next().await
         {
-            done.context("an order's task ended abnormally")??;
+            done.map_err(DemoError::Task)??;
             placed.inc(1);
         }
         let (store, order) = (store.clone(), order.clone());
         placing.spawn(async move { place(&store, &order).await });
     }
     while let Some(done) = placing.join_next().await {
-        done.context("an order's task ended abnormally")??;
+        done.map_err(DemoError::Task)??;
         placed.inc(1);
     }
     Ok(())
 }
 
 /// Writes one order and its outbox message in one transaction.
-async fn place(store: &failwell_store::SqliteStore, order: &Order) -> anyhow::Result<()> {
+async fn place(store: &failwell_store::SqliteStore, order: &Order) -> Result<(), DemoError> {
     let now = failwell_engine::now_ms();
     let mut tx = store.begin().await?;
-    sqlx::query("INSERT INTO orders (reference, amount, currency, placed_at_ms) VALUES (?1, ?2, ?3, ?4)")
-        .bind(&order.reference)
-        .bind(order.amount as i64)
-        .bind(order.currency)
-        .bind(now)
-        .execute(&mut *tx)
+    shop::insert_order(&mut tx, order, now)
         .await
-        .with_context(|| format!("cannot insert order {}", order.reference))?;
+        .map_err(|source| DemoError::InsertOrder { reference: order.reference.clone(), source })?;
     let message = Message {
         idempotency_key: Some(order.reference.clone()),
         reference: Some(order.reference.clone()),
@@ -365,7 +407,7 @@ async fn place(store: &failwell_store::SqliteStore, order: &Order) -> anyhow::Re
         )
     };
     Outbox::enqueue(&mut tx, &message, now).await?;
-    tx.commit().await.context("cannot commit an order")?;
+    tx.commit().await.map_err(DemoError::Commit)?;
     Ok(())
 }
 
@@ -422,7 +464,7 @@ fn failwell_figures(
 /// last change of its status to it in its history; `None` while it is not
 /// final. A later event that only confirms the outcome touches the row
 /// (`updated_at_ms`), not the moment the outcome was known.
-async fn outcome_at(store: &failwell_store::SqliteStore, op: &Operation) -> anyhow::Result<Option<i64>> {
+async fn outcome_at(store: &failwell_store::SqliteStore, op: &Operation) -> Result<Option<i64>, StoreError> {
     if !op.status.is_terminal() {
         return Ok(None);
     }

@@ -7,10 +7,11 @@
 //! failwell uses it.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use super::Order;
 
@@ -54,7 +55,7 @@ pub async fn run(
     timeout: Duration,
     on_done: impl Fn() + Send + Sync + 'static,
 ) -> Vec<NaiveResult> {
-    let start = tokio::time::Instant::now();
+    let start = Instant::now();
     let http = reqwest::Client::builder().timeout(timeout).build().unwrap_or_default();
     let url = format!("{base_url}/v1/charges");
     let permits = Arc::new(Semaphore::new(concurrency));
@@ -67,7 +68,7 @@ pub async fn run(
         tasks.spawn(async move {
             tokio::time::sleep_until(arrives).await;
             let _permit = permits.acquire_owned().await;
-            let result = charge(&http, &url, &order, arrives.into_std()).await;
+            let result = charge(&http, &url, &order, arrives).await;
             on_done();
             result
         });

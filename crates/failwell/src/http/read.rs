@@ -12,7 +12,7 @@
 //! The last-known-good answers live in memory: a restart forgets them.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
@@ -93,7 +93,7 @@ pub(crate) async fn read(
                     let good = Good {
                         status: reply.status,
                         response: reply.body.clone().unwrap_or(Value::Null),
-                        at: Instant::now(),
+                        at: failwell_engine::clock::monotonic(),
                         at_ms: failwell_engine::now_ms(),
                     };
                     // Kept only where it may be served stale.

@@ -11,7 +11,6 @@
 //! and each refusal has its own problem type and metric label.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -94,7 +93,7 @@ pub(crate) async fn receive(
             ));
         }
     };
-    let verified = source.verifier.verify(&headers, &body, SystemTime::now()).map_err(|e| {
+    let verified = source.verifier.verify(&headers, &body, failwell_engine::clock::wall()).map_err(|e| {
         refused(e.kind());
         signature_problem(&e)
     })?;

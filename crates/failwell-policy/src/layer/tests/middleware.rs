@@ -69,7 +69,7 @@ async fn server(script: Vec<Answer>) -> (String, Arc<Mutex<Vec<SystemTime>>>) {
                     filled = 0;
                     let n = {
                         let mut seen = seen.lock().unwrap();
-                        seen.push(SystemTime::now());
+                        seen.push(crate::clock::wall());
                         seen.len() - 1
                     };
                     let a = &script[n.min(script.len() - 1)];
@@ -105,7 +105,7 @@ fn quick_retry(attempts: u32) -> Retry {
 #[tokio::test]
 async fn a_retry_after_date_is_honoured_never_early() {
     // HTTP dates have whole seconds: ask for the second after next.
-    let date = SystemTime::now() + Duration::from_secs(2);
+    let date = crate::clock::wall() + Duration::from_secs(2);
     let (url, arrivals) = server(vec![
         answer("503 Service Unavailable", &[("retry-after", &httpdate::fmt_http_date(date))], ""),
         answer("200 OK", &[], "{}"),
@@ -142,7 +142,7 @@ async fn a_keyless_post_is_not_retried_after_a_502_but_a_keyed_one_is() {
 async fn a_stalled_body_times_the_attempt_out() {
     let (url, arrivals) = server(vec![stalled_body(), answer("200 OK", &[], "{\"ok\":true}")]).await;
     let policy = Policy::new().classify(classifier()).retry(quick_retry(2)).attempt_timeout(ms(300));
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let response = client(policy).get(&url).send().await.unwrap();
     assert_eq!(response.text().await.unwrap(), "{\"ok\":true}");
     assert_eq!(arrivals.lock().unwrap().len(), 2, "the stalled attempt timed out and was retried");
@@ -243,7 +243,7 @@ async fn the_phase_timeouts_bound_headers_and_body_pauses() {
     let policy = Policy::new().classify(classifier()).retry(quick_retry(2)).attempt_timeout(ms(5_000));
     let middleware = PolicyMiddleware::new(policy).phase_timeouts(ms(1_000), ms(150));
     let client = ClientBuilder::new(reqwest::Client::new()).with(middleware).build();
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     assert_eq!(client.get(&url).send().await.unwrap().status(), 200);
     assert_eq!(arrivals.lock().unwrap().len(), 2, "the stalled body ended the first attempt");
     assert!(started.elapsed() < ms(2_000), "the body idle limit, not the 5 s attempt timeout");
