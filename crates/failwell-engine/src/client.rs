@@ -140,6 +140,10 @@ impl CallResult {
 /// All configured providers' clients, by provider name.
 pub type Providers = BTreeMap<String, ProviderClient>;
 
+/// Provider descriptions by name, as the configuration gives them; each
+/// becomes a [`ProviderClient`] once, when a process starts.
+pub type ProviderSpecs = BTreeMap<String, ProviderSpec>;
+
 /// The client for one provider: the HTTP sender behind the provider's
 /// resilience policy (bulkhead, then circuit breaker, as
 /// `failwell_policy` layers), and the provider's retry budget.
@@ -287,6 +291,22 @@ impl ProviderClient {
         Self::with_breaker_store(spec, |name, config, _| Ok(DynStore::new(InProcess::new(name, config)?)))
     }
 
+    /// Checks the policies a client of `spec` would be built with (breaker
+    /// rules with the probe's timeout, bulkhead, retry budget, adaptive
+    /// rate), without building one: no connection pool, no metric series.
+    /// Errors: the policy that is invalid, as [`Self::new`] would report it.
+    pub fn check(spec: &ProviderSpec) -> Result<(), ClientError> {
+        if let Some(config) = &spec.breaker {
+            probed(config.clone(), spec).validate()?;
+        }
+        spec.bulkhead.validate()?;
+        spec.retry_budget.validate()?;
+        if let Some(throttle) = &spec.throttle {
+            throttle.validate()?;
+        }
+        Ok(())
+    }
+
     /// As [`new`](Self::new), with the breaker's state in the store `make`
     /// builds from the provider's name, breaker rules and adaptive rate
     /// (e.g. a breaker shared by a cluster, which also passes rate cuts
@@ -305,8 +325,7 @@ impl ProviderClient {
             .breaker
             .clone()
             .map(|config| {
-                let config =
-                    BreakerConfig { probe_timeout: spec.timeouts.total + Duration::from_secs(1), ..config };
+                let config = probed(config, &spec);
                 config.validate()?;
                 make(&spec.name, config, throttle.as_ref()).map(CircuitBreaker::with_store)
             })
@@ -812,6 +831,13 @@ fn transport_error(e: reqwest::Error) -> TransportError {
         source = cause.source();
     }
     TransportError { failure, kind, message }
+}
+
+/// The breaker rules of `spec` with their probe bounded by the attempt's
+/// own total timeout plus a second of slack, so a probe never ends as
+/// anything but a recorded call.
+fn probed(config: BreakerConfig, spec: &ProviderSpec) -> BreakerConfig {
+    BreakerConfig { probe_timeout: spec.timeouts.total + Duration::from_secs(1), ..config }
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, InvalidHeaderValue, 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::Attempt;
+use crate::client::{Attempt, Providers};
 use crate::pump::{Queue, RelayConfig, pump};
 use crate::{ProviderClient, now_ms};
 
@@ -45,6 +45,32 @@ pub struct ForwardTarget {
 
 /// Forward targets by integration name.
 pub type ForwardTargets = BTreeMap<String, ForwardTarget>;
+
+/// Where one integration's events go, as the configuration says it
+/// (`[webhooks.NAME.forward]`); a [`ForwardTarget`] once the provider's
+/// client is built.
+#[derive(Clone, Debug)]
+pub struct ForwardSpec {
+    /// The configured provider that is the application's endpoint.
+    pub provider: String,
+    /// Path below its base URL, e.g. `/hooks/stripe`.
+    pub path: String,
+    /// The Standard Webhooks secret failwell signs with (`whsec_` followed
+    /// by base64).
+    pub secret: String,
+}
+
+/// Forward specs by integration name.
+pub type ForwardSpecs = BTreeMap<String, ForwardSpec>;
+
+impl ForwardSpec {
+    /// The target, with the client built for its provider; `None` when
+    /// `providers` has no client of that name.
+    pub fn target(&self, providers: &Providers) -> Option<ForwardTarget> {
+        let client = providers.get(&self.provider)?.clone();
+        Some(ForwardTarget { client, path: self.path.clone(), secret: self.secret.clone() })
+    }
+}
 
 /// The forwarder (see the module docs).
 #[derive(Debug)]

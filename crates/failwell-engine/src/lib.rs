@@ -34,10 +34,10 @@ use std::time::Duration;
 pub use alerts::{
     AgeAlert, AlertSink, SinkRefusal, compare_and_alert, deliver, run_schedule, send_queued, watch_age,
 };
-pub use client::{CallRequest, CallResult, ClientError, Guards, ProviderClient, Providers};
+pub use client::{CallRequest, CallResult, ClientError, Guards, ProviderClient, ProviderSpecs, Providers};
 pub use clock::now_ms;
 pub use compare::{CompareError, Compared, ListError, compare};
-pub use forwarder::{ForwardTarget, ForwardTargets, Forwarder};
+pub use forwarder::{ForwardSpec, ForwardSpecs, ForwardTarget, ForwardTargets, Forwarder};
 pub use ingest::{INGEST_LINGER, Ingest};
 pub use provider::{
     ClusterRule, CompareSpec, Encoding, LookupSpec, OperationSpec, PauseRule, PauseWhen, ProviderSpec,

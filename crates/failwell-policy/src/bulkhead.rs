@@ -87,13 +87,22 @@ impl fmt::Debug for Bulkhead {
     }
 }
 
+impl BulkheadConfig {
+    /// Checks the limits: `max_concurrent` is at least 1
+    /// ([`BulkheadConfigError::ZeroConcurrency`]).
+    pub fn validate(&self) -> Result<(), BulkheadConfigError> {
+        if self.max_concurrent == 0 {
+            return Err(BulkheadConfigError::ZeroConcurrency);
+        }
+        Ok(())
+    }
+}
+
 impl Bulkhead {
     /// A bulkhead named `name` (for errors, logs and metrics). Errors when
     /// `max_concurrent` is zero.
     pub fn new(name: &str, config: BulkheadConfig) -> Result<Self, BulkheadConfigError> {
-        if config.max_concurrent == 0 {
-            return Err(BulkheadConfigError::ZeroConcurrency);
-        }
+        config.validate()?;
         let name: Arc<str> = Arc::from(name);
         Ok(Self {
             inner: Arc::new(Inner {

@@ -17,13 +17,12 @@ use crate::config::Config;
 
 /// The report for a loaded configuration.
 pub fn report(config: &Config) -> String {
-    let operations: usize = config.providers.values().map(|c| c.spec().operations.len()).sum();
+    let operations: usize = config.providers.values().map(|spec| spec.operations.len()).sum();
     let mut out = format!(
         "{} provider(s), {operations} operation(s); every manifest rule holds.\n",
         config.providers.len()
     );
-    for client in config.providers.values() {
-        let spec = client.spec();
+    for spec in config.providers.values() {
         for (name, operation) in &spec.operations {
             out.push('\n');
             operation_report(&mut out, spec, name, operation, config);

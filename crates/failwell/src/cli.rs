@@ -48,6 +48,9 @@ pub enum CliError {
     /// A reconciliation failed.
     #[error(transparent)]
     Ops(#[from] OpsError),
+    /// A provider's client could not be built.
+    #[error("cannot build the providers' clients")]
+    Clients(#[source] failwell_engine::ClientError),
     /// The answer could not be written as JSON.
     #[error("cannot write the answer as JSON")]
     Json(#[from] serde_json::Error),
@@ -257,7 +260,9 @@ pub async fn dlq(common: Common, command: DlqCommand) -> Result<ExitCode, CliErr
 pub async fn reconcile(common: Common, args: ReconcileArgs) -> Result<ExitCode, CliError> {
     let (config, store) = open(&common).await?;
     let sink = config.alerts.as_ref().map(|a| a.sink.clone());
-    let providers = Arc::clone(&config.providers);
+    let (providers, _) =
+        crate::clients(&config.providers, &config.forwards, None).map_err(CliError::Clients)?;
+    let providers = Arc::new(providers);
     let run = ops::reconcile_run(
         &store,
         &providers,

@@ -19,7 +19,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use failwell_cluster::Cluster;
-use failwell_engine::{Engine, EngineConfig, ForwardTarget, ForwardTargets, ProviderClient, Providers};
+use failwell_engine::{
+    Engine, EngineConfig, ForwardSpecs, ForwardTargets, ProviderClient, ProviderSpecs, Providers,
+};
 use failwell_policy::Bulkhead;
 use failwell_store::{Store, StoreError};
 use tokio::net::TcpListener;
@@ -45,43 +47,41 @@ pub enum StartError {
     Cluster(#[source] failwell_engine::ClientError),
 }
 
-/// The providers (and the forward targets, which are providers too) with
-/// their breakers shared through `cluster`: the same clients, each breaker's
-/// state in the cluster's store under the provider's name, tripped by the
-/// provider's [`failwell_engine::ClusterRule`], and each adaptive rate cut
-/// when another process cuts its own. Errors: a provider's client
-/// cannot be rebuilt.
-fn share(
-    providers: &Providers,
-    forwards: &ForwardTargets,
-    cluster: &Cluster,
+/// Every provider's client, built once from its spec, and the forward
+/// targets on them. With a `cluster`, each breaker's state is in the
+/// cluster's store under the provider's name, tripped by the provider's
+/// [`failwell_engine::ClusterRule`], and each adaptive rate is cut when
+/// another process cuts its own; without one, each breaker is this
+/// process's own. Errors: a client cannot be built (its HTTP client, or
+/// its shared breaker).
+pub fn clients(
+    specs: &ProviderSpecs,
+    forwards: &ForwardSpecs,
+    cluster: Option<&Cluster>,
 ) -> Result<(Providers, ForwardTargets), failwell_engine::ClientError> {
-    let mut shared = Providers::new();
-    for (name, client) in providers {
-        let spec = client.spec().clone();
-        let rule = spec.cluster_rule;
-        let client = ProviderClient::with_breaker_store(spec, |name, config, throttle| {
-            match cluster.breaker(name, config, rule.failures, rule.window) {
-                Ok(store) => {
+    let mut providers = Providers::new();
+    for (name, spec) in specs {
+        let client = match cluster {
+            None => ProviderClient::new(spec.clone())?,
+            Some(cluster) => {
+                let rule = spec.cluster_rule;
+                ProviderClient::with_breaker_store(spec.clone(), |name, config, throttle| {
+                    let store = cluster
+                        .breaker(name, config, rule.failures, rule.window)
+                        .map_err(|e| failwell_engine::ClientError::Store(Box::new(e)))?;
                     if let Some(throttle) = throttle {
                         store.follow(throttle.clone());
                     }
                     Ok(failwell_policy::DynStore::new(store))
-                }
-                Err(e) => Err(failwell_engine::ClientError::Store(Box::new(e))),
+                })?
             }
-        })?;
-        shared.insert(name.clone(), client);
+        };
+        providers.insert(name.clone(), client);
     }
-    let forwards = forwards
-        .iter()
-        .map(|(name, target)| {
-            let client =
-                shared.get(&target.client.spec().name).cloned().unwrap_or_else(|| target.client.clone());
-            (name.clone(), ForwardTarget { client, ..target.clone() })
-        })
-        .collect();
-    Ok((shared, forwards))
+    // Validation made sure each forward's provider is configured.
+    let forwards =
+        forwards.iter().filter_map(|(name, f)| Some((name.clone(), f.target(&providers)?))).collect();
+    Ok((providers, forwards))
 }
 
 /// The process's Prometheus recorder, installed on the first call; `None`
@@ -126,21 +126,22 @@ impl Server {
     pub async fn start(config: Config, listener: TcpListener) -> Result<Self, StartError> {
         let addr = listener.local_addr().map_err(StartError::Listener)?;
         let store = Store::open(&config.database_url, config.store_options()).await?;
-        let (cluster, providers, forwards) = match config.cluster {
+        let cluster = match config.cluster {
             Some(cluster_config) => {
                 let cluster = Cluster::start(cluster_config)
                     .map_err(|e| StartError::Cluster(failwell_engine::ClientError::Store(Box::new(e))))?;
-                let (providers, forwards) =
-                    share(&config.providers, &config.forwards, &cluster).map_err(StartError::Cluster)?;
                 tracing::info!(
                     store = cluster.store(),
                     owner = cluster.owner(),
                     "breakers shared with the cluster"
                 );
-                (Some(cluster), Arc::new(providers), Arc::new(forwards))
+                Some(cluster)
             }
-            None => (None, config.providers, config.forwards),
+            None => None,
         };
+        let (providers, forwards) =
+            clients(&config.providers, &config.forwards, cluster.as_ref()).map_err(StartError::Cluster)?;
+        let (providers, forwards) = (Arc::new(providers), Arc::new(forwards));
         telemetry::start_at_zero(
             providers.iter().map(|(name, client)| (name.as_str(), client.guards().breaker.is_some())),
             config.webhooks.iter().map(|(name, source)| (name.as_str(), source.forward)),

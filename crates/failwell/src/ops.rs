@@ -3,6 +3,7 @@
 //! letters, run a reconciliation, follow one operation's history. Plus the
 //! plain-text renderings the command line prints.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
@@ -148,15 +149,15 @@ pub struct ComparisonRun {
     pub alert: &'static str,
 }
 
-/// The names of the configured providers, so integrations without any
-/// activity still have a row.
-pub fn known(providers: &Providers) -> Vec<String> {
-    providers.keys().cloned().collect()
-}
-
-/// The four numbers of every integration as of now over `window`.
-pub async fn stats(store: &Store, providers: &Providers, window: Duration) -> Result<Stats, StoreError> {
-    store.stats(failwell_engine::now_ms(), window.as_millis() as u64, &known(providers)).await
+/// The four numbers of every integration as of now over `window`, with a
+/// row for each name of `providers` (clients or specs), active or not.
+pub async fn stats<P>(
+    store: &Store,
+    providers: &BTreeMap<String, P>,
+    window: Duration,
+) -> Result<Stats, StoreError> {
+    let known: Vec<String> = providers.keys().cloned().collect();
+    store.stats(failwell_engine::now_ms(), window.as_millis() as u64, &known).await
 }
 
 /// Looks up every unknown operation now (and once more, after the

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use failwell_engine::{Providers, ReconcilerConfig, RelayConfig};
+use failwell_engine::{ReconcilerConfig, RelayConfig};
 use failwell_store::Synchronous;
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
@@ -54,6 +54,7 @@ pub enum ConfigError {
 
 mod raw;
 mod validate;
+mod webhooks;
 
 use raw::RawConfig;
 
@@ -78,12 +79,13 @@ pub struct Config {
     pub forwarder: RelayConfig,
     /// Reconciler settings.
     pub reconciler: ReconcilerConfig,
-    /// Provider clients by name.
-    pub providers: Arc<Providers>,
+    /// The providers, as descriptions: each becomes a client once, when a
+    /// process starts ([`crate::clients`]).
+    pub providers: failwell_engine::ProviderSpecs,
     /// Webhook sources by integration name.
     pub webhooks: Arc<failwell_engine::Webhooks>,
-    /// Where webhook events are forwarded, by integration name.
-    pub forwards: Arc<failwell_engine::ForwardTargets>,
+    /// Where each webhook integration's events are forwarded.
+    pub forwards: failwell_engine::ForwardSpecs,
     /// Breakers and pauses shared with the other processes (`[cluster]`;
     /// `None`: each process has its own).
     pub cluster: Option<failwell_cluster::ClusterConfig>,
