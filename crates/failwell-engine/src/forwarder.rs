@@ -27,7 +27,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{Attempt, Providers};
-use crate::pump::{Queue, RelayConfig, pump};
+use crate::pump::{Queue, PumpConfig, pump};
 use crate::{ProviderClient, now_ms};
 
 /// Where one integration's events go.
@@ -76,13 +76,13 @@ impl ForwardSpec {
 #[derive(Debug)]
 pub struct Forwarder {
     queue: Arc<ForwardQueue>,
-    config: RelayConfig,
+    config: PumpConfig,
     wake: Arc<Notify>,
 }
 
 impl Forwarder {
     /// A forwarder over `store` for `targets`, woken early through `wake`.
-    pub fn new(store: Store, targets: Arc<ForwardTargets>, config: RelayConfig, wake: Arc<Notify>) -> Self {
+    pub fn new(store: Store, targets: Arc<ForwardTargets>, config: PumpConfig, wake: Arc<Notify>) -> Self {
         Self { queue: Arc::new(ForwardQueue { store, targets }), config, wake }
     }
 

@@ -43,7 +43,7 @@ pub use provider::{
     ClusterRule, CompareSpec, Encoding, LookupSpec, OperationSpec, PauseRule, PauseWhen, ProviderSpec,
     TimeUnit,
 };
-pub use pump::RelayConfig;
+pub use pump::PumpConfig;
 pub use reads::ReadCache;
 pub use reconciler::{Reconciler, ReconcilerConfig};
 pub use relay::Relay;
@@ -80,9 +80,9 @@ pub struct EngineConfig {
     /// Where events are forwarded.
     pub forwards: Arc<ForwardTargets>,
     /// The relay's settings.
-    pub relay: RelayConfig,
+    pub relay: PumpConfig,
     /// The forwarder's settings.
-    pub forwarder: RelayConfig,
+    pub forwarder: PumpConfig,
     /// The reconciler's settings.
     pub reconciler: ReconcilerConfig,
     /// Retention of delivered messages (`None`: kept).

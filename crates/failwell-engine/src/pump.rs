@@ -17,7 +17,7 @@ use crate::now_ms;
 
 /// Settings of a queue's pump (the relay's, the forwarder's).
 #[derive(Clone, Debug)]
-pub struct RelayConfig {
+pub struct PumpConfig {
     /// Items worked at once.
     pub concurrency: usize,
     /// Items claimed per query.
@@ -133,7 +133,7 @@ const CLAIMERS: usize = 2;
 /// and when the queue is quiet only one polls.
 pub(crate) async fn pump<Q: Queue>(
     queue: Arc<Q>,
-    config: RelayConfig,
+    config: PumpConfig,
     wake: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
@@ -176,7 +176,7 @@ pub(crate) async fn pump<Q: Queue>(
 /// What the claim loops of one pump share.
 struct Claims<Q: Queue> {
     queue: Arc<Q>,
-    config: RelayConfig,
+    config: PumpConfig,
     /// One per item in hand, from its claim until its work is done.
     permits: Arc<Semaphore>,
     /// The fewest free permits a claim waits for.

@@ -23,20 +23,20 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::Providers;
 use crate::client::{Attempt, CallResult};
-use crate::pump::{Queue, RelayConfig, pump};
+use crate::pump::{Queue, PumpConfig, pump};
 use crate::{ProviderClient, now_ms};
 
 /// The outbox relay (see the module docs).
 #[derive(Debug)]
 pub struct Relay {
     outbox: Arc<OutboxQueue>,
-    config: RelayConfig,
+    config: PumpConfig,
     wake: Arc<Notify>,
 }
 
 impl Relay {
     /// A relay over `store`, woken early through `wake`.
-    pub fn new(store: Store, providers: Arc<Providers>, config: RelayConfig, wake: Arc<Notify>) -> Self {
+    pub fn new(store: Store, providers: Arc<Providers>, config: PumpConfig, wake: Arc<Notify>) -> Self {
         Self {
             outbox: Arc::new(OutboxQueue { store, providers, strays_at_ms: AtomicI64::new(0) }),
             config,

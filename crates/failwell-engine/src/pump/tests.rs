@@ -67,8 +67,8 @@ impl Queue for Ids {
     }
 }
 
-fn config(concurrency: usize, batch_size: u32, poll_interval: Duration) -> RelayConfig {
-    RelayConfig { concurrency, batch_size, poll_interval, lease: Duration::from_secs(30) }
+fn config(concurrency: usize, batch_size: u32, poll_interval: Duration) -> PumpConfig {
+    PumpConfig { concurrency, batch_size, poll_interval, lease: Duration::from_secs(30) }
 }
 
 struct Running {
@@ -78,7 +78,7 @@ struct Running {
     pump: tokio::task::JoinHandle<()>,
 }
 
-fn start(backlog: i64, config: RelayConfig) -> Running {
+fn start(backlog: i64, config: PumpConfig) -> Running {
     let queue = Arc::new(Ids { due: Mutex::new((0..backlog).collect()), ..Ids::default() });
     let (wake, shutdown) = (Arc::new(Notify::new()), CancellationToken::new());
     let pump = tokio::spawn(pump(queue.clone(), config, wake.clone(), shutdown.clone()));

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use failwell_engine::{ReconcilerConfig, RelayConfig};
+use failwell_engine::{ReconcilerConfig, PumpConfig};
 use failwell_store::Synchronous;
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
@@ -74,9 +74,9 @@ pub struct Config {
     /// The API's own limits.
     pub api: ApiLimits,
     /// Relay settings.
-    pub relay: RelayConfig,
+    pub relay: PumpConfig,
     /// Forwarder settings (`[forwarder]`, the same keys as `[relay]`).
-    pub forwarder: RelayConfig,
+    pub forwarder: PumpConfig,
     /// Reconciler settings.
     pub reconciler: ReconcilerConfig,
     /// The providers, as descriptions: each becomes a client once, when a

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use failwell_engine::{
     ClusterRule, CompareSpec, Encoding, ForwardSpecs, LookupSpec, OperationSpec, PauseRule, PauseWhen,
-    ProviderClient, ProviderSpec, ProviderSpecs, ReconcilerConfig, RelayConfig, RetentionConfig, Schedule,
+    ProviderClient, ProviderSpec, ProviderSpecs, ReconcilerConfig, PumpConfig, RetentionConfig, Schedule,
     TimeUnit,
 };
 use failwell_policy::{
@@ -150,7 +150,7 @@ fn manifest(
 }
 
 /// `[relay]` or `[forwarder]`: a queue's pump.
-fn pump(c: &Checker<'_>, section: &str, raw: &RawRelay) -> Result<RelayConfig, ConfigError> {
+fn pump(c: &Checker<'_>, section: &str, raw: &RawRelay) -> Result<PumpConfig, ConfigError> {
     let key = |k: &str| format!("{section}.{k}");
     if raw.concurrency == 0 || raw.concurrency > MAX_CONCURRENCY {
         return Err(c.invalid(key("concurrency"), format!("must be between 1 and {MAX_CONCURRENCY}")));
@@ -158,7 +158,7 @@ fn pump(c: &Checker<'_>, section: &str, raw: &RawRelay) -> Result<RelayConfig, C
     if raw.batch_size == 0 {
         return Err(c.invalid(key("batch_size"), "must be greater than 0"));
     }
-    Ok(RelayConfig {
+    Ok(PumpConfig {
         concurrency: raw.concurrency,
         batch_size: raw.batch_size,
         poll_interval: c.positive(&key("poll_interval_ms"), raw.poll_interval_ms)?,
