@@ -27,7 +27,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{Attempt, Providers};
-use crate::pump::{Queue, PumpConfig, pump};
+use crate::pump::{PumpConfig, Queue, pump};
 use crate::{ProviderClient, now_ms};
 
 /// Where one integration's events go.

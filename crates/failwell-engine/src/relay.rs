@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::Providers;
 use crate::client::{Attempt, CallResult};
-use crate::pump::{Queue, PumpConfig, pump};
+use crate::pump::{PumpConfig, Queue, pump};
 use crate::{ProviderClient, now_ms};
 
 /// The outbox relay (see the module docs).

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use failwell_engine::{ReconcilerConfig, PumpConfig};
+use failwell_engine::{PumpConfig, ReconcilerConfig};
 use failwell_store::Synchronous;
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
@@ -52,6 +52,7 @@ pub enum ConfigError {
     },
 }
 
+mod providers;
 mod raw;
 mod validate;
 mod webhooks;
