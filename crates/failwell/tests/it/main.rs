@@ -6,6 +6,8 @@
 // `clippy.toml` otherwise keeps to the clock modules.
 #![allow(clippy::disallowed_methods)]
 
+mod admin;
+mod alerting;
 mod api;
 mod cluster;
 mod config;
