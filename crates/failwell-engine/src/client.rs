@@ -24,30 +24,24 @@
 //! sent is the safe side.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use failwell_policy::{
-    BreakerConfig, BreakerConfigError, Bulkhead, BulkheadConfigError, CallOutcome, CircuitBreaker,
-    Classification, Classifier, Classify, DynStore, InProcess, Observed, Policy, PolicyError, PolicyService,
-    Rejected, RetryBudget, RetryBudgetConfigError, Throttle, ThrottleConfigError, TransportFailure,
-    parse_retry_after,
+    BreakerConfig, BreakerConfigError, Bulkhead, BulkheadConfigError, CircuitBreaker, DynStore, InProcess,
+    Observed, Policy, PolicyError, PolicyService, Rejected, RetryBudget, RetryBudgetConfigError, Throttle,
+    ThrottleConfigError, TransportFailure,
 };
 use failwell_store::Operation;
 use rand::Rng;
 use reqwest::Url;
-use reqwest::header::RETRY_AFTER;
 use serde_json::Value;
-use tower::Service;
 use tower::{Layer, ServiceExt};
 
-use crate::provider::{Encoding, OperationSpec, ProviderSpec};
+use crate::provider::{OperationSpec, ProviderSpec};
 
 /// A provider's answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -582,257 +576,6 @@ impl ProviderClient {
     }
 }
 
-/// Judges a provider's answers for the breaker: only failures that count as
-/// an outage ([`Classifier::counts_as_outage`]) are failures; a declined card
-/// is the provider working. With an adaptive rate, a throttling answer is
-/// neither: the provider is there and asks to slow down, which the rate
-/// (not the breaker) does. The relay owns retries, so nothing is retried
-/// here.
-#[derive(Clone, Debug)]
-struct CallClassifier {
-    classifier: Classifier,
-    error_code_pointer: String,
-    /// What is throttling, when the provider has an adaptive rate.
-    throttling: Option<crate::PauseRule>,
-}
-
-impl Classify<CallRequest, CallResult, PolicyError<Infallible>> for CallClassifier {
-    fn classify(
-        &self,
-        _: &CallRequest,
-        result: &Result<CallResult, PolicyError<Infallible>>,
-    ) -> Option<Classification> {
-        match result {
-            Ok(call) if !call.is_success() => {
-                Some(self.classifier.classify(call.observed(&self.error_code_pointer)))
-            }
-            _ => None,
-        }
-    }
-
-    fn breaker_outcome(&self, result: &Result<CallResult, PolicyError<Infallible>>) -> CallOutcome {
-        match result {
-            Ok(call) if call.is_success() => CallOutcome::Success,
-            Ok(CallResult { response: Ok(reply), .. })
-                if self
-                    .throttling
-                    .as_ref()
-                    .is_some_and(|rule| rule.is_throttling(reply.status, reply.retry_after.is_some())) =>
-            {
-                CallOutcome::Ignored
-            }
-            // A request that could not be built (a header value no HTTP
-            // request can carry) never reached the provider and says
-            // nothing about it.
-            Ok(CallResult { response: Err(e), .. }) if e.kind == NOT_BUILT => CallOutcome::Ignored,
-            Ok(call) if self.classifier.counts_as_outage(call.observed(&self.error_code_pointer)) => {
-                CallOutcome::Failure
-            }
-            Ok(_) => CallOutcome::Success,
-            Err(_) => CallOutcome::Ignored,
-        }
-    }
-}
-
-/// The HTTP side of a client: one call, one [`CallResult`].
-#[derive(Clone, Debug)]
-struct Sender {
-    spec: Arc<ProviderSpec>,
-    http: reqwest::Client,
-}
-
-impl Service<CallRequest> for Sender {
-    type Response = CallResult;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<CallResult, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: CallRequest) -> Self::Future {
-        let sender = self.clone();
-        Box::pin(async move {
-            Ok(match req {
-                CallRequest::Send { operation, op, timeout } => sender.send(&operation, &op, timeout).await,
-                CallRequest::Lookup { reference } => match sender.lookup(&reference).await {
-                    Some(result) => result,
-                    None => failed_before_send("the provider has no status lookup".into()),
-                },
-                CallRequest::Read { url, query } => sender.read(url, &query).await,
-                CallRequest::Deliver { path, headers, body, timeout } => {
-                    sender.deliver(&path, headers, body, timeout).await
-                }
-            })
-        })
-    }
-}
-
-impl Sender {
-    /// Sends `op` once within `min(timeout, provider timeout)`.
-    async fn send(&self, spec: &OperationSpec, op: &Operation, timeout: Duration) -> CallResult {
-        let mut request = self.http.request(spec.method.clone(), spec.url.clone());
-        if spec.send_key
-            && let Some(header) = &self.spec.idempotency.header
-        {
-            request = request.header(header.as_str(), op.provider_key.as_str());
-        }
-        request = match spec.encoding {
-            Encoding::Json => request.json(&op.payload),
-            Encoding::Form => request.form(&form_fields(&op.payload)),
-        };
-        self.execute(request, timeout.min(self.spec.timeouts.total)).await
-    }
-
-    async fn lookup(&self, reference: &str) -> Option<CallResult> {
-        let lookup = self.spec.lookup.as_ref()?;
-        let request = self.http.get(lookup.url.clone()).query(&[(lookup.query_param.as_str(), reference)]);
-        Some(self.execute(request, self.spec.timeouts.total).await)
-    }
-
-    async fn read(&self, mut url: Url, query: &str) -> CallResult {
-        url.set_query((!query.is_empty()).then_some(query));
-        self.execute(self.http.get(url), self.spec.timeouts.total).await
-    }
-
-    async fn deliver(
-        &self,
-        path: &str,
-        headers: reqwest::header::HeaderMap,
-        body: Vec<u8>,
-        timeout: Duration,
-    ) -> CallResult {
-        match self.spec.base_url.join(path) {
-            Ok(url) => {
-                let request = self.http.post(url).headers(headers).body(body);
-                self.execute(request, timeout.min(self.spec.timeouts.total)).await
-            }
-            Err(e) => failed_before_send(format!("invalid URL: {e}")),
-        }
-    }
-
-    /// Sends `request` and reads the whole answer within `total`, under the
-    /// provider's headers and body idle limits (see the module table).
-    async fn execute(&self, request: reqwest::RequestBuilder, total: Duration) -> CallResult {
-        let started_at_ms = crate::now_ms();
-        let start = tokio::time::Instant::now();
-        let deadline = start.checked_add(total).unwrap_or_else(far_future);
-        let response = async {
-            let headers = Phase::new(deadline, total, self.spec.timeouts.headers, "headers_timeout");
-            let mut response = headers.run(request.send()).await?;
-            let status = response.status().as_u16();
-            let retry_after = response
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| parse_retry_after(v, crate::clock::wall()));
-            let mut body = Vec::new();
-            loop {
-                let idle = Phase::new(deadline, total, self.spec.timeouts.body_idle, "body_idle_timeout");
-                match idle.run(response.chunk()).await? {
-                    Some(chunk) => body.extend_from_slice(&chunk),
-                    None => break,
-                }
-            }
-            Ok::<_, TransportError>(Reply { status, body: serde_json::from_slice(&body).ok(), retry_after })
-        }
-        .await;
-        CallResult { started_at_ms, duration: start.elapsed(), response }
-    }
-}
-
-/// One wait of a call: for the headers, or for the next body chunk. It ends
-/// at its own limit or at the total's deadline, whichever comes first, and
-/// names the one that ended it.
-struct Phase {
-    until: tokio::time::Instant,
-    kind: &'static str,
-    message: String,
-}
-
-impl Phase {
-    /// A wait starting now, limited to `limit` (reported as `kind`) and to
-    /// `deadline`, the end of the attempt's `total` (reported as `timeout`).
-    fn new(deadline: tokio::time::Instant, total: Duration, limit: Duration, kind: &'static str) -> Self {
-        let own = tokio::time::Instant::now().checked_add(limit).unwrap_or(deadline);
-        if own < deadline {
-            let what = if kind == "headers_timeout" { "no response headers" } else { "no body data" };
-            Self { until: own, kind, message: format!("{what} within {} ms", limit.as_millis()) }
-        } else {
-            let message = format!("no complete response within {} ms", total.as_millis());
-            Self { until: deadline, kind: "timeout", message }
-        }
-    }
-
-    /// Runs `wait` until this phase ends; its expiry is a failure after send.
-    async fn run<T>(
-        self,
-        wait: impl Future<Output = Result<T, reqwest::Error>>,
-    ) -> Result<T, TransportError> {
-        match tokio::time::timeout_at(self.until, wait).await {
-            Ok(result) => result.map_err(transport_error),
-            Err(_) => Err(TransportError {
-                failure: TransportFailure::AfterSend,
-                kind: self.kind,
-                message: self.message,
-            }),
-        }
-    }
-}
-
-/// A deadline no call reaches (for a total too large to add to now).
-fn far_future() -> tokio::time::Instant {
-    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365 * 30)
-}
-
-/// Top-level payload fields as form pairs; nested values are sent as JSON text.
-fn form_fields(payload: &Value) -> Vec<(String, String)> {
-    payload
-        .as_object()
-        .map(|fields| {
-            fields
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_owned)))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The [`TransportError::kind`] of a request that could not be built, or
-/// had nowhere to go: nothing was sent.
-const NOT_BUILT: &str = "request";
-
-fn failed_before_send(message: String) -> CallResult {
-    CallResult {
-        started_at_ms: crate::now_ms(),
-        duration: Duration::ZERO,
-        response: Err(TransportError { failure: TransportFailure::NotSent, kind: NOT_BUILT, message }),
-    }
-}
-
-/// Reduces a reqwest error to whether the request can have been sent.
-fn transport_error(e: reqwest::Error) -> TransportError {
-    let (failure, kind) = if e.is_connect() {
-        (TransportFailure::NotSent, "connect")
-    } else if e.is_builder() {
-        (TransportFailure::NotSent, NOT_BUILT)
-    } else if e.is_timeout() {
-        (TransportFailure::AfterSend, "timeout")
-    } else if e.is_body() || e.is_decode() {
-        (TransportFailure::AfterSend, "body")
-    } else {
-        (TransportFailure::AfterSend, "reset")
-    };
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    TransportError { failure, kind, message }
-}
-
 /// The breaker rules of `spec` with their probe bounded by the attempt's
 /// own total timeout plus a second of slack, so a probe never ends as
 /// anything but a recorded call.
@@ -840,5 +583,8 @@ fn probed(config: BreakerConfig, spec: &ProviderSpec) -> BreakerConfig {
     BreakerConfig { probe_timeout: spec.timeouts.total + Duration::from_secs(1), ..config }
 }
 
+mod sender;
+
+use sender::{CallClassifier, Sender};
 #[cfg(test)]
 mod tests;
