@@ -26,6 +26,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use super::*;
+use crate::clock::nanos;
 
 const BUCKETS: u64 = 10;
 
