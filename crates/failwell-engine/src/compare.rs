@@ -17,12 +17,14 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
-use failwell_policy::{Discrepancy, DiscrepancyKind, OurRecord, OurStatus, TheirRecord, TheirStatus};
+use failwell_policy::{
+    Discrepancy, DiscrepancyKind, OurRecord, OurStatus, Rejected, TheirRecord, TheirStatus,
+};
 use failwell_store::{NewReport, Operation, OperationStatus, Store, StoreError};
 use reqwest::Url;
 use serde_json::{Value, json};
 
-use crate::client::{CallResult, ProviderClient};
+use crate::client::{CallResult, ProviderClient, TransportError};
 use crate::provider::LookupSpec;
 
 /// How the provider lists its records by creation time (defaults: Stripe's
@@ -69,6 +71,31 @@ pub enum TimeUnit {
 
 const DAY_MS: i64 = 86_400_000;
 
+/// How a schedule is written, in the errors of [`Schedule::parse`].
+const SPELLED: &str = "write \"daily HH:MM\" (UTC) or \"every N\" with N like 30s, 15m, 6h or 1d";
+
+/// Why a schedule is not one; each variant holds the text as written and
+/// says how a schedule is spelled.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    /// `daily` is not followed by `HH:MM`.
+    #[error("{0:?} is not HH:MM; {SPELLED}", SPELLED = SPELLED)]
+    NotHhMm(String),
+    /// `daily HH:MM` names no time of day (hour 0–23, minute 0–59, two
+    /// digits each).
+    #[error("{0:?} is not a time of day HH:MM; {SPELLED}", SPELLED = SPELLED)]
+    NotTimeOfDay(String),
+    /// `every` is not followed by a count and a unit (`s`, `m`, `h`, `d`).
+    #[error("{0:?} is not a period; {SPELLED}", SPELLED = SPELLED)]
+    NotPeriod(String),
+    /// `every N` is under 1 s or over 366 days.
+    #[error("{0:?} must be between 1s and 366d")]
+    OutOfRange(String),
+    /// The text starts with neither `daily` nor `every`, or has more words.
+    #[error("{0:?} is not a schedule; {SPELLED}", SPELLED = SPELLED)]
+    NotSchedule(String),
+}
+
 /// When a comparison runs, and over which window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schedule {
@@ -86,37 +113,37 @@ pub enum Schedule {
 }
 
 impl Schedule {
-    /// Parses `daily HH:MM` (UTC) or `every N{m|h|d}`. Errors: a sentence
-    /// saying what is wrong.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let spelled = "write \"daily HH:MM\" (UTC) or \"every N\" with N like 30s, 15m, 6h or 1d";
+    /// Parses `daily HH:MM` (UTC) or `every N{s|m|h|d}` (1 s to 366 d).
+    /// Errors: a [`ScheduleError`] saying what is wrong and how a schedule
+    /// is spelled.
+    pub fn parse(s: &str) -> Result<Self, ScheduleError> {
         let mut words = s.split_whitespace();
         match (words.next(), words.next(), words.next()) {
             (Some("daily"), Some(at), None) => {
-                let (h, m) = at.split_once(':').ok_or_else(|| format!("{at:?} is not HH:MM; {spelled}"))?;
+                let (h, m) = at.split_once(':').ok_or_else(|| ScheduleError::NotHhMm(at.to_owned()))?;
                 match (h.parse::<u32>(), m.parse::<u32>()) {
                     (Ok(h @ 0..=23), Ok(m @ 0..=59)) if at.len() == 5 => {
                         Ok(Self::Daily { minute: h * 60 + m })
                     }
-                    _ => Err(format!("{at:?} is not a time of day HH:MM; {spelled}")),
+                    _ => Err(ScheduleError::NotTimeOfDay(at.to_owned())),
                 }
             }
             (Some("every"), Some(n), None) => {
                 let (digits, unit) = n.split_at(n.find(|c: char| !c.is_ascii_digit()).unwrap_or(n.len()));
-                let count: u64 = digits.parse().map_err(|_| format!("{n:?} is not a period; {spelled}"))?;
+                let count: u64 = digits.parse().map_err(|_| ScheduleError::NotPeriod(n.to_owned()))?;
                 let seconds = match unit {
                     "s" => count,
                     "m" => count.saturating_mul(60),
                     "h" => count.saturating_mul(3600),
                     "d" => count.saturating_mul(86_400),
-                    _ => return Err(format!("{n:?} is not a period; {spelled}")),
+                    _ => return Err(ScheduleError::NotPeriod(n.to_owned())),
                 };
                 if seconds == 0 || seconds > 366 * 86_400 {
-                    return Err(format!("{n:?} must be between 1s and 366d"));
+                    return Err(ScheduleError::OutOfRange(n.to_owned()));
                 }
                 Ok(Self::Every(Duration::from_secs(seconds)))
             }
-            _ => Err(format!("{s:?} is not a schedule; {spelled}")),
+            _ => Err(ScheduleError::NotSchedule(s.to_owned())),
         }
     }
 
@@ -161,11 +188,64 @@ pub enum CompareError {
         /// The provider.
         provider: String,
         /// What went wrong (status, transport error, unexpected body).
-        detail: String,
+        detail: ListError,
     },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Why the provider's records for a window could not be read.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ListError {
+    /// The provider's policy refused the call (breaker open, bulkhead full,
+    /// no turn of the adaptive rate, deadline), after every read allowed.
+    #[error(transparent)]
+    Rejected(#[from] Rejected),
+    /// The call got no complete answer: its kind (`connect`, `timeout`, …)
+    /// and the error with its causes.
+    #[error("{}: {}", .0.kind, .0.message)]
+    Transport(TransportError),
+    /// A 2xx answer whose body is not JSON (its status).
+    #[error("HTTP {0} without a JSON body")]
+    NotJson(u16),
+    /// An answer other than 2xx, without a JSON body (its status).
+    #[error("HTTP {0}")]
+    Status(u16),
+    /// An answer other than 2xx: its status and the provider's own words,
+    /// the JSON body cut to 300 characters.
+    #[error("HTTP {status}: {body}")]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The start of the JSON body.
+        body: String,
+    },
+    /// A page has no array at the lookup's `list_pointer` (given).
+    #[error("the answer has no list at {0:?}")]
+    NoList(String),
+    /// A record has no string at the provider's `id_pointer`.
+    #[error("a record has no id at {pointer:?}: {record}")]
+    NoId {
+        /// The `id_pointer`.
+        pointer: String,
+        /// The record.
+        record: Value,
+    },
+    /// The window holds more records than `compare.max_records` (given).
+    #[error("more than compare.max_records = {0} records in the window")]
+    TooMany(u32),
+    /// The provider has no lookup to check one reference with.
+    #[error("no lookup")]
+    NoLookup,
+    /// Checking one reference (given) failed.
+    #[error("looking up {reference:?}: {error}")]
+    Lookup {
+        /// Our reference.
+        reference: String,
+        /// Why.
+        error: Box<ListError>,
+    },
 }
 
 /// A finished comparison: the stored report's id and what it holds.
@@ -196,7 +276,7 @@ pub async fn compare<S: Store>(
         return Err(CompareError::NotConfigured(provider));
     };
     let started_at_ms = crate::now_ms();
-    let failed = |detail: String| CompareError::Provider { provider: provider.clone(), detail };
+    let failed = |detail: ListError| CompareError::Provider { provider: provider.clone(), detail };
     let mut theirs = list(client, lookup, compare, from_ms, to_ms).await.map_err(failed)?;
     let ours = store.operations_between(&provider, from_ms, to_ms).await?;
     let in_window: BTreeSet<i64> = ours.iter().map(|o| o.id).collect();
@@ -230,9 +310,11 @@ pub async fn compare<S: Store>(
         .filter_map(|d| d.reference)
         .collect();
     for reference in &suspects {
-        let answer = client.lookup(reference).await.ok_or_else(|| failed("no lookup".into()))?;
-        let body = page_body(answer.map_err(|e| e.to_string()))
-            .map_err(|e| failed(format!("looking up {reference:?}: {e}")))?;
+        let answer = client.lookup(reference).await.ok_or_else(|| failed(ListError::NoLookup))?;
+        let body = answer
+            .map_err(ListError::from)
+            .and_then(page_body)
+            .map_err(|e| failed(ListError::Lookup { reference: reference.clone(), error: Box::new(e) }))?;
         theirs.retain(|r| r.reference.as_ref() != Some(reference));
         theirs.extend(records(&body, lookup, compare, &spec.id_pointer).map_err(failed)?);
     }
@@ -268,7 +350,7 @@ async fn list(
     compare: &CompareSpec,
     from_ms: i64,
     to_ms: i64,
-) -> Result<Vec<TheirRecord>, String> {
+) -> Result<Vec<TheirRecord>, ListError> {
     let at = |ms: i64| match compare.time_unit {
         TimeUnit::Seconds => ms.div_euclid(1000).to_string(),
         TimeUnit::Millis => ms.to_string(),
@@ -276,7 +358,9 @@ async fn list(
     let mut all = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let mut url = Url::parse("http://query/").map_err(|e| e.to_string())?;
+        // Only the query is used: the URL encodes the parameters.
+        let mut url = lookup.url.clone();
+        url.set_query(None);
         {
             let mut q = url.query_pairs_mut();
             q.append_pair(&compare.from_param, &at(from_ms));
@@ -293,10 +377,7 @@ async fn list(
         let empty = page.is_empty();
         all.extend(page);
         if all.len() > compare.max_records as usize {
-            return Err(format!(
-                "more than compare.max_records = {} records in the window",
-                compare.max_records
-            ));
+            return Err(ListError::TooMany(compare.max_records));
         }
         if !more || empty {
             return Ok(all);
@@ -316,49 +397,47 @@ const MAX_PAGE_WAIT: Duration = Duration::from_secs(10);
 /// [`PAGE_READS`]): after the pause or breaker's wait, or 1 s, 2 s, 4 s.
 /// Errors: a refusal that a retry would not change (another 4xx), or the
 /// last failure.
-async fn read_page(client: &ProviderClient, url: &Url, query: &str) -> Result<Value, String> {
-    let mut failure = String::new();
-    for read in 0..PAGE_READS {
-        let wait = match client.read(url, query).await {
+async fn read_page(client: &ProviderClient, url: &Url, query: &str) -> Result<Value, ListError> {
+    let mut read = 0;
+    loop {
+        let (failure, wait) = match client.read(url, query).await {
             Err(rejected) => {
-                failure = rejected.to_string();
-                client.wait_after(&rejected).unwrap_or(Duration::from_secs(1))
+                let wait = client.wait_after(&rejected).unwrap_or(Duration::from_secs(1));
+                (rejected.into(), wait)
             }
             Ok(result) => {
                 let passing = match &result.response {
                     Ok(reply) => matches!(reply.status, 408 | 429 | 500..=599),
                     Err(_) => true,
                 };
-                match page_body(Ok(result)) {
+                match page_body(result) {
                     Ok(body) => return Ok(body),
-                    Err(e) if passing => failure = e,
+                    Err(e) if passing => (e, Duration::from_secs(1 << read)),
                     Err(e) => return Err(e),
                 }
-                Duration::from_secs(1 << read)
             }
         };
-        if read + 1 < PAGE_READS {
-            tokio::time::sleep(wait.min(MAX_PAGE_WAIT)).await;
+        read += 1;
+        if read == PAGE_READS {
+            return Err(failure);
         }
+        tokio::time::sleep(wait.min(MAX_PAGE_WAIT)).await;
     }
-    Err(failure)
 }
 
 /// The JSON body of a 2xx answer, or why there is none.
-fn page_body(answer: Result<CallResult, String>) -> Result<Value, String> {
-    let result = answer?;
+fn page_body(result: CallResult) -> Result<Value, ListError> {
     match result.response {
-        Ok(reply) if (200..300).contains(&reply.status) => {
-            reply.body.ok_or_else(|| format!("HTTP {} without a JSON body", reply.status))
-        }
+        Ok(reply) if (200..300).contains(&reply.status) => reply.body.ok_or(ListError::NotJson(reply.status)),
         Ok(reply) => Err(match reply.body {
             // The provider's own words, shortened.
-            Some(body) => {
-                format!("HTTP {}: {}", reply.status, body.to_string().chars().take(300).collect::<String>())
-            }
-            None => format!("HTTP {}", reply.status),
+            Some(body) => ListError::Refused {
+                status: reply.status,
+                body: body.to_string().chars().take(300).collect(),
+            },
+            None => ListError::Status(reply.status),
         }),
-        Err(e) => Err(format!("{}: {}", e.kind, e.message)),
+        Err(e) => Err(ListError::Transport(e)),
     }
 }
 
@@ -368,17 +447,17 @@ fn records(
     lookup: &LookupSpec,
     compare: &CompareSpec,
     id_pointer: &str,
-) -> Result<Vec<TheirRecord>, String> {
+) -> Result<Vec<TheirRecord>, ListError> {
     let list = body
         .pointer(&lookup.list_pointer)
         .and_then(Value::as_array)
-        .ok_or_else(|| format!("the answer has no list at {:?}", lookup.list_pointer))?;
+        .ok_or_else(|| ListError::NoList(lookup.list_pointer.clone()))?;
     list.iter()
         .map(|record| {
             let id = record
                 .pointer(id_pointer)
                 .and_then(Value::as_str)
-                .ok_or_else(|| format!("a record has no id at {id_pointer:?}: {record}"))?;
+                .ok_or_else(|| ListError::NoId { pointer: id_pointer.to_owned(), record: record.clone() })?;
             let status = record.pointer(&lookup.status_pointer).and_then(Value::as_str).unwrap_or_default();
             Ok(TheirRecord {
                 id: id.to_owned(),

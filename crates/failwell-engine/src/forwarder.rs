@@ -22,7 +22,7 @@ use failwell_policy::{Admission, Attempted, Decision, Due, IdempotencyPolicy, ad
 use failwell_store::{
     ClaimedForward, EventStep, ForwardCompletion, ForwardTransition, Leased, Recorded, Store, StoreError,
 };
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, InvalidHeaderValue, USER_AGENT};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -139,6 +139,23 @@ impl<S: Store> Queue for ForwardQueue<S> {
     }
 }
 
+/// Why a forward cannot be signed; it then ends in a dead letter, since no
+/// retry would change it.
+#[derive(Debug, thiserror::Error)]
+enum SigningError {
+    /// The forward target's secret is unusable.
+    #[error("cannot sign: {0}")]
+    Secret(failwell_webhook::SecretError),
+    /// A header (the event id, given) cannot be sent as a header value.
+    #[error("invalid header value {value:?}: {error}")]
+    HeaderValue {
+        /// The value.
+        value: String,
+        /// Why HTTP refuses it.
+        error: InvalidHeaderValue,
+    },
+}
+
 /// The headers of a Standard Webhooks delivery of `event_id` at
 /// `timestamp` (Unix seconds): `webhook-id`, `webhook-timestamp`,
 /// `webhook-signature`, the stored content type (JSON when none was kept).
@@ -146,7 +163,7 @@ fn signed_headers(
     target: &ForwardTarget,
     forward: &ClaimedForward,
     timestamp: u64,
-) -> Result<HeaderMap, String> {
+) -> Result<HeaderMap, SigningError> {
     let event = &forward.event;
     let signature = failwell_webhook::standard_webhooks_signature(
         &target.secret,
@@ -154,8 +171,10 @@ fn signed_headers(
         timestamp,
         &event.payload,
     )
-    .map_err(|e| format!("cannot sign: {e}"))?;
-    let value = |v: &str| HeaderValue::from_str(v).map_err(|e| format!("invalid header value {v:?}: {e}"));
+    .map_err(SigningError::Secret)?;
+    let value = |v: &str| {
+        HeaderValue::from_str(v).map_err(|error| SigningError::HeaderValue { value: v.to_owned(), error })
+    };
     let content_type = event.headers["content-type"]
         .as_str()
         .and_then(|v| HeaderValue::from_str(v).ok())
@@ -197,6 +216,7 @@ async fn deliver(target: &ForwardTarget, forward: &ClaimedForward) -> ForwardCom
         Ok(headers) => headers,
         Err(error) => {
             let step = EventStep::new("forward", now_ms(), format!("dead letter: {error}"));
+            let error = error.to_string();
             return completion(forward, Some(step), ForwardTransition::DeadLetter { error });
         }
     };

@@ -32,7 +32,9 @@ pub use alerts::{
 };
 pub use client::{CallRequest, CallResult, ClientError, Guards, ProviderClient};
 pub use clock::now_ms;
-pub use compare::{CompareError, CompareSpec, Compared, Schedule, TimeUnit, compare};
+pub use compare::{
+    CompareError, CompareSpec, Compared, ListError, Schedule, ScheduleError, TimeUnit, compare,
+};
 pub use forwarder::{ForwardTarget, ForwardTargets, Forwarder};
 pub use provider::{
     ClusterRule, Encoding, LookupSpec, OperationSpec, PauseRule, PauseWhen, ProviderSpec, Providers,

@@ -21,7 +21,7 @@ fn schedules_parse_and_refuse_with_the_spelling() {
         "",
         "every 400d",
     ] {
-        let err = Schedule::parse(bad).unwrap_err();
+        let err = Schedule::parse(bad).unwrap_err().to_string();
         assert!(err.contains("daily HH:MM") || err.contains("between"), "{bad:?}: {err}");
     }
 }

@@ -33,10 +33,13 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// A layer is malformed, or a key has the wrong type or is unknown
-    /// (one line per problem: source, key, what is wrong).
-    #[error("{0}")]
-    Parse(String),
+    /// A layer is malformed, or a key has the wrong type or is unknown:
+    /// figment's errors, written one line per problem (the file or
+    /// environment variable, the key, what is wrong). The message already
+    /// holds all figment says, so it is not repeated as a source. (Boxed:
+    /// figment's error is large.)
+    #[error("{}", describe(.0))]
+    Parse(Box<figment::Error>),
     /// A value parsed but is not acceptable.
     #[error("{source_name}: key `{key}`: {message}")]
     Invalid {
@@ -175,7 +178,7 @@ pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
 }
 
 fn extract(figment: Figment) -> Result<Config, ConfigError> {
-    let raw: RawConfig = figment.extract().map_err(|e| ConfigError::Parse(describe(e)))?;
+    let raw: RawConfig = figment.extract().map_err(|e| ConfigError::Parse(Box::new(e)))?;
     validate::validate(raw, &Checker { figment: &figment })
 }
 
@@ -193,8 +196,9 @@ fn source_label(metadata: &figment::Metadata, key: &str) -> String {
 }
 
 /// One line per figment error: source, key, problem.
-fn describe(error: figment::Error) -> String {
+fn describe(error: &figment::Error) -> String {
     error
+        .clone()
         .into_iter()
         .map(|e| {
             let key = e.path.join(".");

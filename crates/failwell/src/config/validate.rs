@@ -505,7 +505,7 @@ fn compare(
     let schedule = raw
         .schedule
         .as_deref()
-        .map(|s| Schedule::parse(s).map_err(|e| c.invalid(key("compare.schedule"), e)))
+        .map(|s| Schedule::parse(s).map_err(|e| c.invalid(key("compare.schedule"), e.to_string())))
         .transpose()?;
     let time_unit = match raw.time_unit.as_str() {
         "s" => TimeUnit::Seconds,
