@@ -22,8 +22,8 @@ use reqwest::Url;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::client::Providers;
 use crate::compare::{CompareError, Compared, compare, until};
-use crate::provider::Providers;
 
 /// Where alerts go: a URL that takes a JSON `POST`.
 #[derive(Clone, Debug)]
@@ -276,7 +276,7 @@ pub async fn run_schedule<S: Store>(
     sink: Option<AlertSink>,
     shutdown: CancellationToken,
 ) {
-    let scheduled: Vec<(String, crate::compare::Schedule)> = providers
+    let scheduled: Vec<(String, crate::schedule::Schedule)> = providers
         .iter()
         .filter_map(|(name, c)| Some((name.clone(), c.spec().compare.as_ref()?.schedule?)))
         .collect();
@@ -327,7 +327,7 @@ async fn catch_up<S: Store>(
     providers: &Providers,
     sink: Option<&AlertSink>,
     name: &str,
-    schedule: crate::compare::Schedule,
+    schedule: crate::schedule::Schedule,
 ) {
     let last = match store.last_comparison_window(name).await {
         Ok(Some((_, to_ms))) => to_ms,

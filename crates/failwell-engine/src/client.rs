@@ -23,6 +23,7 @@
 //! send): failwell cannot tell that phase apart, and treating it as possibly
 //! sent is the safe side.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
@@ -135,6 +136,9 @@ impl CallResult {
         }
     }
 }
+
+/// All configured providers' clients, by provider name.
+pub type Providers = BTreeMap<String, ProviderClient>;
 
 /// The client for one provider: the HTTP sender behind the provider's
 /// resilience policy (bulkhead, then circuit breaker, as

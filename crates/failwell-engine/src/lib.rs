@@ -23,6 +23,7 @@ mod pump;
 pub mod reconciler;
 pub mod relay;
 pub mod retention;
+pub mod schedule;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,19 +31,19 @@ use std::time::Duration;
 pub use alerts::{
     AgeAlert, AlertSink, SinkRefusal, compare_and_alert, deliver, run_schedule, send_queued, watch_age,
 };
-pub use client::{CallRequest, CallResult, ClientError, Guards, ProviderClient};
+pub use client::{CallRequest, CallResult, ClientError, Guards, ProviderClient, Providers};
 pub use clock::now_ms;
-pub use compare::{
-    CompareError, CompareSpec, Compared, ListError, Schedule, ScheduleError, TimeUnit, compare,
-};
+pub use compare::{CompareError, Compared, ListError, compare};
 pub use forwarder::{ForwardTarget, ForwardTargets, Forwarder};
 pub use provider::{
-    ClusterRule, Encoding, LookupSpec, OperationSpec, PauseRule, PauseWhen, ProviderSpec, Providers,
+    ClusterRule, CompareSpec, Encoding, LookupSpec, OperationSpec, PauseRule, PauseWhen, ProviderSpec,
+    TimeUnit,
 };
 pub use pump::RelayConfig;
 pub use reconciler::{Reconciler, ReconcilerConfig};
 pub use relay::Relay;
 pub use retention::RetentionConfig;
+pub use schedule::{Schedule, ScheduleError};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

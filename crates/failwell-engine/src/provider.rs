@@ -13,6 +13,8 @@ use failwell_policy::{
 };
 use reqwest::{Method, Url};
 
+use crate::schedule::Schedule;
+
 /// How an operation's JSON payload goes on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {
@@ -195,7 +197,7 @@ pub struct ProviderSpec {
     pub lookup: Option<LookupSpec>,
     /// How the provider lists its records for the scheduled comparison
     /// (needs `lookup`), if it can.
-    pub compare: Option<crate::compare::CompareSpec>,
+    pub compare: Option<CompareSpec>,
     /// Operations by name.
     pub operations: BTreeMap<String, OperationSpec>,
 }
@@ -211,5 +213,44 @@ impl ProviderSpec {
     }
 }
 
-/// All configured providers' clients, by provider name.
-pub type Providers = BTreeMap<String, crate::ProviderClient>;
+/// How the provider lists its records by creation time (defaults: Stripe's
+/// list API).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompareSpec {
+    /// When the comparison runs on its own (`None`: only when asked).
+    pub schedule: Option<Schedule>,
+    /// Query parameter of the window's start, inclusive (`created[gte]`).
+    pub from_param: String,
+    /// Query parameter of the window's end, exclusive (`created[lt]`).
+    pub to_param: String,
+    /// The unit of both (Stripe: seconds).
+    pub time_unit: TimeUnit,
+    /// Query parameter of the page size (`limit`).
+    pub page_size_param: String,
+    /// Records per page (1–1000; Stripe allows up to 100).
+    pub page_size: u32,
+    /// Query parameter naming the last record of the previous page
+    /// (`starting_after`), by its id (the provider's `id_pointer`).
+    pub cursor_param: String,
+    /// JSON pointer to "more pages follow" in a page (`/has_more`).
+    pub has_more_pointer: String,
+    /// JSON pointer to our reference in a record (`/reference`).
+    pub reference_pointer: String,
+    /// JSON pointer to the amount in a record (`/amount`); `None`: amounts
+    /// are not compared.
+    pub amount_pointer: Option<String>,
+    /// JSON pointer to the amount in our request payload (`/amount`).
+    pub payload_amount_pointer: Option<String>,
+    /// At most this many records are read per comparison (a bound against a
+    /// provider that never says `has_more = false`).
+    pub max_records: u32,
+}
+
+/// The unit of the window's query parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeUnit {
+    /// Unix seconds (Stripe, Adyen reports).
+    Seconds,
+    /// Unix milliseconds.
+    Millis,
+}

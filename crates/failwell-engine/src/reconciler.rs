@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::provider::Providers;
+use crate::client::Providers;
 use crate::{ProviderClient, now_ms};
 
 /// Reconciler settings.

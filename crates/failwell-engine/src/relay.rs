@@ -21,8 +21,8 @@ use failwell_store::{
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::client::Providers;
 use crate::client::{Attempt, CallResult};
-use crate::provider::Providers;
 use crate::pump::{Queue, RelayConfig, pump};
 use crate::{ProviderClient, now_ms};
 
