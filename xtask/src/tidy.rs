@@ -160,10 +160,7 @@ fn sql_only_in_the_store() {
                 ));
             }
         }
-        for (line, text) in source.code_lines() {
-            if source.is_test_line(line) {
-                continue;
-            }
+        for (line, text) in source.product_code_lines() {
             for call in ["sqlx::query", "sqlx::raw_sql"] {
                 if names(text, call) {
                     problems.push(format!(
@@ -186,10 +183,7 @@ fn clocks_read_only_in_clock_modules() {
         workspace.files.iter().filter(|f| !f.is_test_file && !CLOCK_MODULES.contains(&f.path.as_str()))
     {
         let std_instant = source.imports_std_instant();
-        for (line, text) in source.code_lines() {
-            if source.is_test_line(line) {
-                continue;
-            }
+        for (line, text) in source.product_code_lines() {
             let read = if names(text, "SystemTime::now") {
                 Some("SystemTime::now")
             } else if names(text, "std::time::Instant::now")
@@ -403,6 +397,11 @@ impl SourceFile {
     /// The lines whose code names `path` (see [`names`]).
     fn code_lines_naming<'a>(&'a self, path: &'a str) -> impl Iterator<Item = usize> + 'a {
         self.code_lines().filter(move |(_, text)| names(text, path)).map(|(line, _)| line)
+    }
+
+    /// The code's lines outside `#[cfg(test)]` items, numbered from 1.
+    fn product_code_lines(&self) -> impl Iterator<Item = (usize, &str)> {
+        self.code_lines().filter(|(line, _)| !self.is_test_line(*line))
     }
 
     fn is_test_line(&self, line: usize) -> bool {

@@ -11,12 +11,15 @@
 //! alert whose send failed is sent again later (30 s, doubling, at most
 //! every 10 min), and one whose sender died is sent by the next process
 //! that looks once its lease has run out ([`send_queued`]): at least once,
-//! in order per kind and subject.
+//! in order per kind and subject. The sink's answers are classified and the
+//! waits computed by `failwell_policy` ([`Classifier`], [`Backoff`]), as a
+//! provider's are; this module has no rule of its own about them.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use failwell_policy::{Backoff, Classification, Classifier, Jitter, Observed, TransportFailure};
 use failwell_store::{AlertBody, AlertClaim, AlertSent, NewAlert, Report, Store, StoreError};
 use reqwest::Url;
 use serde_json::{Value, json};
@@ -33,9 +36,27 @@ pub struct AlertSink {
     timeout: Duration,
 }
 
-/// Attempts per alert, and the wait before the second (doubling after).
+/// Attempts per send of an alert.
 const SEND_ATTEMPTS: u32 = 3;
-const FIRST_WAIT: Duration = Duration::from_millis(500);
+
+/// The waits between the attempts of one send: 0.5 s, then 1 s.
+fn attempt_waits() -> Backoff {
+    Backoff::try_new(Duration::from_millis(500), Duration::from_secs(1), Jitter::None).expect("0.5 s ≤ 1 s")
+}
+
+/// The wait before a queued alert is sent again: 30 s after its first
+/// failed send, doubling, at most 10 min.
+fn resend_waits() -> Backoff {
+    Backoff::try_new(Duration::from_secs(30), Duration::from_secs(600), Jitter::None).expect("30 s ≤ 10 min")
+}
+
+/// The sink's answer (a status other than 2xx, or none) by
+/// `failwell_policy`'s default rules. An alert is repeatable: it is sent at
+/// least once, and a receiver tells a repeat by its `alert_id`. So only a
+/// permanent refusal (a 4xx other than 408, 409 and 429) ends the sends.
+fn classify(observed: Observed<'_>) -> Classification {
+    Classifier::default().classify_request(observed, true)
+}
 
 impl AlertSink {
     /// A sink posting to `url`, each attempt limited to `timeout`. Errors:
@@ -49,43 +70,44 @@ impl AlertSink {
     /// [`Self::send`] can take (3 attempts of `timeout` and the waits
     /// between them), plus 2 s to record the outcome.
     fn lease_ms(&self) -> i64 {
-        let longest = self.timeout * SEND_ATTEMPTS + FIRST_WAIT * 3 + Duration::from_secs(2);
+        let waits: Duration = (0..SEND_ATTEMPTS - 1).map(|n| attempt_waits().ceiling(n)).sum();
+        let longest = self.timeout * SEND_ATTEMPTS + waits + Duration::from_secs(2);
         i64::try_from(longest.as_millis()).unwrap_or(i64::MAX)
     }
 
     /// Posts `{"text": text, "failwell": details}`; an answer other than 2xx
     /// or a transport error is tried again, up to 3 attempts 0.5 s then 1 s
-    /// apart, except a refusal for good (a 4xx other than 408 and 429).
-    /// Errors: the last attempt's failure (its sentence does not name the
-    /// URL: a Slack webhook URL is a secret).
+    /// apart, except a refusal for good (a 4xx other than 408, 409 and 429:
+    /// see [`classify`]). Errors: the last attempt's failure (its sentence
+    /// does not name the URL: a Slack webhook URL is a secret).
     pub async fn send(&self, text: &str, details: Value) -> Result<(), SinkRefusal> {
         let body = json!({ "text": text, "failwell": details });
-        let mut wait = FIRST_WAIT;
-        let mut last = SinkRefusal { error: String::new(), for_good: false };
-        for attempt in 1..=SEND_ATTEMPTS {
-            match self.http.post(self.url.clone()).json(&body).send().await {
+        let waits = attempt_waits();
+        let mut attempt = 0;
+        loop {
+            let (error, observed) = match self.http.post(self.url.clone()).json(&body).send().await {
                 Ok(r) if r.status().is_success() => return Ok(()),
                 Ok(r) => {
                     let status = r.status().as_u16();
-                    let for_good = (400..500).contains(&status) && status != 408 && status != 429;
-                    last = SinkRefusal { error: format!("the alert sink answered HTTP {status}"), for_good };
-                    if for_good {
-                        break;
-                    }
+                    let observed = Observed::Response { status, error_code: None, retry_after: None };
+                    (format!("the alert sink answered HTTP {status}"), observed)
                 }
                 Err(e) => {
-                    last = SinkRefusal {
-                        error: format!("the alert sink could not be reached: {}", chain(&e.without_url())),
-                        for_good: false,
-                    }
+                    let failure = match e.is_connect() || e.is_builder() {
+                        true => TransportFailure::NotSent,
+                        false => TransportFailure::AfterSend,
+                    };
+                    let error = format!("the alert sink could not be reached: {}", chain(&e.without_url()));
+                    (error, Observed::Transport(failure))
                 }
+            };
+            let for_good = classify(observed) == Classification::Permanent;
+            if for_good || attempt + 1 == SEND_ATTEMPTS {
+                return Err(SinkRefusal { error, for_good });
             }
-            if attempt < SEND_ATTEMPTS {
-                tokio::time::sleep(wait).await;
-                wait *= 2;
-            }
+            tokio::time::sleep(waits.ceiling(attempt)).await;
+            attempt += 1;
         }
-        Err(last)
     }
 }
 
@@ -94,8 +116,9 @@ impl AlertSink {
 pub struct SinkRefusal {
     /// What happened, as a sentence.
     pub error: String,
-    /// The sink refused it for good (a 4xx other than 408 and 429): sending
-    /// it again would not help.
+    /// The sink refused it for good (a 4xx other than 408, 409 and 429,
+    /// classified permanent by `failwell_policy`): sending it again would
+    /// not help.
     pub for_good: bool,
 }
 
@@ -215,9 +238,9 @@ pub async fn deliver(store: &Store, sink: &AlertSink, claim: AlertClaim) -> Resu
 }
 
 /// The wait before sending an alert again after `attempts` failed sends
-/// (ms): 30 s, doubling, at most 10 min.
+/// (ms): 30 s, doubling, at most 10 min ([`resend_waits`]).
 fn retry_delay_ms(attempts: u32) -> i64 {
-    (30_000_i64 << attempts.saturating_sub(1).min(5)).min(600_000)
+    resend_waits().ceiling(attempts.saturating_sub(1)).as_millis() as i64
 }
 
 /// A comparison report as an alert: `failwell report ID: <its text>`, and
@@ -505,3 +528,6 @@ pub async fn watch_age(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

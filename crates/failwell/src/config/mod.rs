@@ -36,7 +36,8 @@ pub enum ConfigError {
     /// A layer is malformed, or a key has the wrong type or is unknown:
     /// figment's errors, written one line per problem (the file or
     /// environment variable, the key, what is wrong). The message already
-    /// holds all figment says, so it is not repeated as a source.
+    /// holds all figment says, so it is not repeated as a source. (Boxed:
+    /// figment's error is large.)
     #[error("{}", describe(.0))]
     Parse(Box<figment::Error>),
     /// A value parsed but is not acceptable.

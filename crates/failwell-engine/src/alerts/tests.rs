@@ -1,0 +1,31 @@
+use super::*;
+
+#[test]
+fn a_failed_send_is_sent_again_after_30_s_doubling_up_to_10_min() {
+    let waits: Vec<i64> = (1..=8).map(retry_delay_ms).collect();
+    assert_eq!(waits, [30_000, 60_000, 120_000, 240_000, 480_000, 600_000, 600_000, 600_000]);
+    assert_eq!(retry_delay_ms(0), 30_000);
+    assert_eq!(retry_delay_ms(u32::MAX), 600_000);
+}
+
+#[test]
+fn the_attempts_of_one_send_are_half_a_second_then_a_second_apart() {
+    let waits = attempt_waits();
+    assert_eq!((waits.ceiling(0), waits.ceiling(1)), (Duration::from_millis(500), Duration::from_secs(1)));
+    let sink = AlertSink::new("http://127.0.0.1:9/".parse().unwrap(), Duration::from_secs(5)).unwrap();
+    assert_eq!(sink.lease_ms(), 3 * 5_000 + 1_500 + 2_000);
+}
+
+#[test]
+fn only_a_4xx_other_than_408_409_and_429_is_refused_for_good() {
+    let answered = |status| classify(Observed::Response { status, error_code: None, retry_after: None });
+    for status in [400, 401, 403, 404, 410, 413, 422] {
+        assert_eq!(answered(status), Classification::Permanent, "{status}");
+    }
+    for status in [301, 408, 409, 429, 500, 502, 503, 504] {
+        assert_ne!(answered(status), Classification::Permanent, "{status}");
+    }
+    for failure in [TransportFailure::NotSent, TransportFailure::AfterSend] {
+        assert_ne!(classify(Observed::Transport(failure)), Classification::Permanent, "{failure:?}");
+    }
+}
