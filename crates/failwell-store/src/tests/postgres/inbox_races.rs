@@ -5,10 +5,11 @@
 //! event, or deadlocks (which PostgreSQL breaks by failing one side).
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use failwell_policy::{Outcome, Reported};
 use serde_json::json;
+use tokio::time::Instant;
 
 use crate::prelude::*;
 
