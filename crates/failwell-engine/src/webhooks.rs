@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use failwell_policy::{Outcome, Reported};
+use failwell_policy::{NotApplicable, Outcome, Reported};
 use failwell_store::EventReport;
 use failwell_webhook::{JsonFields, Verifier};
 use serde_json::Value;
@@ -61,33 +61,28 @@ pub struct LedgerMapping {
 impl LedgerMapping {
     /// What the event `body` reports, or why it reports nothing this
     /// mapping can apply (not JSON, a field missing, an unmapped status).
-    pub fn report(&self, body: &[u8]) -> Result<EventReport, String> {
+    pub fn report(&self, body: &[u8]) -> Result<EventReport, NotApplicable> {
         let event = JsonFields::new(body);
         let field = |pointer: &str| match event.at(pointer) {
             Ok(Some(value)) => Ok(value),
-            Ok(None) => Err(format!("not applicable: nothing at {pointer:?}")),
-            Err(e) => Err(format!("not applicable: {e}")),
+            Ok(None) => Err(NotApplicable::Missing(pointer.to_owned())),
+            Err(e) => Err(NotApplicable::Unreadable(e.to_string())),
         };
         let text = |pointer: &str| match field(pointer)? {
             Value::String(s) => Ok(s),
-            _ => Err(format!("not applicable: {pointer:?} is not a string")),
+            _ => Err(NotApplicable::NotText(pointer.to_owned())),
         };
         if !self.types.is_empty() {
             let kind = text(&self.type_pointer)?;
             if !self.types.contains(&kind) {
-                return Err(format!("not applicable: event type {kind:?} is not in types"));
+                return Err(NotApplicable::OtherType(kind));
             }
         }
         // A reference may be an integer, as in `POST /v1/operations`.
         let reference = match field(&self.reference_pointer)? {
             Value::String(s) => s,
             Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
-            _ => {
-                return Err(format!(
-                    "not applicable: {:?} is not a string or an integer",
-                    self.reference_pointer
-                ));
-            }
+            _ => return Err(NotApplicable::Reference(self.reference_pointer.clone())),
         };
         let status = text(&self.status_pointer)?;
         let version = field(&self.version_pointer)?;
@@ -95,7 +90,7 @@ impl LedgerMapping {
         let version = version
             .as_i64()
             .or_else(|| version.as_str().filter(|v| digits(v)).and_then(|v| v.parse().ok()))
-            .ok_or_else(|| format!("not applicable: {:?} is not an integer version", self.version_pointer))?;
+            .ok_or_else(|| NotApplicable::Version(self.version_pointer.clone()))?;
         let listed = |list: &[String]| list.contains(&status);
         let reported = if listed(&self.succeeded) {
             Reported::Settled(Outcome::Succeeded)
@@ -104,7 +99,7 @@ impl LedgerMapping {
         } else if listed(&self.in_progress) {
             Reported::InProgress
         } else {
-            return Err(format!("not applicable: status {status:?} is not mapped"));
+            return Err(NotApplicable::Status(status));
         };
         let provider_ref = match event.at(&self.id_pointer) {
             Ok(Some(Value::String(id))) => Some(id),
@@ -180,7 +175,7 @@ mod tests {
             ),
         ];
         for (result, reason) in refused {
-            let why = result.unwrap_err();
+            let why = result.unwrap_err().to_string();
             assert!(why.starts_with(reason), "{why:?} does not start with {reason:?}");
         }
     }

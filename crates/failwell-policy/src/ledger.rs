@@ -99,6 +99,35 @@ pub fn apply_event(ledger: Ledger, reported: Reported, version: i64) -> EventEff
     }
 }
 
+/// Why a webhook event reports nothing the ledger can apply: what its
+/// integration's mapping (`[webhooks.NAME.ledger]`) looked for and did not
+/// find. Recorded in the event's history as "not applicable".
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotApplicable {
+    /// The body is not JSON, or a field could not be read (the reader's
+    /// own words).
+    #[error("not applicable: {0}")]
+    Unreadable(String),
+    /// Nothing at the JSON pointer.
+    #[error("not applicable: nothing at {0:?}")]
+    Missing(String),
+    /// The value at the JSON pointer is not a string.
+    #[error("not applicable: {0:?} is not a string")]
+    NotText(String),
+    /// The event's type is not one the mapping applies.
+    #[error("not applicable: event type {0:?} is not in types")]
+    OtherType(String),
+    /// The reference is neither a string nor an integer.
+    #[error("not applicable: {0:?} is not a string or an integer")]
+    Reference(String),
+    /// The version is neither an integer nor a string of digits.
+    #[error("not applicable: {0:?} is not an integer version")]
+    Version(String),
+    /// The status is in none of the mapping's lists.
+    #[error("not applicable: status {0:?} is not mapped")]
+    Status(String),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,7 +57,7 @@ pub use idempotency::{IdempotencyPolicy, derive_key};
 pub use layer::{Classify, ErrorsAreRetryable, Policy, PolicyError, PolicyService, Rejected, Retry, Step};
 #[cfg(feature = "reqwest")]
 pub use layer::{HttpClassifier, PolicyMiddleware};
-pub use ledger::{EventEffect, Ledger, Reported, apply_event};
+pub use ledger::{EventEffect, Ledger, NotApplicable, Reported, apply_event};
 pub use manifest::{
     Answer, Effective, KeyUse, Manifest, Offers, OnUnavailable, Reconcile, Refusal, RetryOwner, Severity,
 };

@@ -98,7 +98,7 @@ impl<'a> Batch<'a> {
             .filter_map(|(e, seq)| match (seq, &e.report) {
                 (Some(seq), Some(Ok(report))) => Some((*seq, report)),
                 (Some(seq), Some(Err(why))) => {
-                    let step = EventStep::new("ledger", now_ms, why.clone());
+                    let step = EventStep::new("ledger", now_ms, why.to_string());
                     steps.push((*seq, EventStep { effect: Some(LedgerEffect::NotApplicable), ..step }));
                     None
                 }

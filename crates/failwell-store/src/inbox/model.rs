@@ -1,6 +1,6 @@
 //! The inbox's data types: events as received, stored and forwarded.
 
-use failwell_policy::Reported;
+use failwell_policy::{NotApplicable, Reported};
 use serde::Serialize;
 
 /// A webhook delivery whose signature verified, to be stored before
@@ -19,7 +19,7 @@ pub struct NewEvent {
     /// transaction that stores the event: `None` when the integration does
     /// not map its events to the ledger, `Some(Err(why))` when it does but
     /// this event reports nothing it can apply (recorded as not applicable).
-    pub report: Option<Result<EventReport, String>>,
+    pub report: Option<Result<EventReport, NotApplicable>>,
     /// Whether to forward the event to the application (a forward is
     /// created in the transaction that stores the event).
     pub forward: bool,

@@ -91,7 +91,9 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
         retention: retention(c, &raw.retention)?,
         admin_token: raw
             .admin
-            .map(|a| crate::http::admin::Token::new(a.token).map_err(|e| c.invalid("admin.token", e)))
+            .map(|a| {
+                crate::http::admin::Token::new(a.token).map_err(|e| c.invalid("admin.token", e.to_string()))
+            })
             .transpose()?,
         alerts: alerts(c, raw.alerts)?,
     })

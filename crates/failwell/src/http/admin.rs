@@ -53,14 +53,17 @@ fn tag_of(secret: &[u8], message: &[u8]) -> Hmac<Sha256> {
     mac
 }
 
+/// An admin token too short, or with characters other than visible ASCII.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("must be at least {MIN_TOKEN_CHARS} visible ASCII characters (e.g. `openssl rand -hex 32`)")]
+pub struct WeakToken;
+
 impl Token {
     /// Takes `token` as the admin token. Errors: shorter than
     /// [`MIN_TOKEN_CHARS`], or characters other than visible ASCII.
-    pub fn new(token: String) -> Result<Self, String> {
+    pub fn new(token: String) -> Result<Self, WeakToken> {
         if token.chars().count() < MIN_TOKEN_CHARS || !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(format!(
-                "must be at least {MIN_TOKEN_CHARS} visible ASCII characters (e.g. `openssl rand -hex 32`)"
-            ));
+            return Err(WeakToken);
         }
         Ok(Self { tag: tag_of(token.as_bytes(), TAG_MESSAGE).finalize().into_bytes().to_vec() })
     }
