@@ -114,7 +114,7 @@ pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/admin", axum::routing::any(no_route))
         .route("/admin/", axum::routing::any(no_route))
         .route("/admin/{*rest}", axum::routing::any(no_route))
-        .method_not_allowed_fallback(super::method_not_allowed)
+        .method_not_allowed_fallback(super::problem::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state, authenticate))
 }
 

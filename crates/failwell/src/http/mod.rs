@@ -80,7 +80,7 @@ pub fn router(
         .route("/healthz", get(health::health))
         .route("/openapi.json", get(openapi::openapi_json))
         .fallback(|| async { Problem::new(ProblemType::NotFound, "No such route.") })
-        .method_not_allowed_fallback(method_not_allowed)
+        .method_not_allowed_fallback(problem::method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state.clone())
         .layer(policy);
@@ -102,11 +102,6 @@ async fn refuse_nul(request: axum::extract::Request, next: axum::middleware::Nex
         return Problem::new(ProblemType::InvalidQuery, "The query holds U+0000 (%00).").into_response();
     }
     next.run(request).await
-}
-
-/// The answer to a method a route does not take (405).
-pub(crate) async fn method_not_allowed() -> Problem {
-    Problem::new(ProblemType::MethodNotAllowed, "This route does not take that method.")
 }
 
 /// The largest body any webhook source accepts (each source checks its own).

@@ -229,6 +229,11 @@ impl From<StoreError> for Problem {
     }
 }
 
+/// The answer to a method a route does not take (405).
+pub(crate) async fn method_not_allowed() -> Problem {
+    Problem::new(ProblemType::MethodNotAllowed, "This route does not take that method.")
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
