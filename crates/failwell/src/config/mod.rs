@@ -98,7 +98,7 @@ pub struct Config {
     pub retention: Option<failwell_engine::RetentionConfig>,
     /// The admin API's and dashboard's bearer token (`[admin]`; `None`:
     /// both are off).
-    pub admin_token: Option<crate::http::admin::Token>,
+    pub admin_token: Option<crate::http::Token>,
     /// The alert sink and the oldest-open-entry rule (`[alerts]`).
     pub alerts: Option<Alerts>,
 }

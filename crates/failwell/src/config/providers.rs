@@ -9,14 +9,15 @@ use failwell_engine::{
     Schedule, TimeUnit,
 };
 use failwell_policy::{
-    Answer, Backoff, BreakerConfig, Classifier, IdempotencyPolicy, Manifest, Offers, OnUnavailable,
-    RetryBudgetConfig, RetryPolicy, SlidingWindow, ThrottleConfig, ThrottleConfigError, Timeouts,
-    TimeoutsError,
+    Answer, Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, Manifest, Offers,
+    OnUnavailable, RetryBudgetConfig, RetryPolicy, SlidingWindow, ThrottleConfig, ThrottleConfigError,
+    Timeouts, TimeoutsError,
 };
 
-use super::raw::{RawBreaker, RawCompare, RawOperation, RawPause, RawProvider, RawRetryBudget, RawThrottle};
-use super::validate::bulkhead;
-use super::{Checker, ConfigError};
+use super::raw::{
+    RawBreaker, RawBulkhead, RawCompare, RawOperation, RawPause, RawProvider, RawRetryBudget, RawThrottle,
+};
+use super::{Checker, ConfigError, MAX_CONCURRENCY};
 
 /// An operation's manifest: its answers, the safe default for each one not
 /// given.
@@ -454,4 +455,27 @@ fn retry_budget(c: &Checker<'_>, name: &str, b: &RawRetryBudget) -> Result<Retry
         c.invalid(key(field), e.to_string())
     })?;
     Ok(config)
+}
+
+/// A bulkhead's limits under `prefix` (`api` or `providers.NAME.bulkhead`).
+pub(super) fn bulkhead(
+    c: &Checker<'_>,
+    prefix: &str,
+    b: &RawBulkhead,
+) -> Result<BulkheadConfig, ConfigError> {
+    let key = |k: &str| {
+        let k = if prefix == "api" && k == "max_concurrent" { "max_concurrent_requests" } else { k };
+        format!("{prefix}.{k}")
+    };
+    if b.max_concurrent == 0 || b.max_concurrent > MAX_CONCURRENCY {
+        return Err(c.invalid(key("max_concurrent"), format!("must be between 1 and {MAX_CONCURRENCY}")));
+    }
+    if b.max_waiting > MAX_CONCURRENCY {
+        return Err(c.invalid(key("max_waiting"), format!("must be at most {MAX_CONCURRENCY}")));
+    }
+    Ok(BulkheadConfig {
+        max_concurrent: b.max_concurrent,
+        max_wait: c.duration(&key("max_wait_ms"), b.max_wait_ms)?,
+        max_waiting: b.max_waiting,
+    })
 }

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use failwell_engine::{
     ForwardSpecs, ProviderClient, ProviderSpecs, PumpConfig, ReconcilerConfig, RetentionConfig,
 };
-use failwell_policy::BulkheadConfig;
 use failwell_store::{Database, Synchronous};
 
 use super::raw::{RawAlerts, RawBulkhead, RawCluster, RawConfig, RawRelay, RawRetention};
@@ -38,7 +37,7 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
         return Err(c.invalid("max_body_bytes", "must be greater than 0"));
     }
     let api = ApiLimits {
-        bulkhead: bulkhead(
+        bulkhead: super::providers::bulkhead(
             c,
             "api",
             &RawBulkhead {
@@ -91,9 +90,7 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
         retention: retention(c, &raw.retention)?,
         admin_token: raw
             .admin
-            .map(|a| {
-                crate::http::admin::Token::new(a.token).map_err(|e| c.invalid("admin.token", e.to_string()))
-            })
+            .map(|a| crate::http::Token::new(a.token).map_err(|e| c.invalid("admin.token", e.to_string())))
             .transpose()?,
         alerts: alerts(c, raw.alerts)?,
     })
@@ -187,27 +184,4 @@ fn alerts(c: &Checker<'_>, raw: Option<RawAlerts>) -> Result<Option<super::Alert
         }),
     };
     Ok(Some(super::Alerts { sink, age }))
-}
-
-/// A bulkhead's limits under `prefix` (`api` or `providers.NAME.bulkhead`).
-pub(super) fn bulkhead(
-    c: &Checker<'_>,
-    prefix: &str,
-    b: &RawBulkhead,
-) -> Result<BulkheadConfig, ConfigError> {
-    let key = |k: &str| {
-        let k = if prefix == "api" && k == "max_concurrent" { "max_concurrent_requests" } else { k };
-        format!("{prefix}.{k}")
-    };
-    if b.max_concurrent == 0 || b.max_concurrent > MAX_CONCURRENCY {
-        return Err(c.invalid(key("max_concurrent"), format!("must be between 1 and {MAX_CONCURRENCY}")));
-    }
-    if b.max_waiting > MAX_CONCURRENCY {
-        return Err(c.invalid(key("max_waiting"), format!("must be at most {MAX_CONCURRENCY}")));
-    }
-    Ok(BulkheadConfig {
-        max_concurrent: b.max_concurrent,
-        max_wait: c.duration(&key("max_wait_ms"), b.max_wait_ms)?,
-        max_waiting: b.max_waiting,
-    })
 }

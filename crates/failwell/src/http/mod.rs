@@ -20,6 +20,7 @@ pub mod problem;
 mod providers;
 mod read;
 mod state;
+mod token;
 pub mod ui;
 mod webhooks;
 
@@ -39,6 +40,7 @@ use tower::ServiceBuilder;
 pub use operations::MAX_KEY_BYTES;
 use problem::{Problem, ProblemType};
 pub use state::{AdminState, AppState};
+pub use token::{MIN_TOKEN_CHARS, Token, WeakToken};
 
 /// The API router: `POST /v1/operations`, `GET /v1/operations/{key}`,
 /// `GET /v1/providers`, `GET /healthz`, …, the admin API and the

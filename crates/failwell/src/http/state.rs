@@ -35,7 +35,7 @@ pub struct AppState {
 #[derive(Clone, Debug)]
 pub struct AdminState {
     /// The bearer token (`None`: the admin API and the dashboard are off).
-    pub token: Option<super::admin::Token>,
+    pub token: Option<super::token::Token>,
     /// Where comparison reports with discrepancies go.
     pub alerts: Option<failwell_engine::AlertSink>,
     /// The window of the success rate and p95 latency.
