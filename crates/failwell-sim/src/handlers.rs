@@ -22,7 +22,7 @@ use serde_json::json;
 use crate::api::Reply;
 use crate::config::Fault;
 use crate::params::{RawFields, decode_form};
-use crate::server::ConnReset;
+use crate::reset::ConnReset;
 use crate::state::{Admission, ChargeParams, ListFilter, SimState};
 
 /// Largest accepted request body, bytes.

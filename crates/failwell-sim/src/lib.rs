@@ -47,6 +47,7 @@ mod config;
 mod handlers;
 mod limit;
 mod params;
+mod reset;
 mod server;
 mod state;
 #[cfg(test)]

@@ -26,19 +26,9 @@ use tower::ServiceExt;
 
 use crate::config::{Fault, SimConfig};
 use crate::handlers::router;
+use crate::reset::ConnReset;
 use crate::state::{Effects, SimState};
 use crate::webhooks::Webhooks;
-
-/// Per-connection reset signal, found in request extensions.
-#[derive(Clone, Debug)]
-pub(crate) struct ConnReset(Arc<Notify>);
-
-impl ConnReset {
-    /// Asks the connection task to reset the TCP connection (RST).
-    pub fn trigger(&self) {
-        self.0.notify_one();
-    }
-}
 
 /// A running simulator on a TCP listener. Dropping it stops the server and its
 /// webhook deliveries too (like [`Simulator::shutdown`], but without waiting).
