@@ -194,7 +194,7 @@ fn clocks_read_only_in_clock_modules() {
             if let Some(read) = read {
                 problems.push(format!(
                     "{}:{line}: `{read}` outside the clock modules: call failwell_engine::clock (`now_ms`, \
-                     `wall`, `monotonic`) or failwell_policy::clock, or use tokio::time::Instant, which paused \
+                     `wall`) or failwell_policy::clock, or use tokio::time::Instant, which paused \
                      test time controls",
                     source.path
                 ));

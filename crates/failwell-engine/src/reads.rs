@@ -4,7 +4,6 @@
 
 use std::num::NonZeroUsize;
 use std::sync::Mutex;
-use std::time::Instant;
 
 use lru::LruCache;
 use serde_json::Value;
@@ -33,9 +32,9 @@ pub struct Good {
     pub status: u16,
     /// The provider's answer body.
     pub response: Value,
-    /// When it was answered, on this process's monotonic clock (for its
-    /// age).
-    pub at: Instant,
+    /// When it was answered, on tokio's clock (for its age; paused test
+    /// time moves it).
+    pub at: tokio::time::Instant,
     /// When it was answered, in ms since the Unix epoch.
     pub at_ms: i64,
 }

@@ -93,7 +93,7 @@ pub(crate) async fn read(
                     let good = Good {
                         status: reply.status,
                         response: reply.body.clone().unwrap_or(Value::Null),
-                        at: failwell_engine::clock::monotonic(),
+                        at: tokio::time::Instant::now(),
                         at_ms: failwell_engine::now_ms(),
                     };
                     // Kept only where it may be served stale.
