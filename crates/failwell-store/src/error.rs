@@ -28,7 +28,7 @@ pub enum StoreError {
         field: &'static str,
     },
     /// A payload given to [`crate::Outbox::enqueue`] or
-    /// [`crate::Store::submit`] that failwell could not store and read back
+    /// [`crate::OutboxStore::submit`] that failwell could not store and read back
     /// on every store: it nests arrays and objects deeper than 127 levels
     /// (the outermost counting as 1), or a string or key holds U+0000
     /// (PostgreSQL's `jsonb` cannot). Nothing was written.

@@ -5,7 +5,7 @@ use serde_json::Value;
 use crate::error::{Context, StoreError};
 use crate::operator::rows::OperatorRow;
 
-/// An alert for the alert sink, queued in the store ([`crate::Store::queue_alert`])
+/// An alert for the alert sink, queued in the store ([`crate::AlertStore::queue_alert`])
 /// and sent from there at least once.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewAlert {
@@ -36,7 +36,7 @@ pub enum AlertBody {
     Report(i64),
 }
 
-/// A queued alert claimed for sending (see [`crate::Store::claim_alert`]).
+/// A queued alert claimed for sending (see [`crate::AlertStore::claim_alert`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Alert {
     /// Alert id.
@@ -52,7 +52,7 @@ pub struct Alert {
     pub held_until_ms: i64,
 }
 
-/// Which queued alert [`crate::Store::claim_alert`] takes.
+/// Which queued alert [`crate::AlertStore::claim_alert`] takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AlertClaim {
     /// The oldest due one.

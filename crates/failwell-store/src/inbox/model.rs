@@ -240,7 +240,7 @@ pub enum ForwardTransition {
 }
 
 /// A forwarding attempt's record and what follows, for
-/// [`crate::Store::complete_forwards`].
+/// [`crate::InboxStore::complete_forwards`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ForwardCompletion {
     /// The forward.

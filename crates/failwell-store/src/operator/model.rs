@@ -56,7 +56,7 @@ impl Channel {
     }
 }
 
-/// What an operator's [`crate::Store::resolve`] did.
+/// What an operator's [`crate::OperatorStore::resolve`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ManualResolution {

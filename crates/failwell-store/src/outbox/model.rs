@@ -141,7 +141,7 @@ pub struct Operation {
     pub unreadable: Option<String>,
 }
 
-/// What [`crate::Store::submit`] did.
+/// What [`crate::OutboxStore::submit`] did.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Submitted {
     /// A new operation was recorded.
@@ -331,7 +331,7 @@ pub enum Transition {
     },
 }
 
-/// The result of one finished attempt, for [`crate::Store::complete`].
+/// The result of one finished attempt, for [`crate::OutboxStore::complete`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Completion {
     /// The claimed message.
@@ -398,7 +398,7 @@ pub enum Resolution {
     },
 }
 
-/// A status lookup's record and conclusion, for [`crate::Store::reconcile`].
+/// A status lookup's record and conclusion, for [`crate::OutboxStore::reconcile`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reconciled {
     /// The unknown operation.

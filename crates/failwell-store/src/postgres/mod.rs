@@ -27,7 +27,7 @@ use sqlx::{ConnectOptions, Postgres, Transaction};
 
 use crate::error::{Context, StoreError};
 
-/// The PostgreSQL [`Store`](crate::Store).
+/// The PostgreSQL [`Backend`](crate::Backend).
 ///
 /// One pool of up to `max_connections` connections, shared by every
 /// reader and writer of this process; lease tokens start at a random

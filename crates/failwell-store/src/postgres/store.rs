@@ -1,5 +1,6 @@
-//! [`Store`](crate::Store) on PostgreSQL: the shared implementation
-//! ([`crate::store`]) with row locks, and the claim's first step.
+//! The outbox role on PostgreSQL: the shared statements
+//! ([`crate::outbox::statements`]) with row locks, and what is PostgreSQL's own: the
+//! claim, a batch of results and lease renewal.
 
 use sqlx::Row;
 use sqlx::postgres::PgConnection;

@@ -37,7 +37,7 @@ pub enum Synchronous {
     Normal,
 }
 
-/// The SQLite [`Store`].
+/// The SQLite [`Backend`](crate::Backend).
 ///
 /// Writes go through one connection (`writer`), so concurrent writers wait
 /// in the pool's fair queue instead of in SQLite's sleeping busy handler;

@@ -1,5 +1,6 @@
-//! [`Store`](crate::Store) on SQLite: the shared implementation
-//! ([`crate::store`]) under the single writer, and the claim's first step.
+//! The outbox role on SQLite: the shared statements
+//! ([`crate::outbox::statements`]) under the single writer, and what is SQLite's own: the
+//! claim, a batch of results and lease renewal.
 
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
