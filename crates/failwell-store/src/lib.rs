@@ -1,6 +1,6 @@
 //! failwell's durable core: operations, the outbox and the append-only
 //! attempt history, the webhook inbox, the operator's views, comparisons
-//! and alerts, on SQLite or PostgreSQL.
+//! and alerts, on SQLite, PostgreSQL or MySQL (and MariaDB).
 //!
 //! Only this crate knows SQL (besides the cluster's own breaker table).
 //! The store is split by role, one folder each, each a trait of what its
@@ -8,7 +8,7 @@
 //! [`OutboxStore`] (`outbox/`), [`InboxStore`] (`inbox/`),
 //! [`OperatorStore`] (`operator/`), [`ComparisonStore`] (`comparisons/`)
 //! and [`AlertStore`] (`alerts/`). A database backend (`sqlite/`,
-//! `postgres/`) implements every role ([`Backend`]), mostly by
+//! `postgres/`, `mysql/`) implements every role ([`Backend`]), mostly by
 //! instantiating each role's statement macro with what differs on it;
 //! [`Store`] is the handle the rest of failwell holds, opened from a
 //! `database_url` (`open.rs`).
@@ -24,6 +24,7 @@ mod alerts;
 mod comparisons;
 mod error;
 mod inbox;
+mod mysql;
 mod open;
 mod operator;
 mod outbox;
@@ -45,6 +46,7 @@ pub use inbox::{
     ClaimedForward, EventRecord, EventReport, EventStep, ForwardCompletion, ForwardTransition, InboxStore,
     LedgerEffect, NewEvent, OperationEvent, Received, StoredEvent,
 };
+pub use mysql::MySqlStore;
 pub use open::{Database, StoreOptions};
 pub use operator::{
     Channel, DeadLetter, DeadLetterFilter, DeadLetterKind, HistoryEntry, IntegrationStats, ManualResolution,
@@ -114,6 +116,12 @@ impl From<SqliteStore> for Store {
 
 impl From<PostgresStore> for Store {
     fn from(store: PostgresStore) -> Self {
+        Self::new(store)
+    }
+}
+
+impl From<MySqlStore> for Store {
+    fn from(store: MySqlStore) -> Self {
         Self::new(store)
     }
 }

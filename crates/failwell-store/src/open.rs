@@ -1,30 +1,31 @@
-//! Opening the store a configuration names: SQLite or PostgreSQL, chosen
-//! by the scheme of `database_url`.
+//! Opening the store a configuration names: SQLite, PostgreSQL or MySQL,
+//! chosen by the scheme of `database_url`.
 
 use crate::error::{Context, StoreError};
-use crate::{PostgresStore, SqliteStore, Store, Synchronous};
+use crate::{MySqlStore, PostgresStore, SqliteStore, Store, Synchronous};
 
 /// How to open a store: the settings of each database.
 #[derive(Clone, Copy, Debug)]
 pub struct StoreOptions {
-    /// SQLite commit durability (ignored on PostgreSQL).
+    /// SQLite commit durability (ignored on PostgreSQL and MySQL).
     pub synchronous: Synchronous,
-    /// PostgreSQL connections per process (ignored on SQLite, which has one
-    /// writer and four readers).
+    /// PostgreSQL or MySQL connections per process (ignored on SQLite,
+    /// which has one writer and four readers).
     pub max_connections: u32,
 }
 
 impl Store {
     /// Opens the store at `url` (creating an SQLite file if missing) and
     /// applies its migrations. Errors: [`StoreError::UnsupportedUrl`] for
-    /// another scheme; otherwise those of [`SqliteStore::open`] and
-    /// [`PostgresStore::open`].
+    /// another scheme; otherwise those of [`SqliteStore::open`],
+    /// [`PostgresStore::open`] and [`MySqlStore::open`].
     pub async fn open(url: &str, options: StoreOptions) -> Result<Self, StoreError> {
         match Database::of(url) {
             Some(Database::Sqlite) => SqliteStore::open(url, options.synchronous).await.map(Self::new),
             Some(Database::Postgres) => {
                 PostgresStore::open(url, options.max_connections).await.map(Self::new)
             }
+            Some(Database::MySql) => MySqlStore::open(url, options.max_connections).await.map(Self::new),
             None => Err(StoreError::UnsupportedUrl),
         }
     }
@@ -69,6 +70,18 @@ impl Store {
                 let _ = conn.close().await;
                 Ok(found)
             }
+            Some(Database::MySql) => {
+                let mut conn = sqlx::MySqlConnection::connect(url).await.context("connecting to MySQL")?;
+                let found: bool = sqlx::query_scalar(
+                    "SELECT COUNT(*) = 3 FROM information_schema.tables WHERE table_schema = DATABASE() \
+                     AND table_name IN ('_sqlx_migrations', 'operations', 'outbox')",
+                )
+                .fetch_one(&mut conn)
+                .await
+                .context("looking for failwell's tables")?;
+                let _ = conn.close().await;
+                Ok(found)
+            }
             None => Err(StoreError::UnsupportedUrl),
         }
     }
@@ -81,6 +94,8 @@ pub enum Database {
     Sqlite,
     /// `postgres:` or `postgresql:`.
     Postgres,
+    /// `mysql:` (MySQL 8.0+, MariaDB 10.6+).
+    MySql,
 }
 
 impl Database {
@@ -90,6 +105,7 @@ impl Database {
         match scheme.as_str() {
             "sqlite" => Some(Self::Sqlite),
             "postgres" | "postgresql" => Some(Self::Postgres),
+            "mysql" => Some(Self::MySql),
             _ => None,
         }
     }

@@ -2,16 +2,21 @@
 
 /// Implements [`AlertStore`](crate::AlertStore) for `store`, in the
 /// invoking module, with the same SQL on every database (`$N` parameters,
-/// which sqlx binds by number on SQLite too). The store provides `pool()`,
-/// `read_pool()` and `begin()`.
+/// run by the backend's `sql` module). The store provides `pool()`,
+/// `read_pool()` and `begin()`; the invoker gives the row-lock clause of
+/// the claim's read (`lock`) and the insert of a firing alert that does
+/// nothing when it is firing already (`firing`, parameters kind, subject,
+/// since).
 macro_rules! alert_statements {
-    (store = $store:ty $(,)?) => {
+    (store = $store:ty, lock = $lock:literal, firing = $firing:literal $(,)?) => {
         use crate::error::Context as _;
+
+        use super::sql;
 
         #[async_trait::async_trait]
         impl crate::AlertStore for $store {
             async fn firing_alerts(&self, kind: &str) -> Result<Vec<String>, crate::error::StoreError> {
-                sqlx::query_scalar("SELECT subject FROM alerts_firing WHERE kind = $1 ORDER BY subject")
+                sql::query_scalar("SELECT subject FROM alerts_firing WHERE kind = $1 ORDER BY subject")
                     .bind(kind)
                     .fetch_all(self.read_pool())
                     .await
@@ -44,28 +49,40 @@ macro_rules! alert_statements {
                     crate::alerts::AlertClaim::Report(id) => Some(id),
                 };
                 // Due, not leased, and no earlier unsent alert of its kind
-                // and subject; the outer conditions are checked again on
-                // the locked row, so two processes never both claim one.
-                let row = sqlx::query(
-                    "UPDATE alerts SET locked_until_ms = $2, attempts = attempts + 1 \
-                     WHERE id IN (SELECT a.id FROM alerts a WHERE a.sent_at_ms IS NULL AND a.gave_up_at_ms IS NULL \
-                       AND a.next_at_ms <= $1 \
-                       AND (a.locked_until_ms IS NULL OR a.locked_until_ms <= $1) \
-                       AND ($3 IS NULL OR a.report_id = $3) \
-                       AND NOT EXISTS (SELECT 1 FROM alerts e WHERE e.kind = a.kind AND e.subject = a.subject \
-                         AND e.sent_at_ms IS NULL AND e.gave_up_at_ms IS NULL AND e.id < a.id) \
-                       ORDER BY a.id LIMIT 1) \
-                       AND sent_at_ms IS NULL AND gave_up_at_ms IS NULL \
-                       AND (locked_until_ms IS NULL OR locked_until_ms <= $1) \
-                     RETURNING id, report_id, text, details, attempts, created_at_ms, locked_until_ms",
-                )
+                // and subject, read under a row lock that skips an alert
+                // another process is claiming: two never both claim one.
+                let mut tx = self.begin().await?;
+                let id: Option<i64> = sql::query_scalar(concat!(
+                    "SELECT a.id FROM alerts a WHERE a.sent_at_ms IS NULL AND a.gave_up_at_ms IS NULL \
+                     AND a.next_at_ms <= $1 \
+                     AND (a.locked_until_ms IS NULL OR a.locked_until_ms <= $1) \
+                     AND ($2 IS NULL OR a.report_id = $2) \
+                     AND NOT EXISTS (SELECT 1 FROM alerts e WHERE e.kind = a.kind AND e.subject = a.subject \
+                       AND e.sent_at_ms IS NULL AND e.gave_up_at_ms IS NULL AND e.id < a.id) \
+                     ORDER BY a.id LIMIT 1",
+                    $lock
+                ))
                 .bind(now_ms)
-                .bind(now_ms + lease_ms)
                 .bind(report)
-                .fetch_optional(self.pool())
+                .fetch_optional(&mut *tx)
                 .await
-                .context("claiming an alert")?;
-                row.as_ref().map(crate::alerts::alert_from_row).transpose()
+                .context("finding a due alert")?;
+                let Some(id) = id else { return Ok(None) };
+                sql::query("UPDATE alerts SET locked_until_ms = $2, attempts = attempts + 1 WHERE id = $1")
+                    .bind(id)
+                    .bind(now_ms + lease_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .context("claiming an alert")?;
+                let row = sql::query(
+                    "SELECT id, report_id, text, details, attempts, created_at_ms, locked_until_ms FROM alerts WHERE id = $1",
+                )
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await
+                .context("reading a claimed alert")?;
+                tx.commit().await.context("committing an alert's claim")?;
+                crate::alerts::alert_from_row(&row).map(Some)
             }
 
             async fn alert_sent(
@@ -85,7 +102,7 @@ macro_rules! alert_statements {
                 let mut tx = self.begin().await?;
                 // Only while this claim still holds it: a sender that
                 // outlived its lease cannot undo what another one recorded.
-                let held = sqlx::query(
+                let held = sql::query(
                     "UPDATE alerts SET sent_at_ms = $2, last_error = $3, next_at_ms = COALESCE($4, next_at_ms), \
                      gave_up_at_ms = $6, locked_until_ms = NULL \
                      WHERE id = $1 AND locked_until_ms = $5 AND sent_at_ms IS NULL AND gave_up_at_ms IS NULL",
@@ -106,7 +123,7 @@ macro_rules! alert_statements {
                 }
                 // A report's alert: the report shows it too (an earlier
                 // success is kept; a success clears the error).
-                sqlx::query(
+                sql::query(
                     "UPDATE reconciliation_reports SET alerted_at_ms = COALESCE($2, alerted_at_ms), alert_error = $3 \
                      WHERE id = (SELECT report_id FROM alerts WHERE id = $1)",
                 )
@@ -136,15 +153,12 @@ macro_rules! alert_statements {
                     None => true,
                     Some((kind, subject, firing, now_ms)) => {
                         let query = if firing {
-                            sqlx::query(
-                                "INSERT INTO alerts_firing (kind, subject, since_ms) VALUES ($1, $2, $3) \
-                                 ON CONFLICT DO NOTHING",
-                            )
+                            sql::query($firing)
                             .bind(kind)
                             .bind(subject)
                             .bind(now_ms)
                         } else {
-                            sqlx::query("DELETE FROM alerts_firing WHERE kind = $1 AND subject = $2")
+                            sql::query("DELETE FROM alerts_firing WHERE kind = $1 AND subject = $2")
                                 .bind(kind)
                                 .bind(subject)
                         };
@@ -152,7 +166,7 @@ macro_rules! alert_statements {
                     }
                 };
                 if let (true, Some(alert)) = (changed, alert) {
-                    sqlx::query(
+                    sql::query(
                         "INSERT INTO alerts (kind, subject, text, details, created_at_ms, next_at_ms) \
                          VALUES ($1, $2, $3, $4, $5, $5)",
                     )

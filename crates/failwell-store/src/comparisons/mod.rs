@@ -90,3 +90,28 @@ pub(crate) trait ComparisonBinds: Sized {
     /// reference, operation_id, provider_ref, detail`.
     fn bind_discrepancies(self, discrepancies: &[Discrepancy]) -> Self;
 }
+
+/// Implements [`ComparisonBinds`] for `query` (any statement builder with
+/// `bind(String)`): each list is one JSON array, of texts or of one
+/// [`discrepancy_json`] array per discrepancy (SQLite reads it with
+/// `json_each`, MySQL with `JSON_TABLE`).
+macro_rules! json_comparison_binds {
+    ($query:ty) => {
+        impl crate::comparisons::ComparisonBinds for $query {
+            fn bind_texts(self, texts: &[String]) -> Self {
+                self.bind(serde_json::to_string(texts).unwrap_or_default())
+            }
+
+            fn bind_discrepancies(self, discrepancies: &[failwell_policy::Discrepancy]) -> Self {
+                self.bind(
+                    serde_json::Value::Array(
+                        discrepancies.iter().map(crate::comparisons::discrepancy_json).collect(),
+                    )
+                    .to_string(),
+                )
+            }
+        }
+    };
+}
+
+pub(crate) use json_comparison_binds;

@@ -2,18 +2,25 @@
 
 /// Implements [`ComparisonStore`](crate::ComparisonStore) for `store`, in
 /// the invoking module, with the same SQL on every database (`$N`
-/// parameters, which sqlx binds by number on SQLite too). The store
+/// parameters, run by the backend's `sql` module). The store
 /// provides `pool()`, `read_pool()` and `begin()`. What differs is passed
 /// in: `texts_in`, a subquery of the texts bound as `$2`, and
 /// `discrepancies`, the row source (`d`) of the discrepancies bound from
-/// `$3` on, both bound by the backend's [`ComparisonBinds`](crate::comparisons::ComparisonBinds).
+/// `$3` on, both bound by the backend's [`ComparisonBinds`](crate::comparisons::ComparisonBinds);
+/// `returning_id`, what an `INSERT` ends with for `sql::inserted_id` to
+/// read the new row's id (`" RETURNING id"`, or nothing on MySQL, whose
+/// connection knows it); `new_window`, the insert of a comparison run
+/// `($1, $2, $3, $4)` that leaves an existing one alone.
 macro_rules! comparison_statements {
     (
         store = $store:ty,
         texts_in = $texts_in:literal,
-        discrepancies = $discrepancies:literal $(,)?
+        discrepancies = $discrepancies:literal,
+        returning_id = $returning_id:literal,
+        new_window = $new_window:literal $(,)?
     ) => {
         use crate::comparisons::ComparisonBinds as _;
+        use super::sql;
         use crate::error::Context as _;
 
         #[async_trait::async_trait]
@@ -24,7 +31,7 @@ macro_rules! comparison_statements {
                 from_ms: i64,
                 to_ms: i64,
             ) -> Result<Vec<crate::Operation>, crate::error::StoreError> {
-                let rows = sqlx::query(crate::outbox::rows::select_operation!(
+                let rows = sql::query(crate::outbox::rows::select_operation!(
                     "WHERE o.provider = $1 AND o.created_at_ms >= $2 AND o.created_at_ms < $3 ORDER BY o.id"
                 ))
                 .bind(provider)
@@ -41,7 +48,7 @@ macro_rules! comparison_statements {
                 provider: &str,
                 references: &[String],
             ) -> Result<Vec<crate::Operation>, crate::error::StoreError> {
-                let rows = sqlx::query(crate::outbox::rows::select_operation!(
+                let rows = sql::query(crate::outbox::rows::select_operation!(
                     "WHERE o.provider = $1 AND o.reference IN ",
                     $texts_in,
                     " ORDER BY o.id"
@@ -61,11 +68,13 @@ macro_rules! comparison_statements {
                 report: crate::comparisons::NewReport,
             ) -> Result<i64, crate::error::StoreError> {
                 let mut tx = self.begin().await?;
-                let id: i64 = sqlx::query_scalar(
+                let id = sql::inserted_id(
+                    sql::query(concat!(
                     "INSERT INTO reconciliation_reports (provider, window_from_ms, window_to_ms, \
                      started_at_ms, finished_at_ms, actor, ours, theirs, discrepancies, report, text) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
-                )
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                    $returning_id
+                ))
                 .bind(&report.provider)
                 .bind(report.window_from_ms)
                 .bind(report.window_to_ms)
@@ -76,11 +85,12 @@ macro_rules! comparison_statements {
                 .bind(report.theirs as i64)
                 .bind(report.discrepancies.len() as i64)
                 .bind(report.report.to_string())
-                .bind(&report.text)
-                .fetch_one(&mut *tx)
+                .bind(&report.text),
+                    &mut tx,
+                )
                 .await
                 .context("storing a comparison report")?;
-                sqlx::query(concat!(
+                sql::query(concat!(
                     "INSERT INTO discrepancies (report_id, provider, kind, reference, operation_id, \
                      provider_ref, detail) \
                      SELECT $1, $2, d.kind, d.reference, d.operation_id, d.provider_ref, d.detail FROM ",
@@ -93,7 +103,7 @@ macro_rules! comparison_statements {
                 .await
                 .context("storing discrepancies")?;
                 if report.alert {
-                    sqlx::query(
+                    sql::query(
                         "INSERT INTO alerts (kind, subject, report_id, created_at_ms, next_at_ms) \
                          VALUES ('comparison', $1, $2, $3, $3)",
                     )
@@ -129,21 +139,35 @@ macro_rules! comparison_statements {
                 lease_ms: i64,
             ) -> Result<bool, crate::error::StoreError> {
                 // New, or claimed earlier by a run that never finished.
-                let claimed = sqlx::query(
-                    "INSERT INTO comparison_runs (provider, window_from_ms, window_to_ms, claimed_at_ms) \
-                     VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (provider, window_from_ms, window_to_ms) DO UPDATE SET claimed_at_ms = $4 \
-                     WHERE comparison_runs.finished_at_ms IS NULL AND comparison_runs.claimed_at_ms <= $5",
-                )
-                .bind(provider)
-                .bind(window.0)
-                .bind(window.1)
-                .bind(now_ms)
-                .bind(now_ms - lease_ms)
-                .execute(self.pool())
-                .await
-                .context("claiming a comparison")?;
-                Ok(claimed.rows_affected() > 0)
+                let mut tx = self.begin().await?;
+                let inserted = sql::query($new_window)
+                    .bind(provider)
+                    .bind(window.0)
+                    .bind(window.1)
+                    .bind(now_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .context("claiming a comparison")?
+                    .rows_affected()
+                    > 0;
+                let claimed = inserted
+                    || sql::query(
+                        "UPDATE comparison_runs SET claimed_at_ms = $4 \
+                         WHERE provider = $1 AND window_from_ms = $2 AND window_to_ms = $3 \
+                         AND finished_at_ms IS NULL AND claimed_at_ms <= $5",
+                    )
+                    .bind(provider)
+                    .bind(window.0)
+                    .bind(window.1)
+                    .bind(now_ms)
+                    .bind(now_ms - lease_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .context("claiming a comparison")?
+                    .rows_affected()
+                        > 0;
+                tx.commit().await.context("committing a comparison's claim")?;
+                Ok(claimed)
             }
 
             async fn finish_comparison(
@@ -152,7 +176,7 @@ macro_rules! comparison_statements {
                 window: (i64, i64),
                 now_ms: i64,
             ) -> Result<(), crate::error::StoreError> {
-                sqlx::query(
+                sql::query(
                     "UPDATE comparison_runs SET finished_at_ms = $4 \
                      WHERE provider = $1 AND window_from_ms = $2 AND window_to_ms = $3",
                 )
@@ -167,7 +191,7 @@ macro_rules! comparison_statements {
             }
 
             async fn last_comparison_window(&self, provider: &str) -> Result<Option<crate::Window>, crate::error::StoreError> {
-                sqlx::query_as(
+                sql::query_as(
                     "SELECT window_from_ms, window_to_ms FROM comparison_runs WHERE provider = $1 \
                      ORDER BY window_to_ms DESC LIMIT 1",
                 )
@@ -181,7 +205,7 @@ macro_rules! comparison_statements {
                 &self,
                 claimed_before_ms: i64,
             ) -> Result<Vec<(String, crate::Window)>, crate::error::StoreError> {
-                let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+                let rows: Vec<(String, i64, i64)> = sql::query_as(
                     "SELECT provider, window_from_ms, window_to_ms FROM comparison_runs \
                      WHERE finished_at_ms IS NULL AND claimed_at_ms <= $1 ORDER BY window_from_ms, provider",
                 )
@@ -199,7 +223,7 @@ macro_rules! comparison_statements {
                 which: crate::comparisons::Reports,
             ) -> Result<Vec<crate::comparisons::Report>, crate::error::StoreError> {
                 let (sql, value) = which.query();
-                let query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                let query = sql::query(sqlx::AssertSqlSafe(sql));
                 let query = match value {
                     Some(value) => query.bind(value),
                     None => query,

@@ -58,6 +58,7 @@ macro_rules! inbox_row {
 }
 
 inbox_row!(sqlx::sqlite::SqliteRow);
+inbox_row!(sqlx::mysql::MySqlRow);
 inbox_row!(sqlx::postgres::PgRow);
 
 /// A batch of deliveries after the insert that stored the new ones: what

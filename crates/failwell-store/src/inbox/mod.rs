@@ -8,6 +8,7 @@
 //! backend with its row locks and the way it binds a batch
 //! (`sqlite/inbox.rs`, `postgres/inbox.rs`).
 
+pub(crate) mod json_binds;
 pub(crate) mod ledger;
 mod model;
 pub(crate) mod statements;

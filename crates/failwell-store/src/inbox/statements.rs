@@ -1,37 +1,103 @@
 //! The webhook inbox's statements, the same SQL on every database.
 
+/// An `UPDATE` of `table` whose new values (`column = "value"` pairs)
+/// come from the batch `source` (aliased `u`, matched on `id`): `from` in
+/// the form PostgreSQL and SQLite write (`UPDATE … SET … FROM …`), `join`
+/// in MySQL's (`UPDATE … JOIN … ON … SET …`, the columns named with their
+/// table).
+macro_rules! update_joined {
+    (from, $table:literal, $source:literal, $first:ident = $value:literal $(, $column:ident = $v:literal)* $(,)?) => {
+        concat!(
+            "UPDATE ", $table, " SET ", stringify!($first), " = ", $value,
+            $(", ", stringify!($column), " = ", $v,)*
+            " FROM ", $source, " WHERE ", $table, ".id = u.id"
+        )
+    };
+    (join, $table:literal, $source:literal, $first:ident = $value:literal $(, $column:ident = $v:literal)* $(,)?) => {
+        concat!(
+            "UPDATE ", $table, " JOIN ", $source, " ON ", $table, ".id = u.id SET ",
+            $table, ".", stringify!($first), " = ", $value,
+            $(", ", $table, ".", stringify!($column), " = ", $v,)*
+        )
+    };
+}
+
+/// Defines `insert_events` for the inbox statements
+/// ([`inbox_statements!`]) where an insert can return what it inserted
+/// (PostgreSQL, SQLite): one statement, `events` the batch's row source
+/// (`u`, from `$2`).
+macro_rules! insert_returning_events {
+    (conn = $conn:ty, row = $row:ty, events = $events:literal $(,)?) => {
+        /// Stores the batch's new events in arrival order (one
+        /// statement; `WHERE true` lets SQLite parse the upsert after a
+        /// `SELECT`) and returns what it stored.
+        async fn insert_events(
+            conn: &mut $conn,
+            events: &[crate::NewEvent],
+            now_ms: i64,
+        ) -> Result<Vec<$row>, crate::error::StoreError> {
+            use crate::error::Context as _;
+            use crate::inbox::InboxBinds as _;
+            sqlx::query(concat!(
+                "INSERT INTO inbox_events (integration, event_id, payload, headers, received_at_ms) \
+                 SELECT integration, event_id, payload, headers, $1 FROM ",
+                $events,
+                " WHERE true ORDER BY n \
+                 ON CONFLICT (integration, event_id) DO NOTHING RETURNING seq, integration, event_id"
+            ))
+            .bind(now_ms)
+            .bind_events(events)
+            .fetch_all(&mut *conn)
+            .await
+            .context("storing webhook events")
+        }
+    };
+}
+
 /// Implements [`InboxStore`](crate::InboxStore) for `store`, with two
 /// helper functions on connections of type `conn`, in the invoking module,
-/// with the same SQL on every database (`$N` parameters, which sqlx binds
-/// by number on SQLite too). The store provides `read_pool()` and
+/// with the same SQL on every database (`$N` parameters, run by the
+/// backend's `sql` module). The store provides `read_pool()` and
 /// `begin()`. What differs is passed in:
 /// - `lock`: the row-lock clause (`[" FOR UPDATE"]`) of the reads that
 ///   decide a write, or none (`[]`: SQLite, whose single writer, `BEGIN
 ///   IMMEDIATE`, already excludes every other); a statement that only
-///   locks is left out without one;
+///   locks is left out without one; `claim_lock`, that of the forward
+///   claim (forwards `f` joined with their events), which skips rows
+///   another process holds, and `operations_lock`, that of the operations
+///   `o` an event names (read with a subquery of their messages);
+/// - `update`: how an update takes its new values from a batch `u`
+///   ([`update_joined!`]: `from` or `join`);
+/// - `insert_events(conn, events, now_ms)`, a function of the invoking
+///   module: stores the new events, leaving out those already stored, and
+///   returns the stored ones' `seq, integration, event_id`;
 /// - `serialize` (optional): a statement that makes receiving take one
 ///   transaction at a time, where the database does not already;
 /// - `payload_size`: the SQL expression of a payload's length in bytes as
 ///   a 64-bit integer;
-/// - `ids_in` (a subquery of the ids bound as `$1`), `events` (`u`, from
-///   `$2`), `keys` (`k`, from `$1`), `changes` (`u`, from `$3`), `steps`
-///   (`s`, from `$1`) and `forward_changes` (`u`, from `$2`): the row
-///   sources of the batches the backend's [`InboxBinds`] binds.
+/// - `ids_in` (a subquery of the ids bound as `$1`), `keys` (`k`, from
+///   `$1`), `changes` (`u`, from `$3`), `steps` (`s`, from `$1`) and
+///   `forward_changes` (`u`, from `$2`): the row sources of the batches the
+///   backend's [`InboxBinds`] binds.
 macro_rules! inbox_statements {
     (
         store = $store:ty,
         conn = $conn:ty,
         lock = [$($lock:literal)?],
+        claim_lock = [$($claim_lock:literal)?],
+        operations_lock = [$($operations_lock:literal)?],
+        update = $update:ident,
         $(serialize = $serialize:literal,)?
         payload_size = $payload_size:literal,
         ids_in = $ids_in:literal,
-        events = $events:literal,
         keys = $keys:literal,
         changes = $changes:literal,
         steps = $steps:literal,
         forward_changes = $forward_changes:literal $(,)?
     ) => {
         use sqlx::Row as _;
+
+        use super::sql;
 
         use crate::error::Context as _;
         use crate::inbox::InboxBinds as _;
@@ -58,30 +124,18 @@ macro_rules! inbox_statements {
                 // One receiving transaction at a time, where the database does not
                 // already see to it (`serialize`).
                 $(
-                    sqlx::query($serialize).execute(&mut *tx).await.context("locking the inbox")?;
+                    sql::query($serialize).execute(&mut *tx).await.context("locking the inbox")?;
                 )?
                 // In arrival order, so `seq`s follow it and the first delivery of a
-                // key is the one stored (the others conflict with it and are left
-                // out: an error would abort the whole transaction). `WHERE true`
-                // lets SQLite parse the upsert after a SELECT.
-                let inserted = sqlx::query(concat!(
-                    "INSERT INTO inbox_events (integration, event_id, payload, headers, received_at_ms) \
-                     SELECT integration, event_id, payload, headers, $1 FROM ",
-                    $events,
-                    " WHERE true ORDER BY n \
-                     ON CONFLICT (integration, event_id) DO NOTHING RETURNING seq, integration, event_id"
-                ))
-                .bind(now_ms)
-                .bind_events(&events)
-                .fetch_all(&mut *tx)
-                .await
-                .context("storing webhook events")?;
+                // key is the one stored (the others are left out: an error would
+                // abort the whole transaction).
+                let inserted = insert_events(&mut tx, &events, now_ms).await?;
                 let mut batch = crate::inbox::Batch::new(&events, &inserted, now_ms)?;
                 apply_reports(&mut tx, &mut batch, now_ms).await?;
                 insert_steps(&mut tx, &batch.steps).await?;
                 if !batch.forwards.is_empty() {
                     // In `seq` order, which is arrival order.
-                    sqlx::query(concat!(
+                    sql::query(concat!(
                         "INSERT INTO forwards (event_seq, available_at_ms, created_at_ms, updated_at_ms) \
                          SELECT seq, $2, $2, $2 FROM inbox_events WHERE seq IN ",
                         $ids_in,
@@ -108,7 +162,7 @@ macro_rules! inbox_statements {
                 // Sizes first (both databases read a value's length from its
                 // header), so the page stops at `max_bytes` before any payload is
                 // loaded.
-                let sizes: Vec<(i64, i64)> = sqlx::query_as(concat!(
+                let sizes: Vec<(i64, i64)> = sql::query_as(concat!(
                     "SELECT seq, ",
                     $payload_size,
                     " FROM inbox_events WHERE seq > $1 ORDER BY seq LIMIT $2"
@@ -119,7 +173,7 @@ macro_rules! inbox_statements {
                 .await
                 .context("reading the event feed")?;
                 let Some(last) = crate::inbox::page_end(&sizes, max_bytes) else { return Ok(Vec::new()) };
-                let rows = sqlx::query(
+                let rows = sql::query(
                     "SELECT seq, integration, event_id, payload, headers, received_at_ms FROM inbox_events \
                      WHERE seq > $1 AND seq <= $2 ORDER BY seq",
                 )
@@ -136,7 +190,7 @@ macro_rules! inbox_statements {
                 &self,
                 operation_id: i64,
             ) -> Result<Vec<crate::OperationEvent>, crate::error::StoreError> {
-                let rows = sqlx::query(
+                let rows = sql::query(
                     "SELECT e.integration, e.event_id, s.kind, s.at_ms, s.duration_ms, s.status_code, \
                      s.operation_id, s.effect, s.detail \
                      FROM inbox_steps s JOIN inbox_events e ON e.seq = s.event_seq \
@@ -156,7 +210,7 @@ macro_rules! inbox_statements {
                 integration: &str,
                 event_id: &str,
             ) -> Result<Option<crate::EventRecord>, crate::error::StoreError> {
-                let row = sqlx::query(
+                let row = sql::query(
                     "SELECT e.seq, e.integration, e.event_id, e.payload, e.headers, e.received_at_ms, \
                      f.state AS forward_state, COALESCE(f.attempts, 0) AS forward_attempts, \
                      f.last_error AS forward_last_error, \
@@ -171,7 +225,7 @@ macro_rules! inbox_statements {
                 .context("reading an event")?;
                 let Some(row) = row else { return Ok(None) };
                 let event = crate::inbox::event_from_row(&row)?;
-                let steps = sqlx::query(
+                let steps = sql::query(
                     "SELECT kind, at_ms, duration_ms, status_code, operation_id, effect, detail \
                      FROM inbox_steps WHERE event_seq = $1 ORDER BY id",
                 )
@@ -193,14 +247,14 @@ macro_rules! inbox_statements {
                 // Where rows are locked, forwards another process is claiming or
                 // completing are skipped, not waited for (`SKIP LOCKED`); only the
                 // forwards are locked (the events are append-only).
-                let due = sqlx::query(concat!(
+                let due = sql::query(concat!(
                     "SELECT f.id, f.attempts, f.previous_delay_ms, f.locked_until_ms, f.updated_at_ms, \
                      e.seq, e.integration, e.event_id, e.payload, e.headers, e.received_at_ms \
                      FROM forwards f JOIN inbox_events e ON e.seq = f.event_seq \
                      WHERE f.state = 'pending' AND f.available_at_ms <= $1 \
                      AND (f.locked_until_ms IS NULL OR f.locked_until_ms <= $1) \
                      ORDER BY f.available_at_ms, f.id LIMIT $2",
-                    $($lock, " OF f SKIP LOCKED")?
+                    $($claim_lock)?
                 ))
                 .bind(now_ms)
                 .bind(i64::from(limit))
@@ -217,7 +271,7 @@ macro_rules! inbox_statements {
                     .map(|r| r.try_get("id"))
                     .collect::<Result<_, _>>()
                     .context("reading due forwards")?;
-                sqlx::query(concat!(
+                sql::query(concat!(
                     "UPDATE forwards SET locked_until_ms = $2, lease_token = $3, attempts = attempts + 1, \
                      updated_at_ms = $4 WHERE id IN ",
                     $ids_in
@@ -246,7 +300,7 @@ macro_rules! inbox_statements {
                 // locked (in id order) so that no claim takes the lease over before
                 // the transition is written.
                 let ids: Vec<i64> = completions.iter().map(|c| c.id).collect();
-                let tokens: std::collections::HashMap<i64, i64> = sqlx::query(concat!(
+                let tokens: std::collections::HashMap<i64, i64> = sql::query(concat!(
                     "SELECT id, lease_token FROM forwards \
                      WHERE state = 'pending' AND lease_token IS NOT NULL AND id IN ",
                     $ids_in,
@@ -264,15 +318,20 @@ macro_rules! inbox_statements {
                 let recorded = crate::inbox::judge(&completions, &tokens);
                 let changes = crate::inbox::forward_changes(&completions, &recorded, now_ms);
                 if !changes.is_empty() {
-                    sqlx::query(concat!(
-                        "UPDATE forwards SET state = u.state, \
-                         available_at_ms = COALESCE(u.available_at_ms, forwards.available_at_ms), \
-                         previous_delay_ms = COALESCE(u.delay_ms, forwards.previous_delay_ms), \
-                         last_error = u.error, dead_at_ms = u.dead_at_ms, locked_until_ms = NULL, \
-                         lease_token = NULL, attempts = forwards.attempts - u.given_back, \
-                         updated_at_ms = $1, changed_by = 'forwarder' FROM ",
+                    sql::query(crate::inbox::statements::update_joined!(
+                        $update,
+                        "forwards",
                         $forward_changes,
-                        " WHERE forwards.id = u.id"
+                        state = "u.state",
+                        available_at_ms = "COALESCE(u.available_at_ms, forwards.available_at_ms)",
+                        previous_delay_ms = "COALESCE(u.delay_ms, forwards.previous_delay_ms)",
+                        last_error = "u.error",
+                        dead_at_ms = "u.dead_at_ms",
+                        locked_until_ms = "NULL",
+                        lease_token = "NULL",
+                        attempts = "forwards.attempts - u.given_back",
+                        updated_at_ms = "$1",
+                        changed_by = "'forwarder'",
                     ))
                     .bind(now_ms)
                     .bind_forward_changes(&changes)
@@ -298,7 +357,7 @@ macro_rules! inbox_statements {
             if batch.reports.is_empty() {
                 return Ok(());
             }
-            let ids: Vec<i64> = sqlx::query(concat!(
+            let ids: Vec<i64> = sql::query(concat!(
                 "SELECT o.id FROM ",
                 $keys,
                 " JOIN operations o ON o.provider = k.provider AND o.reference = k.reference"
@@ -318,7 +377,7 @@ macro_rules! inbox_statements {
                 Vec::new()
             } else {
                 $(
-                    sqlx::query(concat!(
+                    sql::query(concat!(
                         "SELECT id FROM outbox WHERE operation_id IN ",
                         $ids_in,
                         " ORDER BY id",
@@ -331,14 +390,14 @@ macro_rules! inbox_statements {
                 )?
                 // Read after the messages are locked, so `dead` and the status
                 // are what the relay left.
-                sqlx::query(concat!(
+                sql::query(concat!(
                     "SELECT o.id, o.provider, o.reference, o.status, o.event_version, \
                      EXISTS (SELECT 1 FROM outbox x WHERE x.operation_id = o.id AND x.state = 'dead') \
                        AS dead \
                      FROM operations o WHERE o.id IN ",
                     $ids_in,
                     " ORDER BY o.id",
-                    $($lock, " OF o")?
+                    $($operations_lock)?
                 ))
                 .bind_ids(&ids)
                 .fetch_all(&mut *conn)
@@ -354,19 +413,19 @@ macro_rules! inbox_statements {
             // A settled operation needs no lookup and keeps no error; an attempt
             // still in flight loses its lease, so its late result cannot overwrite
             // what the provider said.
-            sqlx::query(concat!(
-                "UPDATE operations SET status = u.status, event_version = u.version, \
-                 provider_ref = COALESCE(operations.provider_ref, u.provider_ref), \
-                 last_error = CASE WHEN u.settled THEN NULL WHEN u.conflict THEN $2 \
-                   ELSE operations.last_error END, \
-                 next_reconcile_at_ms = CASE WHEN u.settled THEN NULL WHEN u.conflict THEN $1 \
-                   ELSE operations.next_reconcile_at_ms END, \
-                 reconcile_attempts = CASE WHEN u.conflict THEN 0 ELSE operations.reconcile_attempts END, \
-                 updated_at_ms = CASE WHEN u.settled OR u.conflict THEN $1 \
-                   ELSE operations.updated_at_ms END, \
-                 changed_by = 'webhook' FROM ",
+            sql::query(crate::inbox::statements::update_joined!(
+                $update,
+                "operations",
                 $changes,
-                " WHERE operations.id = u.id"
+                status = "u.status",
+                event_version = "u.version",
+                provider_ref = "COALESCE(operations.provider_ref, u.provider_ref)",
+                last_error = "CASE WHEN u.settled THEN NULL WHEN u.conflict THEN $2 ELSE operations.last_error END",
+                next_reconcile_at_ms = "CASE WHEN u.settled THEN NULL WHEN u.conflict THEN $1 \
+                    ELSE operations.next_reconcile_at_ms END",
+                reconcile_attempts = "CASE WHEN u.conflict THEN 0 ELSE operations.reconcile_attempts END",
+                updated_at_ms = "CASE WHEN u.settled OR u.conflict THEN $1 ELSE operations.updated_at_ms END",
+                changed_by = "'webhook'",
             ))
             .bind(now_ms)
             .bind(crate::inbox::CONFLICT_NOTE)
@@ -381,7 +440,7 @@ macro_rules! inbox_statements {
             // A dead letter stays one unless the provider says the operation
             // succeeded (replaying it then would be wrong): the status just
             // written is the event's.
-            sqlx::query(concat!(
+            sql::query(concat!(
                 "UPDATE outbox SET state = 'done', in_flight = 0, locked_until_ms = NULL, \
                  lease_token = NULL, dead_at_ms = NULL, updated_at_ms = $2, changed_by = 'webhook' \
                  WHERE operation_id IN ",
@@ -406,7 +465,7 @@ macro_rules! inbox_statements {
             if steps.is_empty() {
                 return Ok(());
             }
-            sqlx::query(concat!(
+            sql::query(concat!(
                 "INSERT INTO inbox_steps (event_seq, kind, at_ms, duration_ms, status_code, operation_id, \
                  effect, detail) \
                  SELECT event_seq, kind, at_ms, duration_ms, status_code, operation_id, effect, detail FROM ",
@@ -422,4 +481,4 @@ macro_rules! inbox_statements {
     };
 }
 
-pub(crate) use inbox_statements;
+pub(crate) use {inbox_statements, insert_returning_events, update_joined};

@@ -2,23 +2,33 @@
 //! typed column read ([`OperatorRow`]) the comparison and alert rows use
 //! too, and the dead-letter and history mappings.
 
-use sqlx::{Decode, Postgres, Sqlite, Type};
+use sqlx::{Decode, MySql, Postgres, Sqlite, Type};
 
 use super::{DeadLetter, DeadLetterKind, HistoryEntry};
 use serde_json::Value;
 
 use crate::error::{Context, StoreError};
 
-/// A Rust type both databases decode their own column types into (e.g.
+/// A Rust type every database decodes their own column types into (e.g.
 /// `i64` from SQLite's INTEGER and PostgreSQL's `bigint`, `Vec<u8>` from
 /// TEXT, BLOB or `bytea`).
 pub(crate) trait Column:
-    for<'r> Decode<'r, Sqlite> + Type<Sqlite> + for<'r> Decode<'r, Postgres> + Type<Postgres>
+    for<'r> Decode<'r, Sqlite>
+    + Type<Sqlite>
+    + for<'r> Decode<'r, Postgres>
+    + Type<Postgres>
+    + for<'r> Decode<'r, MySql>
+    + Type<MySql>
 {
 }
 
 impl<T> Column for T where
-    T: for<'r> Decode<'r, Sqlite> + Type<Sqlite> + for<'r> Decode<'r, Postgres> + Type<Postgres>
+    T: for<'r> Decode<'r, Sqlite>
+        + Type<Sqlite>
+        + for<'r> Decode<'r, Postgres>
+        + Type<Postgres>
+        + for<'r> Decode<'r, MySql>
+        + Type<MySql>
 {
 }
 
@@ -42,6 +52,7 @@ macro_rules! operator_row {
 
 operator_row!(sqlx::sqlite::SqliteRow);
 operator_row!(sqlx::postgres::PgRow);
+operator_row!(sqlx::mysql::MySqlRow);
 
 /// The table a dead letter of `kind` lives in.
 pub(crate) fn table(kind: DeadLetterKind) -> &'static str {

@@ -2,7 +2,7 @@
 
 /// Implements [`OperatorStore`](crate::OperatorStore) for `store`, in the
 /// invoking module, with the same SQL on every database (`$N` parameters,
-/// which sqlx binds by number on SQLite too). The store provides `pool()`
+/// run by the backend's `sql` module). The store provides `pool()`
 /// (single writes), `read_pool()` and `begin()` (write transactions). What
 /// differs is passed in:
 /// - `lock`: the row-lock clause (`[" FOR UPDATE"]`) of the reads that
@@ -26,6 +26,8 @@ macro_rules! operator_statements {
         use crate::error::Context as _;
         use sqlx::Row as _;
 
+        use super::sql;
+
         /// Dead letters of both kinds as one relation: `kind, id, integration,
         /// key, operation, attempts, last_error, dead_at_ms, created_at_ms,
         /// payload, json_payload` (see [`crate::operator::rows::dead_letter_from_row`]).
@@ -34,7 +36,7 @@ macro_rules! operator_statements {
         const DEAD_LETTERS: &str = concat!(
             "SELECT * FROM (\
              SELECT CAST('message' AS text) AS kind, x.id, o.provider AS integration, \
-               o.idempotency_key AS key, o.operation, x.attempts, x.last_error, x.dead_at_ms, \
+               o.idempotency_key AS \"key\", o.operation, x.attempts, x.last_error, x.dead_at_ms, \
                x.created_at_ms, ",
             $message_payload,
             " AS payload, TRUE AS json_payload \
@@ -48,7 +50,7 @@ macro_rules! operator_statements {
         #[async_trait::async_trait]
         impl crate::OperatorStore for $store {
             async fn counts(&self) -> Result<crate::Counts, crate::error::StoreError> {
-                let row = sqlx::query(
+                let row = sql::query(
                     "SELECT o.pending, o.succeeded, o.failed, o.unknown, o.needs_human, \
                        (SELECT COUNT(*) FROM outbox WHERE state = 'dead') AS dead_letters, \
                        (SELECT COUNT(*) FROM attempts WHERE kind = 'call') AS attempts, \
@@ -87,7 +89,7 @@ macro_rules! operator_statements {
                 limit: u32,
             ) -> Result<Vec<crate::operator::DeadLetter>, crate::error::StoreError> {
                 // `NULLS LAST`: SQLite's order, where NULL sorts below every value.
-                let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                let rows = sql::query(sqlx::AssertSqlSafe(format!(
                     "{DEAD_LETTERS} WHERE (CAST($1 AS text) IS NULL OR kind = $1) \
                      AND (CAST($2 AS text) IS NULL OR integration = $2) \
                      AND (CAST($3 AS bigint) IS NULL OR dead_at_ms > $3) \
@@ -109,7 +111,7 @@ macro_rules! operator_statements {
                 id: i64,
             ) -> Result<Option<crate::operator::DeadLetter>, crate::error::StoreError> {
                 let row =
-                    sqlx::query(sqlx::AssertSqlSafe(format!("{DEAD_LETTERS} WHERE kind = $1 AND id = $2")))
+                    sql::query(sqlx::AssertSqlSafe(format!("{DEAD_LETTERS} WHERE kind = $1 AND id = $2")))
                         .bind(kind.as_str())
                         .bind(id)
                         .fetch_optional(self.read_pool())
@@ -132,32 +134,40 @@ macro_rules! operator_statements {
             ) -> Result<bool, crate::error::StoreError> {
                 let mut tx = self.begin().await?;
                 let table = crate::operator::rows::table(kind);
-                let moved: Option<Option<i64>> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                let moved = sql::query(sqlx::AssertSqlSafe(format!(
                     "UPDATE {table} SET state = 'pending', attempts = 0, previous_delay_ms = 0, \
                      available_at_ms = $2, locked_until_ms = NULL, lease_token = NULL, dead_at_ms = NULL, \
                      changed_by = $3, updated_at_ms = $2, last_error = 'replayed by ' || $3{replayed} \
-                     WHERE id = $1 AND state = 'dead' RETURNING {operation}",
+                     WHERE id = $1 AND state = 'dead'",
                     // A message's replay is kept on its operation (below).
                     replayed = match kind {
                         crate::operator::DeadLetterKind::Message => "",
                         crate::operator::DeadLetterKind::Forward => ", replayed_at_ms = $2",
                     },
-                    operation = match kind {
-                        crate::operator::DeadLetterKind::Message => "operation_id",
-                        crate::operator::DeadLetterKind::Forward => "CAST(NULL AS bigint)",
-                    }
                 )))
                 .bind(id)
                 .bind(now_ms)
                 .bind(channel.actor())
-                .fetch_optional(&mut *tx)
+                .execute(&mut *tx)
                 .await
                 .context("replaying a dead letter")?;
-                let Some(operation_id) = moved else { return Ok(false) };
+                if moved.rows_affected() == 0 {
+                    return Ok(false);
+                }
+                let operation_id: Option<i64> = match kind {
+                    crate::operator::DeadLetterKind::Message => {
+                        sql::query_scalar("SELECT operation_id FROM outbox WHERE id = $1")
+                            .bind(id)
+                            .fetch_optional(&mut *tx)
+                            .await
+                            .context("reading a replayed message's operation")?
+                    }
+                    crate::operator::DeadLetterKind::Forward => None,
+                };
                 if let Some(operation_id) = operation_id {
                     // The operation is delivered again from now on: its deadline and
                     // attempts count from the replay.
-                    sqlx::query(
+                    sql::query(
                         "UPDATE operations SET status = 'pending', replayed_at_ms = $2, \
                          next_reconcile_at_ms = NULL, changed_by = $3, updated_at_ms = $2, \
                          last_error = 'replayed by ' || $3 WHERE id = $1",
@@ -188,7 +198,7 @@ macro_rules! operator_statements {
                 let mut tx = self.begin().await?;
                 // Who purged and when go into the row first, so the delete trigger
                 // writes them into the history.
-                let marked = sqlx::query(sqlx::AssertSqlSafe(format!(
+                let marked = sql::query(sqlx::AssertSqlSafe(format!(
                     "UPDATE {table} SET changed_by = $2, updated_at_ms = $3, last_error = 'purged by ' || $2 \
                      WHERE id = $1 AND state = 'dead'"
                 )))
@@ -201,7 +211,7 @@ macro_rules! operator_statements {
                 if marked.rows_affected() == 0 {
                     return Ok(false);
                 }
-                sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE id = $1")))
+                sql::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE id = $1")))
                     .bind(id)
                     .execute(&mut *tx)
                     .await
@@ -230,7 +240,7 @@ macro_rules! operator_statements {
                     // An operation's id never changes, so finding its message without
                     // a lock on the operation is safe; the message may be missing
                     // (purged).
-                    sqlx::query(concat!(
+                    sql::query(concat!(
                         "SELECT id FROM outbox WHERE operation_id = \
                          (SELECT id FROM operations WHERE idempotency_key = $1)",
                         $lock
@@ -240,7 +250,7 @@ macro_rules! operator_statements {
                     .await
                     .context("locking an outbox message")?;
                 )?
-                let current: Option<(i64, String)> = sqlx::query_as(concat!(
+                let current: Option<(i64, String)> = sql::query_as(concat!(
                     "SELECT id, status FROM operations WHERE idempotency_key = $1",
                     $($lock)?
                 ))
@@ -254,7 +264,7 @@ macro_rules! operator_statements {
                     return Ok(refused);
                 }
                 let error = crate::operator::resolution_note(channel, &note);
-                sqlx::query(
+                sql::query(
                     "UPDATE operations SET status = $2, provider_ref = COALESCE($3, provider_ref), \
                      last_error = $4, next_reconcile_at_ms = NULL, changed_by = $5, updated_at_ms = $6 \
                      WHERE id = $1",
@@ -269,7 +279,7 @@ macro_rules! operator_statements {
                 .await
                 .context("resolving an operation")?;
                 // A message still waiting is closed: nothing is sent for it again.
-                sqlx::query(
+                sql::query(
                     "UPDATE outbox SET state = 'done', in_flight = 0, locked_until_ms = NULL, \
                      lease_token = NULL, last_error = $2, changed_by = $3, updated_at_ms = $4 \
                      WHERE state = 'pending' AND operation_id = $1",
@@ -290,7 +300,7 @@ macro_rules! operator_statements {
                 channel: crate::operator::Channel,
                 now_ms: i64,
             ) -> Result<(), crate::error::StoreError> {
-                sqlx::query("INSERT INTO dead_letter_acks (at_ms, actor) VALUES ($1, $2)")
+                sql::query("INSERT INTO dead_letter_acks (at_ms, actor) VALUES ($1, $2)")
                     .bind(now_ms)
                     .bind(channel.actor())
                     .execute(self.pool())
@@ -311,14 +321,14 @@ macro_rules! operator_statements {
                 use crate::operator::stats::StatsBuilder;
 
                 let mut tx = self.read_pool().begin_with($snapshot).await.context("reading the numbers")?;
-                let last_ack_ms: Option<i64> = sqlx::query_scalar("SELECT MAX(at_ms) FROM dead_letter_acks")
+                let last_ack_ms: Option<i64> = sql::query_scalar("SELECT MAX(at_ms) FROM dead_letter_acks")
                     .fetch_one(&mut *tx)
                     .await
                     .context("reading the last acknowledgement")?;
                 let mut stats = StatsBuilder::new(known);
                 // One row per (provider, duration): a few thousand rows however
                 // many calls the window holds.
-                let calls = sqlx::query(
+                let calls = sql::query(
                     "SELECT o.provider AS name, a.duration_ms, COUNT(*) AS calls, \
                      COUNT(*) FILTER (WHERE a.outcome = 'succeeded' OR a.classification = 'permanent') \
                        AS answered \
@@ -332,7 +342,7 @@ macro_rules! operator_statements {
                 .await
                 .context("reading recent calls")?;
                 stats.add_calls(&calls)?;
-                let entries = sqlx::query(
+                let entries = sql::query(
                     // A message's age counts from when it was due to be
                     // delivered: its creation, its `available_at` when the
                     // application scheduled it later, or its replay.
@@ -359,7 +369,7 @@ macro_rules! operator_statements {
                 .await
                 .context("reading open and dead entries")?;
                 stats.add_entries(&entries, now_ms)?;
-                let unsettled = sqlx::query(
+                let unsettled = sql::query(
                     concat!(
                         "SELECT provider AS name, status, COUNT(*) AS n FROM operations WHERE ",
                         $unsettled,
@@ -378,8 +388,8 @@ macro_rules! operator_statements {
                 &self,
                 operation_id: i64,
             ) -> Result<Vec<crate::operator::HistoryEntry>, crate::error::StoreError> {
-                let rows = sqlx::query(
-                    "SELECT at_ms, subject, actor, change, detail, 0 AS source, id FROM history \
+                let rows = sql::query(
+                    "SELECT at_ms, subject, actor, \"change\", detail, 0 AS source, id FROM history \
                      WHERE operation_id = $1 \
                      UNION ALL \
                      SELECT started_at_ms, 'attempt', \

@@ -2,7 +2,7 @@
 //! bind: the message's new columns, the operation's new state, and which
 //! answer a late result carries.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::{Completion, OperationStatus, Transition};
 
@@ -107,4 +107,38 @@ pub(crate) fn rounds(completions: &[Completion]) -> Vec<Vec<usize>> {
         left = later;
     }
     rounds
+}
+
+/// One result as a JSON object, a row of the batch SQLite and MySQL read
+/// back (`json_each`, `JSON_TABLE`). Text (the response among it) goes in
+/// as JSON strings, so it is stored exactly as serde_json wrote it.
+pub(crate) fn completion_json(c: &Completion, now_ms: i64) -> Value {
+    let a = c.attempt.as_ref();
+    let m = MessageChange::of(&c.transition, now_ms);
+    let o = OperationChange::of(&c.transition);
+    json!({
+        "outbox_id": c.outbox_id,
+        "token": c.lease_token,
+        "operation_id": c.operation_id,
+        "kind": a.map(|a| a.kind.as_str()),
+        "started_at_ms": a.map(|a| a.started_at_ms),
+        "duration_ms": a.map(|a| a.duration_ms),
+        "status_code": a.and_then(|a| a.status_code),
+        "error_kind": a.and_then(|a| a.error_kind.as_deref()),
+        "classification": a.and_then(|a| a.classification),
+        "outcome": a.map(|a| a.outcome.as_str()),
+        "decision": a.map(|a| a.decision.as_str()),
+        "maybe_acted": a.is_some_and(|a| a.maybe_acted()),
+        "state": m.state,
+        "available_at_ms": m.available_at_ms,
+        "delay_ms": m.delay_ms,
+        "error": m.error,
+        "dead_at_ms": m.dead_at_ms,
+        "given_back": m.given_back,
+        "status": o.status.as_str(),
+        "provider_ref": o.provider_ref,
+        "response": o.response.map(Value::to_string),
+        "op_error": o.error,
+        "reconcile_at_ms": o.reconcile_at_ms,
+    })
 }

@@ -177,6 +177,7 @@ macro_rules! outbox_transaction {
 
 outbox_transaction!(sqlx::Sqlite);
 outbox_transaction!(sqlx::Postgres);
+outbox_transaction!(sqlx::MySql);
 
 mod sealed {
     pub trait Sealed {}
@@ -184,6 +185,8 @@ mod sealed {
     impl Sealed for sqlx::PgConnection {}
     impl Sealed for sqlx::Transaction<'_, sqlx::Sqlite> {}
     impl Sealed for sqlx::Transaction<'_, sqlx::Postgres> {}
+    impl Sealed for sqlx::MySqlConnection {}
+    impl Sealed for sqlx::Transaction<'_, sqlx::MySql> {}
 }
 
 /// SQLite's request hash: SHA-256 (hex) over the canonical JSON of

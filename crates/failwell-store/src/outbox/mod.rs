@@ -88,3 +88,22 @@ pub trait OutboxStore: Send + Sync {
     /// The attempt history of one operation, oldest first.
     async fn attempts(&self, operation_id: i64) -> Result<Vec<AttemptRow>, StoreError>;
 }
+
+/// Merges per-provider lists of due messages, each in claim order, into
+/// one of at most `limit`: the first of each provider, then the second of
+/// each, and so on, so one provider's backlog never starves another's.
+pub(crate) fn take_turns<R>(turns: Vec<Vec<R>>, limit: usize) -> Vec<R> {
+    let mut turns: Vec<_> = turns.into_iter().map(Vec::into_iter).collect();
+    let mut rows = Vec::with_capacity(limit);
+    while rows.len() < limit {
+        let before = rows.len();
+        for turn in &mut turns {
+            rows.extend(turn.next());
+        }
+        if rows.len() == before {
+            break;
+        }
+    }
+    rows.truncate(limit);
+    rows
+}

@@ -63,6 +63,7 @@ macro_rules! operation_row {
 
 operation_row!(sqlx::sqlite::SqliteRow);
 operation_row!(sqlx::postgres::PgRow);
+operation_row!(sqlx::mysql::MySqlRow);
 
 /// The count (of attempts, lookups) from which a stored value is damage:
 /// far beyond any configured limit. PostgreSQL's claim no longer adds to a

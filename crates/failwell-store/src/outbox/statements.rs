@@ -1,19 +1,25 @@
 //! The outbox role's statements ([`outbox_statements!`]).
 
 /// Implements [`OutboxStore`](crate::OutboxStore) for `store` with the same
-/// statements on every database (`$N` parameters, which sqlx binds by
-/// number on SQLite too). The invoking module provides what differs: the
+/// statements on every database (`$N` parameters, run by the backend's
+/// `sql` module). The invoking module provides what differs: the
 /// claim `lease_due(conn, now_ms, limit, until_ms, token, scope)`, a batch
 /// of results `complete_batch(conn, completions, now_ms)`,
 /// `renew_leases(pool, queue, leases, until_ms)` and
 /// `operation_by_key(conn, key)`; the store provides `pool()`,
 /// `read_pool()`, `begin()` and its lease-token counter `tokens`. `lock` is
 /// appended to the reads that decide a write (`" FOR UPDATE"` on
-/// PostgreSQL, `""` on SQLite, whose single writer already excludes every
-/// other).
+/// PostgreSQL and MySQL, `""` on SQLite, whose single writer already
+/// excludes every other). `upsert_message` is what follows an insert of an
+/// outbox message to update the one its operation has instead
+/// (`ON CONFLICT (operation_id) DO UPDATE SET`, or MySQL's
+/// `ON DUPLICATE KEY UPDATE`). The statements run through the backend's
+/// `sql` module.
 macro_rules! outbox_statements {
-    (store = $store:ty, lock = $lock:literal $(,)?) => {
+    (store = $store:ty, lock = $lock:literal, upsert_message = $upsert_message:literal $(,)?) => {
         use std::sync::atomic::Ordering;
+
+        use super::sql;
 
         use super::rows::operation_by_key;
         use crate::error::{Context, StoreError};
@@ -72,7 +78,7 @@ macro_rules! outbox_statements {
             }
 
             async fn due_unknown(&self, now_ms: i64, limit: u32) -> Result<Vec<Operation>, StoreError> {
-                let rows = sqlx::query(select_operation!(
+                let rows = sql::query(select_operation!(
                     "WHERE o.status = 'unknown' AND o.next_reconcile_at_ms <= $1 ORDER BY o.next_reconcile_at_ms LIMIT $2"
                 ))
                 .bind(now_ms)
@@ -87,13 +93,13 @@ macro_rules! outbox_statements {
                 let mut tx = self.begin().await?;
                 // Locks in the order every writer takes them (the message, then the
                 // operation), so two processes reconciling it apply one result.
-                sqlx::query(concat!("SELECT id FROM outbox WHERE operation_id = $1", $lock))
+                sql::query(concat!("SELECT id FROM outbox WHERE operation_id = $1", $lock))
                     .bind(r.operation_id)
                     .fetch_optional(&mut *tx)
                     .await
                     .context("locking an outbox message")?;
                 let status: Option<String> =
-                    sqlx::query_scalar(concat!("SELECT status FROM operations WHERE id = $1", $lock))
+                    sql::query_scalar(concat!("SELECT status FROM operations WHERE id = $1", $lock))
                         .bind(r.operation_id)
                         .fetch_optional(&mut *tx)
                         .await
@@ -121,12 +127,12 @@ macro_rules! outbox_statements {
                         .await?;
                     }
                     Resolution::Requeue { key_group, provider_key } => {
-                        sqlx::query(
+                        sql::query(
                             "UPDATE operations SET status = 'pending', provider_key = $3, \
                              key_first_sent_at_ms = CASE WHEN key_group = $2 THEN key_first_sent_at_ms END, \
-                             key_group = $2, next_reconcile_at_ms = NULL, lookup_misses = 0, \
+                             next_reconcile_at_ms = NULL, lookup_misses = 0, \
                              effect_possible = CASE WHEN key_group = $2 THEN effect_possible ELSE 0 END, \
-                             updated_at_ms = $4, changed_by = 'reconciler' WHERE id = $1",
+                             updated_at_ms = $4, changed_by = 'reconciler', key_group = $2 WHERE id = $1",
                         )
                         .bind(r.operation_id)
                         .bind(i64::from(*key_group))
@@ -137,14 +143,15 @@ macro_rules! outbox_statements {
                         .context("requeueing an operation")?;
                         // Retention may have deleted a delivered message whose
                         // operation an event reopened since: created again.
-                        sqlx::query(
+                        sql::query(concat!(
                             "INSERT INTO outbox (operation_id, provider, available_at_ms, created_at_ms, \
                              updated_at_ms, changed_by) SELECT id, provider, $2, $2, $2, 'reconciler' \
-                             FROM operations WHERE id = $1 \
-                             ON CONFLICT (operation_id) DO UPDATE SET state = 'pending', available_at_ms = $2, \
+                             FROM operations WHERE id = $1 ",
+                            $upsert_message,
+                            " state = 'pending', available_at_ms = $2, \
                              in_flight = 0, locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $2, \
                              changed_by = 'reconciler'",
-                        )
+                        ))
                         .bind(r.operation_id)
                         .bind(now_ms)
                         .execute(&mut *tx)
@@ -164,7 +171,7 @@ macro_rules! outbox_statements {
                             "reconciler",
                         )
                         .await?;
-                        sqlx::query(
+                        sql::query(
                             "UPDATE outbox SET state = 'dead', dead_at_ms = $2, last_error = $3, updated_at_ms = $2, \
                              changed_by = 'reconciler' WHERE operation_id = $1",
                         )
@@ -176,7 +183,7 @@ macro_rules! outbox_statements {
                         .context("dead-lettering an outbox message")?;
                     }
                     Resolution::Confirm { retry_at_ms } => {
-                        sqlx::query(
+                        sql::query(
                             "UPDATE operations SET next_reconcile_at_ms = $2, lookup_misses = lookup_misses + 1, \
                              updated_at_ms = $3 WHERE id = $1",
                         )
@@ -188,7 +195,7 @@ macro_rules! outbox_statements {
                         .context("scheduling a confirming lookup")?;
                     }
                     Resolution::Postpone { retry_at_ms } => {
-                        sqlx::query("UPDATE operations SET next_reconcile_at_ms = $2 WHERE id = $1")
+                        sql::query("UPDATE operations SET next_reconcile_at_ms = $2 WHERE id = $1")
                             .bind(r.operation_id)
                             .bind(retry_at_ms)
                             .execute(&mut *tx)
@@ -196,7 +203,7 @@ macro_rules! outbox_statements {
                             .context("postponing a reconciliation")?;
                     }
                     Resolution::NeedsHuman { reason } => {
-                        sqlx::query(
+                        sql::query(
                             "UPDATE operations SET status = 'needs_human', next_reconcile_at_ms = NULL, last_error = $2, \
                              changed_by = 'reconciler', updated_at_ms = $3 WHERE id = $1",
                         )
@@ -208,7 +215,7 @@ macro_rules! outbox_statements {
                         .context("handing an operation to a human")?;
                     }
                     Resolution::Later { retry_at_ms, error } => {
-                        sqlx::query(
+                        sql::query(
                             "UPDATE operations SET next_reconcile_at_ms = $2, reconcile_attempts = reconcile_attempts + 1, \
                              last_error = $3, updated_at_ms = $4 WHERE id = $1",
                         )
@@ -231,7 +238,7 @@ macro_rules! outbox_statements {
             }
 
             async fn attempts(&self, operation_id: i64) -> Result<Vec<AttemptRow>, StoreError> {
-                let rows = sqlx::query(
+                let rows = sql::query(
                     "SELECT kind, attempt_no, provider_key, started_at_ms, duration_ms, status_code, error_kind, \
                      classification, outcome, decision FROM attempts WHERE operation_id = $1 ORDER BY id",
                 )
@@ -255,10 +262,10 @@ macro_rules! outbox_statements {
             }
 
             async fn delete_delivered(&self, before_ms: i64, limit: u32) -> Result<u64, StoreError> {
-                let deleted = sqlx::query(
-                    "DELETE FROM outbox WHERE id IN (SELECT x.id FROM outbox x \
+                let deleted = sql::query(
+                    "DELETE FROM outbox WHERE id IN (SELECT id FROM (SELECT x.id FROM outbox x \
                      JOIN operations o ON o.id = x.operation_id WHERE x.state = 'done' \
-                     AND x.updated_at_ms < $1 AND o.status IN ('succeeded', 'failed') ORDER BY x.id LIMIT $2)",
+                     AND x.updated_at_ms < $1 AND o.status IN ('succeeded', 'failed') ORDER BY x.id LIMIT $2) old)",
                 )
                 .bind(before_ms)
                 .bind(i64::from(limit))

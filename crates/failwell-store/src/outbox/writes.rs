@@ -14,6 +14,8 @@ macro_rules! attempt_writes {
     ($conn:ty) => {
         use serde_json::Value;
 
+        use super::sql;
+
         use crate::outbox::changes::{conflict_note, settling_answer};
         use crate::error::{Context, StoreError};
         use crate::{AttemptKind, AttemptRecord, Completion, OperationStatus, Recorded};
@@ -23,7 +25,7 @@ macro_rules! attempt_writes {
             operation_id: i64,
             attempt: &AttemptRecord,
         ) -> Result<(), StoreError> {
-            sqlx::query(
+            sql::query(
                 "INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, duration_ms, \
                  status_code, error_kind, classification, outcome, decision) \
                  SELECT o.id, $2, o.attempts + CASE WHEN $2 = 'call' THEN 1 ELSE 0 END, CASE WHEN $2 = 'call' THEN o.provider_key END, \
@@ -54,7 +56,7 @@ macro_rules! attempt_writes {
             attempt: &AttemptRecord,
         ) -> Result<(), StoreError> {
             if attempt.kind == AttemptKind::Call {
-                sqlx::query("UPDATE operations SET attempts = attempts + 1, \
+                sql::query("UPDATE operations SET attempts = attempts + 1, \
                      effect_possible = CASE WHEN $2 THEN 1 ELSE effect_possible END, \
                      key_first_sent_at_ms = COALESCE(key_first_sent_at_ms, $3) WHERE id = $1")
                     .bind(operation_id)
@@ -75,7 +77,7 @@ macro_rules! attempt_writes {
             c: &Completion,
             now_ms: i64,
         ) -> Result<Recorded, StoreError> {
-            let settled_by_event: Option<String> = sqlx::query_scalar(
+            let settled_by_event: Option<String> = sql::query_scalar(
                 "SELECT status FROM operations WHERE id = $1 AND event_version IS NOT NULL \
                  AND status IN ('succeeded', 'failed')",
             )
@@ -102,7 +104,7 @@ macro_rules! attempt_writes {
                 return Ok(Recorded::SettledElsewhere);
             };
             if answer.as_str() == settled {
-                sqlx::query(
+                sql::query(
                     "UPDATE operations SET provider_ref = COALESCE(provider_ref, $2), \
                      response = COALESCE(response, $3) WHERE id = $1",
                 )
@@ -116,7 +118,7 @@ macro_rules! attempt_writes {
             }
             // Events that already confirmed or changed a settled state were sent
             // after the effect our call answered for: they order it, no conflict.
-            let ordered: bool = sqlx::query_scalar(
+            let ordered: bool = sql::query_scalar(
                 "SELECT EXISTS (SELECT 1 FROM inbox_steps WHERE operation_id = $1 AND effect IN ('changed', 'confirmed'))",
             )
             .bind(c.operation_id)
@@ -127,7 +129,7 @@ macro_rules! attempt_writes {
                 return Ok(Recorded::SettledElsewhere);
             }
             let error = conflict_note(answer, settled);
-            sqlx::query(
+            sql::query(
                 "UPDATE operations SET status = 'unknown', provider_ref = COALESCE(provider_ref, $2), \
                  last_error = $3, next_reconcile_at_ms = $4, reconcile_attempts = 0, updated_at_ms = $4, \
                  changed_by = 'relay' WHERE id = $1",
@@ -154,7 +156,7 @@ macro_rules! attempt_writes {
             now_ms: i64,
             actor: &str,
         ) -> Result<(), StoreError> {
-            sqlx::query(
+            sql::query(
                 "UPDATE operations SET status = $2, provider_ref = COALESCE($3, provider_ref), \
                  response = COALESCE($4, response), last_error = $5, next_reconcile_at_ms = $6, \
                  reconcile_attempts = CASE WHEN $6 IS NULL THEN reconcile_attempts ELSE 0 END, updated_at_ms = $7, \

@@ -13,6 +13,9 @@ crate::comparisons::statements::comparison_statements!(
     texts_in = "(SELECT unnest($2::text[]))",
     discrepancies = "unnest($3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[]) \
                      AS d (kind, reference, operation_id, provider_ref, detail)",
+    returning_id = " RETURNING id",
+    new_window = "INSERT INTO comparison_runs (provider, window_from_ms, window_to_ms, claimed_at_ms) \
+                  VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
 );
 
 /// Each list is an array, or one array per column

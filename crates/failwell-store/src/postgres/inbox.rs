@@ -29,18 +29,26 @@ use super::PostgresStore;
 use crate::inbox::{ForwardChange, LedgerChange, StepColumns};
 use crate::{EventReport, EventStep, NewEvent};
 
+crate::inbox::statements::insert_returning_events!(
+    conn = sqlx::postgres::PgConnection,
+    row = sqlx::postgres::PgRow,
+    events = "unnest($2::text[], $3::text[], $4::bytea[], $5::text[]) WITH ORDINALITY \
+              AS u(integration, event_id, payload, headers, n)",
+);
+
 crate::inbox::statements::inbox_statements!(
     store = PostgresStore,
     conn = sqlx::postgres::PgConnection,
     lock = [" FOR UPDATE"],
+    claim_lock = [" FOR UPDATE OF f SKIP LOCKED"],
+    operations_lock = [" FOR UPDATE OF o"],
+    update = from,
     // Held until the commit: the next batch takes its `seq`s only once this
     // one is visible (see the module docs). Keyed by the table's oid, so
     // stores in other schemas of the database do not wait.
     serialize = "SELECT pg_advisory_xact_lock('inbox_events'::regclass::oid::bigint)",
     payload_size = "octet_length(payload)::bigint",
     ids_in = "(SELECT unnest($1::bigint[]))",
-    events = "unnest($2::text[], $3::text[], $4::bytea[], $5::text[]) WITH ORDINALITY \
-              AS u(integration, event_id, payload, headers, n)",
     keys = "unnest($1::text[], $2::text[]) AS k(provider, reference)",
     changes = "unnest($3::bigint[], $4::text[], $5::bigint[], $6::boolean[], $7::text[], $8::boolean[]) \
                AS u(id, status, version, settled, provider_ref, conflict)",

@@ -136,3 +136,17 @@ impl crate::Backend for PostgresStore {
         self.pool.close().await;
     }
 }
+
+/// The statement builders the shared statement macros call: sqlx's own.
+mod sql {
+    pub(crate) use sqlx::{query, query_as, query_scalar};
+
+    /// Runs `query`, an `INSERT` of one row that ends in `RETURNING id`,
+    /// and returns the new row's id.
+    pub(crate) async fn inserted_id(
+        query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+        conn: &mut sqlx::postgres::PgConnection,
+    ) -> Result<i64, sqlx::Error> {
+        sqlx::Row::try_get(&query.fetch_one(conn).await?, 0)
+    }
+}

@@ -11,7 +11,11 @@ use crate::AttemptRecord;
 use crate::outbox::changes::{MessageChange, OperationChange};
 use crate::outbox::{CLAIMED_COLUMNS, DUE};
 
-crate::outbox::statements::outbox_statements!(store = PostgresStore, lock = " FOR UPDATE");
+crate::outbox::statements::outbox_statements!(
+    store = PostgresStore,
+    lock = " FOR UPDATE",
+    upsert_message = "ON CONFLICT (operation_id) DO UPDATE SET",
+);
 
 /// The due messages a claim takes (`$1` now, `$2` the limit, `$3` the
 /// providers of the scope), each locked until the claim commits; rows

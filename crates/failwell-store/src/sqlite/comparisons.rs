@@ -2,9 +2,6 @@
 //! ([`crate::comparisons::statements`]) and how lists are bound.
 
 use super::SqliteStore;
-use crate::comparisons::discrepancy_json;
-use failwell_policy::Discrepancy;
-use serde_json::Value;
 use sqlx::Sqlite;
 use sqlx::query::Query;
 use sqlx::sqlite::SqliteArguments;
@@ -14,16 +11,9 @@ crate::comparisons::statements::comparison_statements!(
     texts_in = "(SELECT value FROM json_each($2))",
     discrepancies = "(SELECT value ->> 0 AS kind, value ->> 1 AS reference, value ->> 2 AS operation_id, \
                      value ->> 3 AS provider_ref, value ->> 4 AS detail FROM json_each($3)) AS d",
+    returning_id = " RETURNING id",
+    new_window = "INSERT INTO comparison_runs (provider, window_from_ms, window_to_ms, claimed_at_ms) \
+                  VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
 );
 
-/// Each list is one JSON array: of texts, or of one
-/// [`discrepancy_json`] array per discrepancy.
-impl crate::comparisons::ComparisonBinds for Query<'_, Sqlite, SqliteArguments> {
-    fn bind_texts(self, texts: &[String]) -> Self {
-        self.bind(serde_json::to_string(texts).unwrap_or_default())
-    }
-
-    fn bind_discrepancies(self, discrepancies: &[Discrepancy]) -> Self {
-        self.bind(Value::Array(discrepancies.iter().map(discrepancy_json).collect()).to_string())
-    }
-}
+crate::comparisons::json_comparison_binds!(Query<'_, Sqlite, SqliteArguments>);

@@ -113,3 +113,17 @@ impl crate::Backend for SqliteStore {
         self.reader.close().await;
     }
 }
+
+/// The statement builders the shared statement macros call: sqlx's own, which bind `$N` parameters by number on SQLite.
+mod sql {
+    pub(crate) use sqlx::{query, query_as, query_scalar};
+
+    /// Runs `query`, an `INSERT` of one row that ends in `RETURNING id`,
+    /// and returns the new row's id.
+    pub(crate) async fn inserted_id(
+        query: sqlx::query::Query<'_, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+        conn: &mut sqlx::sqlite::SqliteConnection,
+    ) -> Result<i64, sqlx::Error> {
+        sqlx::Row::try_get(&query.fetch_one(conn).await?, 0)
+    }
+}

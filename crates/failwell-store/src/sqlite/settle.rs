@@ -7,15 +7,15 @@
 //! thread hand-offs. The batch goes in as one JSON array read with
 //! `json_each`, as PostgreSQL's goes in as arrays (`postgres::store`).
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use sqlx::sqlite::SqliteConnection;
 
 use super::writes::not_applied;
 use crate::error::{Context, StoreError};
-use crate::outbox::changes::{MessageChange, OperationChange};
+use crate::outbox::changes::completion_json;
 use crate::{Completion, Recorded};
 
-/// The batch's rows, from the JSON array bound as `$1` (see [`row`]), in
+/// The batch's rows, from the JSON array bound as `$1` (see [`completion_json`]), in
 /// the order given (`n`).
 const ROWS: &str = "(SELECT key AS n, value ->> 'outbox_id' AS outbox_id, value ->> 'token' AS token, \
      value ->> 'operation_id' AS operation_id, value ->> 'kind' AS kind, value ->> 'started_at_ms' AS started_at_ms, \
@@ -26,39 +26,6 @@ const ROWS: &str = "(SELECT key AS n, value ->> 'outbox_id' AS outbox_id, value 
      value ->> 'error' AS error, value ->> 'dead_at_ms' AS dead_at_ms, value ->> 'given_back' AS given_back, \
      value ->> 'status' AS status, value ->> 'provider_ref' AS provider_ref, value ->> 'response' AS response, \
      value ->> 'op_error' AS op_error, value ->> 'reconcile_at_ms' AS reconcile_at_ms FROM json_each($1))";
-
-/// One result as a row of [`ROWS`]. Text (the response among it) goes in
-/// as JSON strings, so it is stored exactly as serde_json wrote it.
-fn row(c: &Completion, now_ms: i64) -> Value {
-    let a = c.attempt.as_ref();
-    let m = MessageChange::of(&c.transition, now_ms);
-    let o = OperationChange::of(&c.transition);
-    json!({
-        "outbox_id": c.outbox_id,
-        "token": c.lease_token,
-        "operation_id": c.operation_id,
-        "kind": a.map(|a| a.kind.as_str()),
-        "started_at_ms": a.map(|a| a.started_at_ms),
-        "duration_ms": a.map(|a| a.duration_ms),
-        "status_code": a.and_then(|a| a.status_code),
-        "error_kind": a.and_then(|a| a.error_kind.as_deref()),
-        "classification": a.and_then(|a| a.classification),
-        "outcome": a.map(|a| a.outcome.as_str()),
-        "decision": a.map(|a| a.decision.as_str()),
-        "maybe_acted": a.is_some_and(|a| a.maybe_acted()),
-        "state": m.state,
-        "available_at_ms": m.available_at_ms,
-        "delay_ms": m.delay_ms,
-        "error": m.error,
-        "dead_at_ms": m.dead_at_ms,
-        "given_back": m.given_back,
-        "status": o.status.as_str(),
-        "provider_ref": o.provider_ref,
-        "response": o.response.map(Value::to_string),
-        "op_error": o.error,
-        "reconcile_at_ms": o.reconcile_at_ms,
-    })
-}
 
 /// Records a batch of results under the single writer, round by round
 /// ([`rounds`](crate::outbox::changes::rounds)). Per result: the attempt goes
@@ -72,7 +39,8 @@ pub(super) async fn complete_batch(
 ) -> Result<Vec<Recorded>, StoreError> {
     let mut recorded: Vec<Option<Recorded>> = completions.iter().map(|_| None).collect();
     for round in crate::outbox::changes::rounds(completions) {
-        let rows = Value::Array(round.iter().map(|&i| row(&completions[i], now_ms)).collect()).to_string();
+        let rows = Value::Array(round.iter().map(|&i| completion_json(&completions[i], now_ms)).collect())
+            .to_string();
         let moved = settle(conn, &rows, now_ms).await?;
         for i in round {
             let c = &completions[i];

@@ -10,7 +10,11 @@ use super::settle::complete_batch;
 use crate::inbox::InboxBinds;
 use crate::outbox::{CLAIMED_COLUMNS, DUE};
 
-crate::outbox::statements::outbox_statements!(store = SqliteStore, lock = "");
+crate::outbox::statements::outbox_statements!(
+    store = SqliteStore,
+    lock = "",
+    upsert_message = "ON CONFLICT (operation_id) DO UPDATE SET",
+);
 
 /// The due messages a claim takes, in claim order (see [`ClaimScope`]).
 /// One indexed query per provider for [`ClaimScope::Providers`], merged in
@@ -26,7 +30,7 @@ async fn due_messages(
             "SELECT {CLAIMED_COLUMNS} FROM outbox x WHERE {DUE} {filter} ORDER BY x.available_at_ms, x.id LIMIT $2"
         ))
     };
-    let mut rows = Vec::new();
+    let rows;
     match scope {
         ClaimScope::All => {
             rows = sqlx::query(query(""))
@@ -55,18 +59,9 @@ async fn due_messages(
                     .fetch_all(&mut *conn)
                     .await
                     .context("finding due outbox messages")?;
-                turns.push(of_provider.into_iter());
+                turns.push(of_provider);
             }
-            while rows.len() < limit as usize {
-                let before = rows.len();
-                for turn in &mut turns {
-                    rows.extend(turn.next());
-                }
-                if rows.len() == before {
-                    break;
-                }
-            }
-            rows.truncate(limit as usize);
+            rows = crate::outbox::take_turns(turns, limit as usize);
         }
     }
     Ok(rows)

@@ -1,6 +1,7 @@
-//! Store tests on SQLite (a temporary file) and on PostgreSQL
+//! Store tests on SQLite (a temporary file), on PostgreSQL
 //! (`DATABASE_URL`, default `postgres://postgres@127.0.0.1:5432/test`,
-//! each test in a schema of its own, dropped afterwards).
+//! each test in a schema of its own, dropped afterwards) and on MySQL
+//! (`MYSQL_URL`, each test in a database of its own).
 
 mod cases;
 mod sqlite_checks;
@@ -16,6 +17,8 @@ mod sqlite {
     const COUNT_CHECKS_OFF: &[&str] = &["DROP TRIGGER outbox_attempts_checked"];
     /// What the schema says when it refuses a count out of range.
     const COUNT_CHECK_SAYS: &str = "outbox.attempts must be a count";
+    /// An application's own table, for the cases that write one.
+    const ORDERS_TABLE: &str = "CREATE TABLE orders (id TEXT PRIMARY KEY)";
 
     async fn store() -> (tempfile::TempDir, S) {
         let dir = tempfile::tempdir().unwrap();
@@ -96,5 +99,6 @@ mod sqlite {
     }
 }
 
+mod mysql;
 mod operator_races;
 mod postgres;

@@ -206,7 +206,7 @@ macro_rules! intent_cases {
         #[tokio::test]
         async fn enqueue_shares_the_callers_transaction() {
             let (_d, s) = store().await;
-            sqlx::query("CREATE TABLE orders (id TEXT PRIMARY KEY)").execute(s.pool()).await.unwrap();
+            sqlx::query(ORDERS_TABLE).execute(s.pool()).await.unwrap();
             let mut tx = s.begin().await.unwrap();
             sqlx::query("INSERT INTO orders VALUES ('o1')").execute(&mut *tx).await.unwrap();
             Outbox::enqueue(&mut tx, &message("o1", 100), 1).await.unwrap();

@@ -13,6 +13,8 @@ type S = PostgresStore;
 const COUNT_CHECKS_OFF: &[&str] = &["ALTER TABLE outbox DROP CONSTRAINT outbox_numbers_in_range"];
 /// What the schema says when it refuses a count out of range.
 const COUNT_CHECK_SAYS: &str = "outbox_numbers_in_range";
+/// An application's own table, for the cases that write one.
+const ORDERS_TABLE: &str = "CREATE TABLE orders (id TEXT PRIMARY KEY)";
 
 /// A schema of its own on the test server, dropped when this is.
 pub(super) struct Schema {

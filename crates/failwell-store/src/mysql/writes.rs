@@ -1,0 +1,3 @@
+//! The attempt-result statements ([`crate::writes`]) on MySQL.
+
+crate::outbox::writes::attempt_writes!(sqlx::mysql::MySqlConnection);

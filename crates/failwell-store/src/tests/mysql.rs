@@ -1,0 +1,76 @@
+//! The store's behaviour on MySQL (`MYSQL_URL`, default
+//! `mysql://root@127.0.0.1:3306/test`; MariaDB 10.6+ too), each test in a
+//! database of its own, dropped afterwards.
+
+use crate::MySqlStore;
+// The shared cases write `$N` parameters, as the store's own statements do.
+use crate::mysql::sql as sqlx;
+
+type S = MySqlStore;
+
+/// Statements that switch off the schema's checks of counts.
+const COUNT_CHECKS_OFF: &[&str] = &["ALTER TABLE outbox DROP CONSTRAINT outbox_numbers_in_range"];
+/// What the schema says when it refuses a count out of range.
+const COUNT_CHECK_SAYS: &str = "outbox_numbers_in_range";
+/// An application's own table, for the cases that write one.
+const ORDERS_TABLE: &str = "CREATE TABLE orders (id VARCHAR(64) PRIMARY KEY)";
+
+/// A database of its own on the test server, dropped when this is.
+pub(super) struct Database {
+    url: String,
+    name: String,
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        // Dropped inside a runtime: the statement runs on a thread of its own.
+        let dropped = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+                let pool = ::sqlx::MySqlPool::connect(&url).await?;
+                // The test's connections may still be open, inside a
+                // transaction whose rollback waits for this runtime
+                // thread: they would hold the tables' metadata locks.
+                let open: Vec<u64> =
+                    ::sqlx::query_scalar("SELECT id FROM information_schema.processlist WHERE db = ?")
+                        .bind(&name)
+                        .fetch_all(&pool)
+                        .await?;
+                for id in open {
+                    let _ = ::sqlx::query(::sqlx::AssertSqlSafe(format!("KILL {id}"))).execute(&pool).await;
+                }
+                ::sqlx::query(::sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name}")))
+                    .execute(&pool)
+                    .await?;
+                pool.close().await;
+                Ok::<_, ::sqlx::Error>(())
+            })
+        });
+        let _ = dropped.join();
+    }
+}
+
+/// The test server's URL.
+pub(super) fn server_url() -> String {
+    std::env::var("MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+}
+
+/// A fresh database and the URL whose connections use it.
+pub(super) async fn database() -> (Database, String) {
+    let url = server_url();
+    let name = format!("store_test_{:016x}", rand::random::<u64>());
+    let pool = ::sqlx::MySqlPool::connect(&url).await.expect("MySQL at MYSQL_URL");
+    ::sqlx::query(::sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&pool).await.unwrap();
+    pool.close().await;
+    let (base, query) = url.split_once('?').map_or((url.as_str(), ""), |(b, q)| (b, q));
+    let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
+    let separator = if query.is_empty() { "" } else { "?" };
+    (Database { url: url.clone(), name: name.clone() }, format!("{server}/{name}{separator}{query}"))
+}
+
+async fn store() -> (Database, S) {
+    let (database, url) = database().await;
+    (database, MySqlStore::open(&url, 4).await.unwrap())
+}
+
+super::store_tests!();
