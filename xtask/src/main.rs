@@ -22,6 +22,8 @@ use prerequisites::{Service, Tool};
 
 /// Where the tests find PostgreSQL unless `DATABASE_URL` says otherwise.
 const DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+/// Where the tests find MySQL or MariaDB unless `MYSQL_URL` says otherwise.
+const MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/test";
 /// Where the tests find Redis unless `REDIS_URL` says otherwise.
 const REDIS_URL: &str = "redis://127.0.0.1:6379";
 
@@ -38,16 +40,20 @@ fn main() -> ExitCode {
 
 fn test(args: Vec<String>) -> ExitCode {
     let database_url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DATABASE_URL.into());
+    let mysql_url = std::env::var("MYSQL_URL").unwrap_or_else(|_| MYSQL_URL.into());
     let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| REDIS_URL.into());
     println!("DATABASE_URL={database_url} (its database must exist; each test makes a schema of its own)");
+    println!("MYSQL_URL={mysql_url} (its user must create databases; each test makes one of its own)");
     println!("REDIS_URL={redis_url}");
-    let services = [Service::postgres(&database_url), Service::redis(&redis_url)];
+    let services = [Service::postgres(&database_url), Service::mysql(&mysql_url), Service::redis(&redis_url)];
     let unreachable: Vec<String> = services.iter().filter_map(|s| s.check().err()).collect();
     if !unreachable.is_empty() {
         for problem in &unreachable {
             eprintln!("FATAL: {problem}");
         }
-        eprintln!("start them (or point DATABASE_URL / REDIS_URL at running ones); no test is skipped");
+        eprintln!(
+            "start them (or point DATABASE_URL / MYSQL_URL / REDIS_URL at running ones); no test is skipped"
+        );
         return ExitCode::FAILURE;
     }
     let missing: Vec<&Tool> = prerequisites::TOOLS.iter().filter(|t| !t.present()).collect();
@@ -69,18 +75,18 @@ fn test(args: Vec<String>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    run_tests(&database_url, &redis_url, &args)
+    run_tests(&[("DATABASE_URL", &database_url), ("MYSQL_URL", &mysql_url), ("REDIS_URL", &redis_url)], &args)
 }
 
-/// Runs `cargo test --workspace --no-fail-fast ARGS`, passing its output
-/// through, and prints the sum of every `test result:` line.
-fn run_tests(database_url: &str, redis_url: &str, args: &[String]) -> ExitCode {
+/// Runs `cargo test --workspace --no-fail-fast ARGS` with the services'
+/// URLs (`NAME`, value) in its environment, passing its output through,
+/// and prints the sum of every `test result:` line.
+fn run_tests(services: &[(&str, &str)], args: &[String]) -> ExitCode {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let child = Command::new(cargo)
         .args(["test", "--workspace", "--no-fail-fast"])
         .args(args)
-        .env("DATABASE_URL", database_url)
-        .env("REDIS_URL", redis_url)
+        .envs(services.iter().copied())
         .stdout(Stdio::piped())
         .spawn();
     let mut child = match child {

@@ -27,6 +27,13 @@ impl Service {
         Self { name: "PostgreSQL", host, port, probe: None }
     }
 
+    /// MySQL or MariaDB at a `mysql://USER@HOST:PORT/DB` URL (port 3306
+    /// when absent).
+    pub fn mysql(url: &str) -> Self {
+        let (host, port) = host_port(url, 3306);
+        Self { name: "MySQL", host, port, probe: None }
+    }
+
     /// Redis at a `redis://HOST:PORT` URL (port 6379 when absent).
     pub fn redis(url: &str) -> Self {
         let (host, port) = host_port(url, 6379);

@@ -47,7 +47,9 @@ pub enum StoreError {
         source: sqlx::Error,
     },
     /// `database_url` names neither `sqlite:` nor `postgres:`/`postgresql:`.
-    #[error("unsupported database URL: expected sqlite://PATH or postgres://USER@HOST:PORT/DB")]
+    #[error(
+        "unsupported database URL: expected sqlite://PATH, postgres://USER@HOST:PORT/DB or mysql://USER@HOST:PORT/DB"
+    )]
     UnsupportedUrl,
     /// No schema of the PostgreSQL connection's `search_path` exists, so
     /// there is nowhere to create the tables. Nothing was written.

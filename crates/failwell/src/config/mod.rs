@@ -63,7 +63,7 @@ use raw::RawConfig;
 /// A validated configuration.
 #[derive(Debug)]
 pub struct Config {
-    /// Database URL (`sqlite://…` or `postgres://…`).
+    /// Database URL (`sqlite://…`, `postgres://…` or `mysql://…`).
     pub database_url: String,
     /// SQLite commit durability.
     pub synchronous: Synchronous,

@@ -15,7 +15,10 @@ pub(super) fn validate(raw: RawConfig, c: &Checker<'_>) -> Result<Config, Config
     if Database::of(&raw.database_url).is_none() {
         return Err(c.invalid(
             "database_url",
-            format!("{:?}: expected sqlite://PATH or postgres://USER@HOST:PORT/DATABASE", raw.database_url),
+            format!(
+                "{:?}: expected sqlite://PATH, postgres://USER@HOST:PORT/DATABASE or mysql://USER@HOST:PORT/DATABASE",
+                raw.database_url
+            ),
         ));
     }
     if !(2..=1000).contains(&raw.database_max_connections) {

@@ -693,7 +693,11 @@ fn the_database_url_names_sqlite_or_postgres_and_the_pool_size_is_checked() {
             format!("{}database_url = \"mysql://root@127.0.0.1/f\"{}", &t[..start], &t[end..])
         },
         &[],
-        &["{file}", "key `database_url`", "expected sqlite://PATH or postgres://USER@HOST:PORT/DATABASE"],
+        &[
+            "{file}",
+            "key `database_url`",
+            "expected sqlite://PATH, postgres://USER@HOST:PORT/DATABASE or mysql://USER@HOST:PORT/DATABASE",
+        ],
     );
     refused(
         |t| t,
