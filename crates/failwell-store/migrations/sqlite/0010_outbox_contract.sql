@@ -6,12 +6,13 @@
 --
 -- SQLite has no SHA-256 in SQL, and the application's connection has none
 -- of failwell's functions: the trigger cannot compute the request hash nor
--- the key sent to the provider. It stores both as '' (empty text), and
--- failwell fills them in its own write transaction before the message is
+-- the key sent to the provider. It stores the hash as '' (empty text), and
+-- failwell fills both in its own write transaction before the message is
 -- claimed. A row inserted without an idempotency key gets a provisional
--- key (`sqlite:` and 32 random hex digits), which failwell replaces with
--- `sha256:` and the request hash, as on every other path; a second row of
--- the same request is then set aside, never sent.
+-- key (`sqlite:` and 32 random hex digits) and the provider key
+-- 'provisional': failwell replaces the key with `sha256:` and the request
+-- hash, as on every other path; a second row of the same request is then
+-- set aside, never sent.
 --
 -- A replay (same key, same request) is found without the hash: provider,
 -- operation and payload are compared as JSON values (object keys in any
@@ -98,7 +99,8 @@ BEGIN
     INSERT INTO operations (idempotency_key, provider, operation, reference, payload, request_hash,
                             provider_key, created_at_ms, updated_at_ms, changed_by)
     VALUES (COALESCE(NEW.idempotency_key, 'sqlite:' || lower(hex(randomblob(16)))), NEW.provider,
-            NEW.operation, NEW.reference, NEW.payload, '', '',
+            NEW.operation, NEW.reference, NEW.payload, '',
+            CASE WHEN NEW.idempotency_key IS NULL THEN 'provisional' ELSE '' END,
             CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER),
             CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER), 'app');
     -- last_insert_rowid() is the operation's id here (the message inserted
