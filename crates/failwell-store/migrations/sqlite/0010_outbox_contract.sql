@@ -12,7 +12,7 @@
 -- key (`sqlite:` and 32 random hex digits) and the provider key
 -- 'provisional': failwell replaces the key with `sha256:` and the request
 -- hash, as on every other path; a second row of the same request is then
--- set aside, never sent.
+-- marked done without being sent.
 --
 -- A replay (same key, same request) is found without the hash: provider,
 -- operation and payload are compared as JSON values (object keys in any

@@ -87,12 +87,23 @@ async fn fill_one(conn: &mut SqliteConnection, row: &Unfilled, now_ms: i64) -> R
     let mut copy_of = None;
     if row.provisional && refused.is_none() {
         let derived = format!("sha256:{hash}");
-        let holder: Option<(i64, String)> =
-            sqlx::query_as("SELECT id, request_hash FROM operations WHERE idempotency_key = ?1")
+        let find = "SELECT id, request_hash FROM operations WHERE idempotency_key = ?1";
+        let mut holder: Option<(i64, String)> = sqlx::query_as(find)
+            .bind(&derived)
+            .fetch_optional(&mut *conn)
+            .await
+            .context("finding a request")?;
+        if holder.as_ref().is_some_and(|(_, stored)| stored.is_empty()) {
+            // The key was written as such through the view and is not
+            // filled yet: filled first (its key is no provisional one, so
+            // this goes one level deep).
+            Box::pin(fill(&mut *conn, now_ms, Some(&derived))).await?;
+            holder = sqlx::query_as(find)
                 .bind(&derived)
                 .fetch_optional(&mut *conn)
                 .await
-                .context("finding the operation of a request")?;
+                .context("finding a request")?;
+        }
         match holder {
             None => key = derived,
             Some((id, stored)) if stored == hash => copy_of = Some(id),

@@ -294,3 +294,22 @@ async fn ordering_keys_and_available_at_are_kept() {
     let keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
     assert_eq!(keys, ["later-unix"]);
 }
+
+/// A key-less request whose `sha256:` key an application also wrote out
+/// itself (not filled yet) is the same request: sent once.
+#[tokio::test]
+async fn a_derived_key_written_out_by_the_application_is_the_same_request() {
+    let (_d, s, app) = store().await;
+    let payload = json!({"amount": 9});
+    let message = Message::new("payments", "charge", payload.clone());
+    let mut tx = s.begin().await.unwrap();
+    let Submitted::Created(op) = Outbox::enqueue(&mut tx, &message, 1).await.unwrap() else {
+        panic!("replayed")
+    };
+    tx.rollback().await.unwrap();
+    charge(&app, "NULL", "{\"amount\": 9}").await.unwrap();
+    charge(&app, &format!("'{}'", op.idempotency_key), "{\"amount\": 9}").await.unwrap();
+    let claimed = s.claim(now_ms(&app).await + 1, 10, 60_000, &ClaimScope::All).await.unwrap();
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    assert_eq!(claimed[0].operation.idempotency_key, op.idempotency_key);
+}
