@@ -117,6 +117,24 @@ pub const TOOLS: &[Tool] = &[
         check: ("php", &["-m"], "pdo_pgsql"),
     },
     Tool {
+        name: "PHP with pdo_sqlite",
+        needed_by: "the PHP outbox example on SQLite",
+        packages: &["php-cli", "php-sqlite3"],
+        check: ("php", &["-m"], "pdo_sqlite"),
+    },
+    Tool {
+        name: "a C++ compiler",
+        needed_by: "npm builds better-sqlite3 (the Node.js outbox example on SQLite) when no prebuilt binary fits",
+        packages: &["g++"],
+        check: ("g++", &["--version"], ""),
+    },
+    Tool {
+        name: "make",
+        needed_by: "npm builds better-sqlite3 (the Node.js outbox example on SQLite) when no prebuilt binary fits",
+        packages: &["make"],
+        check: ("make", &["--version"], ""),
+    },
+    Tool {
         name: "Chromium",
         needed_by: "the dashboard test drives a real browser",
         packages: &["chromium"],

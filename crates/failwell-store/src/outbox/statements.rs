@@ -64,9 +64,9 @@ macro_rules! outbox_statements {
                         unreadable.iter().map(|c| crate::outbox::stored::set_aside(c, now_ms)).collect();
                     complete_batch(&mut tx, &set_aside, now_ms).await?;
                 }
-                if !claimed.is_empty() || !unreadable.is_empty() {
-                    tx.commit().await.context("committing a claim")?;
-                }
+                // Also when nothing was claimed: SQLite's claim may have
+                // filled rows an application inserted (see sqlite/contract.rs).
+                tx.commit().await.context("committing a claim")?;
                 Ok(claimed)
             }
 

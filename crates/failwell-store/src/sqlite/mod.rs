@@ -7,6 +7,7 @@
 
 mod alerts;
 mod comparisons;
+mod contract;
 mod inbox;
 mod operator;
 mod outbox;

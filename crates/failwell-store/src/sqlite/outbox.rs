@@ -47,12 +47,21 @@ impl OutboxConnection for SqliteConnection {
         if let Some(row) = inserted {
             return operation_from_row(&row).map(Submitted::Created);
         }
-        let stored: Option<String> =
-            sqlx::query_scalar("SELECT request_hash FROM operations WHERE idempotency_key = ?1")
+        let read_hash = "SELECT request_hash FROM operations WHERE idempotency_key = ?1";
+        let mut stored: Option<String> = sqlx::query_scalar(read_hash)
+            .bind(&op.idempotency_key)
+            .fetch_optional(&mut *conn)
+            .await
+            .context("reading an existing operation")?;
+        if stored.as_deref() == Some("") {
+            // Inserted through the `failwell_outbox` view and not filled yet.
+            super::contract::fill(&mut *conn, now_ms, Some(&op.idempotency_key)).await?;
+            stored = sqlx::query_scalar(read_hash)
                 .bind(&op.idempotency_key)
                 .fetch_optional(&mut *conn)
                 .await
                 .context("reading an existing operation")?;
+        }
         check_replay(op, &hash, stored)?;
         replayed(operation_by_key(conn, &op.idempotency_key).await?)
     }

@@ -6,6 +6,7 @@ use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 
 use super::SqliteStore;
+use super::contract::FILLED;
 use super::settle::complete_batch;
 use crate::inbox::InboxBinds;
 use crate::outbox::{CLAIMED_COLUMNS, DUE};
@@ -27,7 +28,8 @@ async fn due_messages(
 ) -> Result<Vec<SqliteRow>, StoreError> {
     let query = |filter: &str| {
         sqlx::AssertSqlSafe(format!(
-            "SELECT {CLAIMED_COLUMNS} FROM outbox x WHERE {DUE} {filter} ORDER BY x.available_at_ms, x.id LIMIT $2"
+            "SELECT {CLAIMED_COLUMNS} FROM outbox x WHERE {DUE} AND {FILLED} {filter} \
+             ORDER BY x.available_at_ms, x.id LIMIT $2"
         ))
     };
     let rows;
@@ -68,9 +70,10 @@ async fn due_messages(
 }
 
 /// Claims up to `limit` due messages of `scope` under lease `token` until
-/// `until_ms`, in claim order. An attempt whose lease expired in flight is
-/// written to the history (it may have reached the provider) before its
-/// message is leased again.
+/// `until_ms`, in claim order, after filling what the `failwell_outbox`
+/// trigger could not compute (see [`super::contract`]). An attempt whose
+/// lease expired in flight is written to the history (it may have reached
+/// the provider) before its message is leased again.
 async fn lease_due(
     tx: &mut SqliteConnection,
     now_ms: i64,
@@ -79,6 +82,7 @@ async fn lease_due(
     token: i64,
     scope: &ClaimScope,
 ) -> Result<Vec<Claimed>, StoreError> {
+    super::contract::fill(&mut *tx, now_ms, None).await?;
     let due = due_messages(&mut *tx, now_ms, limit, scope).await?;
     if due.is_empty() {
         return Ok(Vec::new());

@@ -5,6 +5,7 @@
 
 mod cases;
 mod sqlite_checks;
+mod sqlite_contract;
 
 use cases::store_tests;
 

@@ -24,5 +24,6 @@ mod openapi;
 mod operator;
 mod processing;
 mod scale_out;
+mod sqlite_apps;
 mod throttling;
 mod webhook;
