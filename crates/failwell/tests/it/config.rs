@@ -685,12 +685,12 @@ fn invalid_operator_settings_name_the_key_and_never_echo_secrets() {
 }
 
 #[test]
-fn the_database_url_names_sqlite_or_postgres_and_the_pool_size_is_checked() {
+fn the_database_url_names_sqlite_postgres_or_mysql_and_the_pool_size_is_checked() {
     refused(
         |t| {
             let start = t.find("database_url").unwrap();
             let end = start + t[start..].find('\n').unwrap();
-            format!("{}database_url = \"mysql://root@127.0.0.1/f\"{}", &t[..start], &t[end..])
+            format!("{}database_url = \"mongodb://127.0.0.1/f\"{}", &t[..start], &t[end..])
         },
         &[],
         &[
