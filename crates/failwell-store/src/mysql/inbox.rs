@@ -4,9 +4,12 @@
 //! Receiving takes a row lock on `failwell_locks` first, so events are
 //! stored one transaction at a time and `seq` order is commit order (as
 //! PostgreSQL's advisory lock does). MySQL cannot return what an insert
-//! stored, so the new events are inserted one by one and the stored ones
-//! read back by `seq`, which that lock makes exact.
+//! stored, so the new rows are read back by `seq`, which that lock makes
+//! exact.
 
+use std::collections::HashSet;
+
+use serde_json::json;
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 
 use super::MySqlStore;
@@ -40,51 +43,59 @@ crate::inbox::statements::inbox_statements!(
 
 /// Stores the batch's new events in arrival order, leaving out those
 /// already stored (and the later of two deliveries in the batch), and
-/// returns the stored ones' `seq, integration, event_id`. Runs under the
-/// receive lock, so no other transaction inserts meanwhile.
+/// returns the stored ones' `seq, integration, event_id`, in four
+/// statements whatever the batch's size. Runs under the receive lock, so
+/// no other transaction inserts meanwhile: the new rows are those after
+/// the highest `seq` read before the insert.
 async fn insert_events(
     conn: &mut MySqlConnection,
     events: &[NewEvent],
     now_ms: i64,
 ) -> Result<Vec<MySqlRow>, StoreError> {
     use crate::error::Context as _;
-    let mut stored = Vec::new();
-    for e in events {
-        let exists: Option<i64> =
-            sql::query_scalar("SELECT seq FROM inbox_events WHERE integration = $1 AND event_id = $2")
-                .bind(e.integration.as_str())
-                .bind(e.event_id.as_str())
-                .fetch_optional(&mut *conn)
-                .await
-                .context("looking for a stored webhook event")?;
-        if exists.is_some() {
-            continue;
-        }
-        let seq = sql::inserted_id(
-            sql::query(
-                "INSERT INTO inbox_events (integration, event_id, payload, headers, received_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind(e.integration.as_str())
-            .bind(e.event_id.as_str())
-            .bind(e.payload.as_slice())
-            .bind(e.headers.to_string())
-            .bind(now_ms),
-            conn,
-        )
-        .await
-        .context("storing a webhook event")?;
-        stored.push(seq);
-    }
-    if stored.is_empty() {
+    use crate::inbox::InboxBinds as _;
+    let keys = serde_json::Value::Array(events.iter().map(|e| json!([e.integration, e.event_id])).collect());
+    let stored: HashSet<(String, String)> = sql::query_as(
+        "SELECT e.integration, e.event_id FROM inbox_events e JOIN JSON_TABLE($1, '$[*]' COLUMNS \
+         (integration VARCHAR(255) PATH '$[0]', event_id VARCHAR(255) PATH '$[1]')) AS k \
+         ON e.integration = k.integration AND e.event_id = k.event_id",
+    )
+    .bind(keys.to_string())
+    .fetch_all(&mut *conn)
+    .await
+    .context("looking for stored webhook events")?
+    .into_iter()
+    .collect();
+    let mut seen = HashSet::with_capacity(events.len());
+    let new: Vec<NewEvent> = events
+        .iter()
+        .filter(|e| {
+            let key = (e.integration.clone(), e.event_id.clone());
+            !stored.contains(&key) && seen.insert(key)
+        })
+        .cloned()
+        .collect();
+    if new.is_empty() {
         return Ok(Vec::new());
     }
+    let before: i64 = sql::query_scalar("SELECT CAST(COALESCE(MAX(seq), 0) AS SIGNED) FROM inbox_events")
+        .fetch_one(&mut *conn)
+        .await
+        .context("reading the inbox's last seq")?;
     sql::query(
-        "SELECT seq, integration, event_id FROM inbox_events \
-         WHERE seq IN (SELECT id FROM JSON_TABLE($1, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j) ORDER BY seq",
+        "INSERT INTO inbox_events (integration, event_id, payload, headers, received_at_ms) \
+         SELECT integration, event_id, UNHEX(payload), headers, $1 FROM JSON_TABLE($2, '$[*]' COLUMNS \
+         (n FOR ORDINALITY, integration VARCHAR(255) PATH '$[0]', event_id VARCHAR(255) PATH '$[1]', \
+         payload LONGTEXT PATH '$[2]', headers LONGTEXT PATH '$[3]')) AS u ORDER BY n",
     )
-    .bind(serde_json::to_string(&stored).unwrap_or_default())
-    .fetch_all(conn)
+    .bind(now_ms)
+    .bind_events(&new)
+    .execute(&mut *conn)
     .await
-    .context("reading stored webhook events")
+    .context("storing webhook events")?;
+    sql::query("SELECT seq, integration, event_id FROM inbox_events WHERE seq > $1 ORDER BY seq")
+        .bind(before)
+        .fetch_all(conn)
+        .await
+        .context("reading stored webhook events")
 }

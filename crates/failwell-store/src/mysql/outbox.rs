@@ -1,7 +1,6 @@
 //! [`Outbox::enqueue`](crate::Outbox::enqueue) on MySQL.
 
 use failwell_policy::derive_key;
-use serde_json::Value;
 use sqlx::mysql::MySqlConnection;
 
 use super::rows::operation_by_key;
@@ -54,37 +53,5 @@ impl OutboxConnection for MySqlConnection {
         replayed(operation_by_key(conn, &op.idempotency_key).await?)
     }
 
-    async fn derived_key(
-        &mut self,
-        provider: &str,
-        operation: &str,
-        payload: &Value,
-    ) -> Result<String, StoreError> {
-        Ok(format!("sha256:{}", request_hash(provider, operation, payload)))
-    }
-
-    async fn schedule(
-        &mut self,
-        operation_id: i64,
-        ordering_key: Option<&str>,
-        available_at_ms: Option<i64>,
-    ) -> Result<(), StoreError> {
-        sql::query(
-            "UPDATE outbox SET ordering_key = $2, available_at_ms = GREATEST(available_at_ms, COALESCE($3, 0)) \
-             WHERE operation_id = $1",
-        )
-        .bind(operation_id)
-        .bind(ordering_key)
-        .bind(available_at_ms)
-        .execute(&mut *self)
-        .await
-        .context("scheduling an outbox message")?;
-        sql::query("UPDATE operations SET not_before_ms = $2 WHERE id = $1 AND $2 > created_at_ms")
-            .bind(operation_id)
-            .bind(available_at_ms)
-            .execute(&mut *self)
-            .await
-            .context("scheduling an operation")?;
-        Ok(())
-    }
+    crate::outbox::schedule_statements!(greatest = "GREATEST");
 }

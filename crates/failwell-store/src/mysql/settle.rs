@@ -1,14 +1,11 @@
 //! A batch of attempt results on MySQL ([`complete_batch`]): SQLite's
 //! statements per round, with PostgreSQL's locks.
 
-use serde_json::Value;
 use sqlx::mysql::MySqlConnection;
 
 use super::sql;
 use super::writes::not_applied;
 use crate::error::{Context, StoreError};
-use crate::outbox::changes::completion_json;
-use crate::{Completion, Recorded};
 
 /// The batch's rows, from the JSON array bound as `$1` (see
 /// [`completion_json`]), in the order given (`n`).
@@ -23,33 +20,7 @@ const ROWS: &str = "JSON_TABLE($1, '$[*]' COLUMNS (n FOR ORDINALITY, outbox_id B
      provider_ref TEXT PATH '$.provider_ref', response LONGTEXT PATH '$.response', op_error TEXT PATH '$.op_error', \
      reconcile_at_ms BIGINT PATH '$.reconcile_at_ms')) AS i";
 
-/// Records a batch of results, round by round
-/// ([`rounds`](crate::outbox::changes::rounds)). Per round, the messages
-/// are locked in id order (as every writer locks them); per result: the
-/// attempt goes into the history and is counted; the message moves if its
-/// lease held (compare-and-set on id and lease token), and then its
-/// operation; a result whose lease did not hold says why ([`not_applied`]).
-pub(super) async fn complete_batch(
-    conn: &mut MySqlConnection,
-    completions: &[Completion],
-    now_ms: i64,
-) -> Result<Vec<Recorded>, StoreError> {
-    let mut recorded: Vec<Option<Recorded>> = completions.iter().map(|_| None).collect();
-    for round in crate::outbox::changes::rounds(completions) {
-        let rows = Value::Array(round.iter().map(|&i| completion_json(&completions[i], now_ms)).collect())
-            .to_string();
-        let moved = settle(conn, &rows, now_ms).await?;
-        for i in round {
-            let c = &completions[i];
-            recorded[i] = Some(if moved.contains(&c.outbox_id) {
-                Recorded::Applied
-            } else {
-                not_applied(conn, c, now_ms).await?
-            });
-        }
-    }
-    Ok(recorded.into_iter().flatten().collect())
-}
+crate::outbox::changes::complete_by_rounds!(sqlx::mysql::MySqlConnection);
 
 /// The statements of one round of results of distinct operations; returns
 /// the ids of the messages whose lease held.

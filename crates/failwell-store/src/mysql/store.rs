@@ -9,6 +9,8 @@ use super::MySqlStore;
 use super::settle::complete_batch;
 use crate::outbox::{CLAIMED_COLUMNS, DUE};
 
+crate::outbox::statements::pair_claims!(conn = MySqlConnection, row = MySqlRow);
+
 crate::outbox::statements::outbox_statements!(
     store = MySqlStore,
     lock = " FOR UPDATE",
@@ -71,8 +73,8 @@ async fn due_messages(
 /// `until_ms`: an attempt whose lease expired in flight (it may have
 /// reached the provider) is written to the history and counted on its
 /// operation, whose key counts as used from that claim; the messages are
-/// leased; their operations are read back. A message whose operation is
-/// gone is set aside as a dead letter.
+/// leased; their operations are read back and paired with them
+/// ([`claims`]).
 async fn lease_due(
     tx: &mut MySqlConnection,
     now_ms: i64,
@@ -132,43 +134,7 @@ async fn lease_due(
     .fetch_all(&mut *tx)
     .await
     .context("reading claimed operations")?;
-    let mut operations = std::collections::HashMap::with_capacity(rows.len());
-    for row in &rows {
-        let op = operation_from_row(row)?;
-        operations.insert(op.id, op);
-    }
-    let mut claimed = Vec::with_capacity(due.len());
-    for r in &due {
-        let id: i64 = r.try_get("id").context("reading a claim")?;
-        let operation_id: i64 = r.try_get("operation_id").context("reading a claim")?;
-        match operations.remove(&operation_id) {
-            Some(operation) => {
-                claimed.push(crate::outbox::rows::claimed_from_row(r, id, "attempts", token, operation))
-            }
-            None => set_aside_orphan(&mut *tx, id, operation_id, now_ms).await?,
-        }
-    }
-    Ok(claimed)
-}
-
-/// Dead-letters message `id`, whose operation `operation_id` is gone.
-async fn set_aside_orphan(
-    conn: &mut MySqlConnection,
-    id: i64,
-    operation_id: i64,
-    now_ms: i64,
-) -> Result<(), StoreError> {
-    sql::query(
-        "UPDATE outbox SET state = 'dead', last_error = $2, dead_at_ms = $3, in_flight = 0, \
-         locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $3, changed_by = 'relay' WHERE id = $1",
-    )
-    .bind(id)
-    .bind(format!("stored operation_id: {operation_id} names no operation; set aside, not sent"))
-    .bind(now_ms)
-    .execute(&mut *conn)
-    .await
-    .context("setting a message aside")?;
-    Ok(())
+    claims(&mut *tx, &due, &rows, token, now_ms).await
 }
 
 /// Extends the leases `(id, token)` of `queue` still held to `until_ms`,

@@ -142,3 +142,46 @@ pub(crate) fn completion_json(c: &Completion, now_ms: i64) -> Value {
         "reconcile_at_ms": o.reconcile_at_ms,
     })
 }
+
+/// Defines `complete_batch(conn, completions, now_ms)` for a backend that
+/// records a batch of results round by round ([`rounds`]) from a JSON
+/// array of [`completion_json`] rows (SQLite, MySQL): the invoking module
+/// provides `settle(conn, rows, now_ms)`, which writes one round and
+/// returns the ids of the messages whose lease held, and `not_applied`
+/// (`attempt_writes!`), which says why a result's lease did not hold.
+macro_rules! complete_by_rounds {
+    ($conn:ty) => {
+        /// Records a batch of results, round by round. Per result: the
+        /// attempt goes into the history and is counted; the message moves
+        /// if its lease held (compare-and-set on id and lease token), and
+        /// then its operation; a result whose lease did not hold says why.
+        pub(super) async fn complete_batch(
+            conn: &mut $conn,
+            completions: &[crate::Completion],
+            now_ms: i64,
+        ) -> Result<Vec<crate::Recorded>, crate::StoreError> {
+            let mut recorded: Vec<Option<crate::Recorded>> = completions.iter().map(|_| None).collect();
+            for round in crate::outbox::changes::rounds(completions) {
+                let rows = serde_json::Value::Array(
+                    round
+                        .iter()
+                        .map(|&i| crate::outbox::changes::completion_json(&completions[i], now_ms))
+                        .collect(),
+                )
+                .to_string();
+                let moved = settle(conn, &rows, now_ms).await?;
+                for i in round {
+                    let c = &completions[i];
+                    recorded[i] = Some(if moved.contains(&c.outbox_id) {
+                        crate::Recorded::Applied
+                    } else {
+                        not_applied(conn, c, now_ms).await?
+                    });
+                }
+            }
+            Ok(recorded.into_iter().flatten().collect())
+        }
+    };
+}
+
+pub(crate) use complete_by_rounds;

@@ -121,14 +121,18 @@ pub trait OutboxConnection: sealed::Sealed + Send {
     ) -> impl Future<Output = Result<Submitted, StoreError>> + Send;
 
     /// The key of a message enqueued without one: `sha256:` and the
-    /// request hash.
+    /// request hash ([`request_hash`], failwell's own, unless the database
+    /// computes it).
     #[doc(hidden)]
     fn derived_key(
         &mut self,
         provider: &str,
         operation: &str,
         payload: &Value,
-    ) -> impl Future<Output = Result<String, StoreError>> + Send;
+    ) -> impl Future<Output = Result<String, StoreError>> + Send {
+        let key = format!("sha256:{}", request_hash(provider, operation, payload));
+        std::future::ready(Ok(key))
+    }
 
     /// Gives the new operation's message its ordering key and, when later
     /// than now, the time it becomes due (its delivery counts from then).
@@ -140,6 +144,43 @@ pub trait OutboxConnection: sealed::Sealed + Send {
         available_at_ms: Option<i64>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
+
+/// [`OutboxConnection::schedule`] in SQL, for a backend whose `sql`
+/// module runs `$N` statements: `greatest` is the database's
+/// larger-of-two function (`MAX` on SQLite, `GREATEST` on MySQL).
+macro_rules! schedule_statements {
+    (greatest = $greatest:literal) => {
+        async fn schedule(
+            &mut self,
+            operation_id: i64,
+            ordering_key: Option<&str>,
+            available_at_ms: Option<i64>,
+        ) -> Result<(), StoreError> {
+            super::sql::query(concat!(
+                "UPDATE outbox SET ordering_key = $2, available_at_ms = ",
+                $greatest,
+                "(available_at_ms, COALESCE($3, 0)) WHERE operation_id = $1"
+            ))
+            .bind(operation_id)
+            .bind(ordering_key)
+            .bind(available_at_ms)
+            .execute(&mut *self)
+            .await
+            .context("scheduling an outbox message")?;
+            super::sql::query(
+                "UPDATE operations SET not_before_ms = $2 WHERE id = $1 AND $2 > created_at_ms",
+            )
+            .bind(operation_id)
+            .bind(available_at_ms)
+            .execute(&mut *self)
+            .await
+            .context("scheduling an operation")?;
+            Ok(())
+        }
+    };
+}
+
+pub(crate) use schedule_statements;
 
 /// A transaction records on its connection.
 macro_rules! outbox_transaction {

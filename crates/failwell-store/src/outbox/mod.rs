@@ -15,7 +15,7 @@ pub(crate) mod statements;
 pub(crate) mod stored;
 pub(crate) mod writes;
 
-pub(crate) use enqueue::{CLAIMED_COLUMNS, DUE, check_replay, replayed, request_hash};
+pub(crate) use enqueue::{CLAIMED_COLUMNS, DUE, check_replay, replayed, request_hash, schedule_statements};
 pub use enqueue::{Message, Outbox, OutboxConnection};
 pub use model::*;
 

@@ -279,4 +279,59 @@ macro_rules! outbox_statements {
     };
 }
 
-pub(crate) use outbox_statements;
+/// Defines `claims(conn, due, operations, token, now_ms)` for a backend
+/// whose claim reads the due messages (`due`, rows of
+/// [`CLAIMED_COLUMNS`](crate::outbox::CLAIMED_COLUMNS) in claim order) and
+/// then their operations (`operations`, rows of `select_operation!`) in
+/// two statements (SQLite, MySQL): each message paired with its operation,
+/// in claim order. A message whose `operation_id` cannot be read or names
+/// no operation (changed behind failwell's back) is dead-lettered alone,
+/// never sent, its `last_error` saying why.
+macro_rules! pair_claims {
+    (conn = $conn:ty, row = $row:ty $(,)?) => {
+        async fn claims(
+            conn: &mut $conn,
+            due: &[$row],
+            operations: &[$row],
+            token: i64,
+            now_ms: i64,
+        ) -> Result<Vec<crate::Claimed>, crate::StoreError> {
+            use crate::error::Context as _;
+            use sqlx::Row as _;
+            let mut by_id = std::collections::HashMap::with_capacity(operations.len());
+            for row in operations {
+                let op = crate::outbox::rows::operation_from_row(row)?;
+                by_id.insert(op.id, op);
+            }
+            let mut claimed = Vec::with_capacity(due.len());
+            for r in due {
+                let id: i64 = r.try_get("id").context("reading a claimed message")?;
+                let operation = match r.try_get::<i64, _>("operation_id") {
+                    Ok(op_id) => by_id.remove(&op_id).ok_or_else(|| format!("{op_id} names no operation")),
+                    Err(e) => Err(e.to_string()),
+                };
+                match operation {
+                    Ok(operation) => {
+                        claimed.push(crate::outbox::rows::claimed_from_row(r, id, "attempts", token, operation))
+                    }
+                    Err(why) => {
+                        super::sql::query(
+                            "UPDATE outbox SET state = 'dead', last_error = $2, dead_at_ms = $3, in_flight = 0, \
+                             locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $3, changed_by = 'relay' \
+                             WHERE id = $1",
+                        )
+                        .bind(id)
+                        .bind(format!("stored operation_id: {why}; set aside, not sent"))
+                        .bind(now_ms)
+                        .execute(&mut *conn)
+                        .await
+                        .context("setting a message aside")?;
+                    }
+                }
+            }
+            Ok(claimed)
+        }
+    };
+}
+
+pub(crate) use {outbox_statements, pair_claims};

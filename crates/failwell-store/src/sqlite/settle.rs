@@ -7,13 +7,10 @@
 //! thread hand-offs. The batch goes in as one JSON array read with
 //! `json_each`, as PostgreSQL's goes in as arrays (`postgres::store`).
 
-use serde_json::Value;
 use sqlx::sqlite::SqliteConnection;
 
 use super::writes::not_applied;
 use crate::error::{Context, StoreError};
-use crate::outbox::changes::completion_json;
-use crate::{Completion, Recorded};
 
 /// The batch's rows, from the JSON array bound as `$1` (see [`completion_json`]), in
 /// the order given (`n`).
@@ -27,32 +24,7 @@ const ROWS: &str = "(SELECT key AS n, value ->> 'outbox_id' AS outbox_id, value 
      value ->> 'status' AS status, value ->> 'provider_ref' AS provider_ref, value ->> 'response' AS response, \
      value ->> 'op_error' AS op_error, value ->> 'reconcile_at_ms' AS reconcile_at_ms FROM json_each($1))";
 
-/// Records a batch of results under the single writer, round by round
-/// ([`rounds`](crate::outbox::changes::rounds)). Per result: the attempt goes
-/// into the history and is counted; the message moves if its lease held
-/// (compare-and-set on id and lease token), and then its operation; a
-/// result whose lease did not hold says why ([`not_applied`]).
-pub(super) async fn complete_batch(
-    conn: &mut SqliteConnection,
-    completions: &[Completion],
-    now_ms: i64,
-) -> Result<Vec<Recorded>, StoreError> {
-    let mut recorded: Vec<Option<Recorded>> = completions.iter().map(|_| None).collect();
-    for round in crate::outbox::changes::rounds(completions) {
-        let rows = Value::Array(round.iter().map(|&i| completion_json(&completions[i], now_ms)).collect())
-            .to_string();
-        let moved = settle(conn, &rows, now_ms).await?;
-        for i in round {
-            let c = &completions[i];
-            recorded[i] = Some(if moved.contains(&c.outbox_id) {
-                Recorded::Applied
-            } else {
-                not_applied(conn, c, now_ms).await?
-            });
-        }
-    }
-    Ok(recorded.into_iter().flatten().collect())
-}
+crate::outbox::changes::complete_by_rounds!(sqlx::sqlite::SqliteConnection);
 
 /// The four statements of one round (`rows`: results of distinct
 /// operations); returns the ids of the messages whose lease held.

@@ -11,6 +11,8 @@ use super::settle::complete_batch;
 use crate::inbox::InboxBinds;
 use crate::outbox::{CLAIMED_COLUMNS, DUE};
 
+crate::outbox::statements::pair_claims!(conn = SqliteConnection, row = SqliteRow);
+
 crate::outbox::statements::outbox_statements!(
     store = SqliteStore,
     lock = "",
@@ -144,26 +146,7 @@ async fn lease_due(
         .fetch_all(&mut *tx)
         .await
         .context("reading claimed operations")?;
-    let mut operations = std::collections::HashMap::with_capacity(rows.len());
-    for row in &rows {
-        let op = operation_from_row(row)?;
-        operations.insert(op.id, op);
-    }
-    let mut claimed = Vec::with_capacity(due.len());
-    for r in &due {
-        let id: i64 = r.get("id");
-        let operation = match r.try_get::<i64, _>("operation_id") {
-            Ok(op_id) => operations.remove(&op_id).ok_or_else(|| format!("{op_id} names no operation")),
-            Err(e) => Err(e.to_string()),
-        };
-        match operation {
-            Ok(operation) => {
-                claimed.push(crate::outbox::rows::claimed_from_row(r, id, "attempts", token, operation))
-            }
-            Err(why) => set_aside_orphan(&mut *tx, id, &format!("operation_id: {why}"), now_ms).await?,
-        }
-    }
-    Ok(claimed)
+    claims(&mut *tx, &due, &rows, token, now_ms).await
 }
 
 /// The test, in SQL, that `column` holds a count a claim may add to: an
@@ -174,27 +157,6 @@ fn countable(column: &str) -> String {
         "typeof({column}) = 'integer' AND {column} BETWEEN 0 AND {}",
         crate::outbox::rows::DAMAGED_COUNT - 1
     )
-}
-
-/// Dead-letters message `id`, whose operation cannot be found, alone: it
-/// is never sent (there is nothing to send), and `last_error` says why.
-async fn set_aside_orphan(
-    conn: &mut SqliteConnection,
-    id: i64,
-    why: &str,
-    now_ms: i64,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE outbox SET state = 'dead', last_error = $2, dead_at_ms = $3, in_flight = 0, \
-         locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $3, changed_by = 'relay' WHERE id = $1",
-    )
-    .bind(id)
-    .bind(format!("stored {why}; set aside, not sent"))
-    .bind(now_ms)
-    .execute(&mut *conn)
-    .await
-    .context("setting a message aside")?;
-    Ok(())
 }
 
 /// Extends the leases `(id, token)` of `queue` still held to `until_ms`.
