@@ -14,6 +14,7 @@ mod config;
 mod contract_fuzz;
 mod crash;
 mod demo;
+mod examples;
 mod faults;
 mod hardening;
 mod helpers;

@@ -9,6 +9,7 @@ use failwell_store::{Message, Outbox, PostgresStore};
 use serde_json::json;
 use sqlx::PgPool;
 
+use crate::examples::{Database, enqueue_with_each, settled_and_rolled_back};
 use crate::helpers::{Gateway, calls, postgres_schema, simulator};
 
 /// `failwell serve` on the PostgreSQL store at `database_url`, delivering
@@ -230,49 +231,6 @@ fn libpq_env(url: &str) -> Vec<(&'static str, String)> {
     env
 }
 
-/// The examples' directory, and the interpreter and script of `language`,
-/// with its libraries installed on first use (psycopg in a virtual
-/// environment under the test's temporary directory, pg with `npm ci`).
-fn example(language: &str) -> (String, std::path::PathBuf) {
-    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
-    let run = |program: &str, args: &[&str], dir: &std::path::Path| {
-        let status = std::process::Command::new(program)
-            .args(args)
-            .current_dir(dir)
-            .status()
-            .unwrap_or_else(|e| panic!("{program} is needed for the {language} example: {e}"));
-        assert!(status.success(), "{program} {args:?} failed");
-    };
-    match language {
-        "python" => {
-            let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("examples-venv");
-            let python = venv.join("bin/python");
-            if !python.exists() {
-                run("python3", &["-m", "venv", venv.to_str().unwrap()], &examples);
-                let pip = venv.join("bin/pip");
-                run(pip.to_str().unwrap(), &["install", "-q", "-r", "python/requirements.txt"], &examples);
-            }
-            (python.to_str().unwrap().to_owned(), examples.join("python/enqueue_order.py"))
-        }
-        "node" => {
-            if !examples.join("node/node_modules/pg").exists() {
-                run("npm", &["ci", "--silent", "--no-audit", "--no-fund"], &examples.join("node"));
-            }
-            ("node".to_owned(), examples.join("node/enqueue_order.js"))
-        }
-        _ => {
-            let modules = std::process::Command::new("php").arg("-m").output().unwrap_or_else(|e| {
-                panic!("php is needed for the PHP example (apt-get install php-cli php-pgsql): {e}")
-            });
-            assert!(
-                String::from_utf8_lossy(&modules.stdout).contains("pdo_pgsql"),
-                "PHP's pdo_pgsql is needed for the PHP example (apt-get install php-pgsql)"
-            );
-            ("php".to_owned(), examples.join("php/enqueue_order.php"))
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_node_and_php_applications_enqueue_in_their_own_transactions_and_are_delivered() {
     let sim = simulator(|_| {}).await;
@@ -286,37 +244,13 @@ async fn python_node_and_php_applications_enqueue_in_their_own_transactions_and_
     .await
     .unwrap();
     let env = libpq_env(&url);
-    let languages = ["python", "node", "php"];
-    for (i, language) in languages.into_iter().enumerate() {
-        let (program, script) = example(language);
-        let run = |reference: String, flag: Option<&str>| {
-            let mut command = std::process::Command::new(&program);
-            command.arg(&script).arg(&reference).arg((1010 + 10 * i).to_string()).envs(env.clone());
-            command.args(flag);
-            let output = command.output().unwrap();
-            let text = format!(
-                "{language} {reference}: {}{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
-            (output.status.code(), text)
-        };
-        // Rolled back after both inserts: neither the order nor the message stays.
-        let (code, text) = run(format!("rolled-back-{language}"), Some("--fail-after-enqueue"));
-        assert_eq!(code, Some(3), "{text}");
-        let (code, text) = run(format!("order-{language}"), None);
-        assert_eq!(code, Some(0), "{text}");
-        assert!(text.contains("outbox message"), "{text}");
-    }
-    for language in languages {
-        let reference = format!("order-{language}");
-        let op = gateway.settled(&reference, Duration::from_secs(20)).await;
-        assert_eq!(op["status"], "succeeded", "{op:#}");
-        assert_eq!(op["reference"], reference.as_str());
-        assert_eq!(sim.effects().by_reference[&reference].effects, 1, "{reference} charged once");
-        let rolled_back = format!("rolled-back-{language}");
-        let status = gateway.http.get(format!("{}/v1/operations/{rolled_back}", gateway.base)).send().await;
-        assert_eq!(status.unwrap().status(), 404, "{rolled_back} left a message");
+    let references = enqueue_with_each(Database::Postgres, |mut command| {
+        command.envs(env.clone());
+        command
+    });
+    settled_and_rolled_back(&gateway, &references).await;
+    for reference in &references {
+        assert_eq!(sim.effects().by_reference[reference].effects, 1, "{reference} charged once");
     }
     let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&pool).await.unwrap();
     assert_eq!(orders, 3, "only the committed orders");

@@ -2,13 +2,13 @@
 //! `failwell_outbox` in their own transactions, in the file a real
 //! `failwell serve` uses, and each message reaches the provider once.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use failwell_sim::Simulator;
 use serde_json::Value;
 
+use crate::examples::{Database, enqueue_with_each, repository, settled_and_rolled_back};
 use crate::helpers::{Gateway, simulator};
 
 /// `failwell serve` on its SQLite file, delivering to `sim` (at most 20
@@ -31,41 +31,6 @@ async fn application_database(gateway: &Gateway) -> PathBuf {
     .unwrap();
     pool.close().await;
     path
-}
-
-/// The repository's directory `name` (`examples`, `bench`).
-fn repository(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(name)
-}
-
-/// The interpreter and script of `language`'s SQLite example, its
-/// libraries installed on first use (better-sqlite3 with `npm ci`).
-fn example(language: &str) -> (String, PathBuf) {
-    let examples = repository("examples");
-    match language {
-        "python" => ("python3".into(), examples.join("python/enqueue_order_sqlite.py")),
-        "node" => {
-            if !examples.join("node/node_modules/better-sqlite3").exists() {
-                let status = Command::new("npm")
-                    .args(["ci", "--silent", "--no-audit", "--no-fund"])
-                    .current_dir(examples.join("node"))
-                    .status()
-                    .unwrap_or_else(|e| panic!("npm is needed for the Node.js example: {e}"));
-                assert!(status.success(), "npm ci failed");
-            }
-            ("node".into(), examples.join("node/enqueue_order_sqlite.js"))
-        }
-        _ => {
-            let modules = Command::new("php").arg("-m").output().unwrap_or_else(|e| {
-                panic!("php is needed for the PHP example (apt-get install php-cli php-sqlite3): {e}")
-            });
-            assert!(
-                String::from_utf8_lossy(&modules.stdout).contains("pdo_sqlite"),
-                "PHP's pdo_sqlite is needed for the PHP example (apt-get install php-sqlite3)"
-            );
-            ("php".into(), examples.join("php/enqueue_order_sqlite.php"))
-        }
-    }
 }
 
 /// Waits until the provider has seen `references` settle (a charge or a
@@ -96,42 +61,12 @@ async fn python_node_and_php_applications_on_sqlite_enqueue_in_their_own_transac
     let sim = simulator(|_| {}).await;
     let gateway = gateway(&sim).await;
     let db = application_database(&gateway).await;
-    let languages = ["python", "node", "php"];
-    for (i, language) in languages.into_iter().enumerate() {
-        let (program, script) = example(language);
-        let run = |reference: String, flag: Option<&str>| {
-            let output = Command::new(&program)
-                .arg(&script)
-                .arg(&db)
-                .arg(&reference)
-                .arg((1010 + 10 * i).to_string())
-                .args(flag)
-                .output()
-                .unwrap();
-            let text = format!(
-                "{language} {reference}: {}{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
-            (output.status.code(), text)
-        };
-        // Rolled back after both inserts: neither the order nor the message stays.
-        let (code, text) = run(format!("rolled-back-{language}"), Some("--fail-after-enqueue"));
-        assert_eq!(code, Some(3), "{text}");
-        let (code, text) = run(format!("order-{language}"), None);
-        assert_eq!(code, Some(0), "{text}");
-        assert!(text.contains("outbox message"), "{text}");
-    }
-    let references: Vec<String> = languages.iter().map(|l| format!("order-{l}")).collect();
+    let references = enqueue_with_each(Database::Sqlite, |mut command| {
+        command.arg(&db);
+        command
+    });
     delivered_once(&sim, &gateway, &references, Duration::from_secs(20)).await;
-    for reference in &references {
-        let op = gateway.settled(reference, Duration::from_secs(20)).await;
-        assert_eq!(op["status"], "succeeded", "{op:#}");
-        assert_eq!(op["reference"], reference.as_str());
-        let rolled_back = reference.replace("order-", "rolled-back-");
-        let status = gateway.http.get(format!("{}/v1/operations/{rolled_back}", gateway.base)).send().await;
-        assert_eq!(status.unwrap().status(), 404, "{rolled_back} left a message");
-    }
+    settled_and_rolled_back(&gateway, &references).await;
     let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&db);
     let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
     let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&pool).await.unwrap();
