@@ -68,7 +68,7 @@ struct Translated {
 /// Rewrites `sql` for MySQL (see the module's docs).
 fn translate(sql: &str) -> Translated {
     let sql = filters_as_case(&sql.replace(" AS text)", " AS CHAR)").replace(" AS bigint)", " AS SIGNED)"))
-        .replace(" NULLS LAST", "");
+        .replace(" DESC NULLS LAST", " DESC");
     let mut out = String::with_capacity(sql.len());
     let mut order = Vec::new();
     let mut chars = sql.chars().peekable();

@@ -24,29 +24,25 @@ pub(super) struct Database {
 impl Drop for Database {
     fn drop(&mut self) {
         let (url, name) = (self.url.clone(), self.name.clone());
-        // Dropped inside a runtime: the statement runs on a thread of its own.
-        let dropped = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-                let pool = ::sqlx::MySqlPool::connect(&url).await?;
-                // The test's connections may still be open, inside a
-                // transaction whose rollback waits for this runtime
-                // thread: they would hold the tables' metadata locks.
-                let open: Vec<u64> =
-                    ::sqlx::query_scalar("SELECT id FROM information_schema.processlist WHERE db = ?")
-                        .bind(&name)
-                        .fetch_all(&pool)
-                        .await?;
-                for id in open {
-                    let _ = ::sqlx::query(::sqlx::AssertSqlSafe(format!("KILL {id}"))).execute(&pool).await;
-                }
-                ::sqlx::query(::sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name}")))
-                    .execute(&pool)
+        super::clean_up(move || async move {
+            let pool = ::sqlx::MySqlPool::connect(&url).await?;
+            // The test's connections may still be open, inside a
+            // transaction whose rollback waits for the test's runtime:
+            // they would hold the tables' metadata locks.
+            let open: Vec<u64> =
+                ::sqlx::query_scalar("SELECT id FROM information_schema.processlist WHERE db = ?")
+                    .bind(&name)
+                    .fetch_all(&pool)
                     .await?;
-                pool.close().await;
-                Ok::<_, ::sqlx::Error>(())
-            })
+            for id in open {
+                let _ = ::sqlx::query(::sqlx::AssertSqlSafe(format!("KILL {id}"))).execute(&pool).await;
+            }
+            ::sqlx::query(::sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name}")))
+                .execute(&pool)
+                .await?;
+            pool.close().await;
+            Ok(())
         });
-        let _ = dropped.join();
     }
 }
 

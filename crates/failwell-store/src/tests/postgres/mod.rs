@@ -25,22 +25,18 @@ pub(super) struct Schema {
 impl Drop for Schema {
     fn drop(&mut self) {
         let (url, name) = (self.url.clone(), self.name.clone());
-        // Dropped inside a runtime: the statement runs on a thread of its own.
-        let dropped = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-                // A connection of the test still inside a transaction
-                // (its rollback waits for this runtime thread) holds
-                // locks: the schema is then left behind, not waited for.
-                let options: sqlx::postgres::PgConnectOptions = url.parse()?;
-                let pool = sqlx::PgPool::connect_with(options.options([("lock_timeout", "2s")])).await?;
-                sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {name} CASCADE")))
-                    .execute(&pool)
-                    .await?;
-                pool.close().await;
-                Ok::<_, sqlx::Error>(())
-            })
+        super::clean_up(move || async move {
+            // A connection of the test still inside a transaction (its
+            // rollback waits for the test's runtime) holds locks: the
+            // schema is then left behind, not waited for.
+            let options: sqlx::postgres::PgConnectOptions = url.parse()?;
+            let pool = sqlx::PgPool::connect_with(options.options([("lock_timeout", "2s")])).await?;
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {name} CASCADE")))
+                .execute(&pool)
+                .await?;
+            pool.close().await;
+            Ok(())
         });
-        let _ = dropped.join();
     }
 }
 
