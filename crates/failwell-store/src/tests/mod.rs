@@ -106,7 +106,7 @@ mod postgres;
 
 /// Runs `cleanup` to its end on a runtime of its own, on a thread of its
 /// own: a test's guard is dropped inside the test's runtime, which cannot
-/// run it. Its error is ignored: what it would drop is left behind.
+/// run it. On an error, what it would drop is left behind, and said.
 fn clean_up<F>(cleanup: impl FnOnce() -> F + Send + 'static)
 where
     F: std::future::Future<Output = Result<(), sqlx::Error>>,
@@ -114,5 +114,7 @@ where
     let done = std::thread::spawn(move || {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(cleanup())
     });
-    let _ = done.join();
+    if let Ok(Err(e)) = done.join() {
+        eprintln!("left behind, the clean-up failed: {e}");
+    }
 }

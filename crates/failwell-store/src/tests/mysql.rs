@@ -29,7 +29,7 @@ impl Drop for Database {
             // The test's connections may still be open, inside a
             // transaction whose rollback waits for the test's runtime:
             // they would hold the tables' metadata locks.
-            let open: Vec<u64> =
+            let open: Vec<i64> =
                 ::sqlx::query_scalar("SELECT id FROM information_schema.processlist WHERE db = ?")
                     .bind(&name)
                     .fetch_all(&pool)
