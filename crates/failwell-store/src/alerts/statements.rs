@@ -49,8 +49,9 @@ macro_rules! alert_statements {
                     crate::alerts::AlertClaim::Report(id) => Some(id),
                 };
                 // Due, not leased, and no earlier unsent alert of its kind
-                // and subject, read under a row lock that skips an alert
-                // another process is claiming: two never both claim one.
+                // and subject, read under a row lock (`lock`): an alert
+                // another process is claiming is skipped, or waited for and
+                // then found leased, so two never both claim one.
                 let mut tx = self.begin().await?;
                 let id: Option<i64> = sql::query_scalar(concat!(
                     "SELECT a.id FROM alerts a WHERE a.sent_at_ms IS NULL AND a.gave_up_at_ms IS NULL \
