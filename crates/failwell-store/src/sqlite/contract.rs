@@ -36,6 +36,9 @@ struct Unfilled {
     provider: String,
     operation: String,
     payload: String,
+    /// The first column whose stored text is not UTF-8 (read lossily
+    /// above): the row is set aside, its key left as stored.
+    not_text: Option<&'static str>,
 }
 
 /// Fills up to [`FILL_LIMIT`] rows inserted through the view, oldest first,
@@ -57,15 +60,26 @@ pub(super) async fn fill(
     .await
     .context("reading rows inserted through failwell_outbox")?;
     for row in rows {
-        let text = |column: &str| row.try_get::<String, _>(column).unwrap_or_default();
+        let mut not_text = None;
+        let mut text = |column: &'static str| match row.try_get::<String, _>(column) {
+            Ok(text) => text,
+            Err(_) => {
+                not_text = not_text.or(Some(column));
+                let bytes: Vec<u8> = row.try_get(column).unwrap_or_default();
+                String::from_utf8_lossy(&bytes).into_owned()
+            }
+        };
+        let (key, provider, operation, payload) =
+            (text("idempotency_key"), text("provider"), text("operation"), text("payload"));
         let unfilled = Unfilled {
             id: row.get("id"),
             outbox_id: row.get("outbox_id"),
-            key: text("idempotency_key"),
+            key,
             provisional: row.try_get::<bool, _>("provisional").unwrap_or(false),
-            provider: text("provider"),
-            operation: text("operation"),
-            payload: text("payload"),
+            provider,
+            operation,
+            payload,
+            not_text,
         };
         fill_one(&mut *conn, &unfilled, now_ms).await?;
     }
@@ -73,8 +87,13 @@ pub(super) async fn fill(
 }
 
 /// Fills one row: its hash and provider key, its key when provisional; a
-/// second copy of a request, or a payload failwell refuses, is never sent.
+/// second copy of a request, a payload failwell refuses, or a row whose
+/// text is not UTF-8 is never sent.
 async fn fill_one(conn: &mut SqliteConnection, row: &Unfilled, now_ms: i64) -> Result<(), StoreError> {
+    if let Some(column) = row.not_text {
+        let hash = hex::encode(Sha256::digest(row.payload.as_bytes()));
+        return set_aside(conn, row, &hash, &format!("{column} is not UTF-8 text"), now_ms).await;
+    }
     let payload = json(&row.payload).map_err(|e| e.to_string()).and_then(|value| {
         check_object(&value).and_then(|()| check_payload(&value)).map_err(|e| e.to_string())?;
         Ok(value)

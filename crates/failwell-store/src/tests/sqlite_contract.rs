@@ -257,6 +257,39 @@ async fn a_payload_failwell_refuses_is_set_aside_before_it_is_claimed() {
     assert!(op.last_error.as_deref().unwrap_or_default().contains("set aside, not sent"), "{op:?}");
 }
 
+/// Rows whose key is not UTF-8 text (`CAST(x'…' AS TEXT)`) are set aside
+/// one by one, their keys left as stored; the others are still claimed.
+#[tokio::test]
+async fn rows_whose_text_is_not_utf8_are_set_aside_and_the_others_delivered() {
+    let (_d, s, app) = store().await;
+    let payload = r#"{"amount": 1}"#;
+    charge(&app, "CAST(x'6bff' AS TEXT)", payload).await.unwrap();
+    charge(&app, "CAST(x'6dff' AS TEXT)", r#"{"amount": 2}"#).await.unwrap();
+    charge(&app, "'good'", r#"{"amount": 3}"#).await.unwrap();
+    let claimed = s.claim(now_ms(&app).await + 1, 10, 60_000, &ClaimScope::All).await.unwrap();
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    assert_eq!(claimed[0].operation.idempotency_key, "good");
+    let dead = count(
+        &app,
+        "SELECT count(*) FROM outbox WHERE state = 'dead' AND last_error LIKE \
+        'idempotency_key is not UTF-8 text; set aside%'",
+    )
+    .await;
+    assert_eq!(dead, 2);
+    let kept = count(
+        &app,
+        "SELECT count(*) FROM operations WHERE idempotency_key IN \
+        (CAST(x'6bff' AS TEXT), CAST(x'6dff' AS TEXT))",
+    )
+    .await;
+    assert_eq!(kept, 2, "the keys are left as stored");
+    // A later claim is not stopped by them.
+    charge(&app, "'later'", r#"{"amount": 4}"#).await.unwrap();
+    let claimed = s.claim(now_ms(&app).await + 1, 10, 60_000, &ClaimScope::All).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].operation.idempotency_key, "later");
+}
+
 /// Ordering keys and `available_at` (ISO-8601 text or Unix seconds) are
 /// kept, shown as ISO-8601 UTC, and respected by the claim.
 #[tokio::test]
