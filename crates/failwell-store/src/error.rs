@@ -72,6 +72,46 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// Whether the database rolled the transaction back because it
+    /// conflicted with another one (SQLSTATE `40001`: a deadlock on MySQL,
+    /// a serialization failure on PostgreSQL; `40P01`: a deadlock on
+    /// PostgreSQL): the same transaction run again may succeed.
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            Self::Database { source: sqlx::Error::Database(e), .. } => {
+                matches!(e.code().as_deref(), Some("40001" | "40P01"))
+            }
+            _ => false,
+        }
+    }
+}
+
+/// How often a transaction a conflict rolled back is run again
+/// ([`retry_conflicts!`]) before its error is returned.
+pub(crate) const CONFLICT_RETRIES: u32 = 4;
+
+/// Awaits `$transaction` (an `async` block that runs one transaction and
+/// returns `Result<_, StoreError>`), and runs it again while it fails with
+/// a conflict ([`StoreError::is_conflict`]), at most
+/// [`CONFLICT_RETRIES`] times more: two writers that lock the same rows
+/// in different orders (a claim and the results of another, say) lose one
+/// transaction to the database's deadlock detection, which the next run
+/// wins.
+macro_rules! retry_conflicts {
+    ($transaction:expr) => {{
+        let mut retries = 0;
+        loop {
+            match $transaction.await {
+                Err(e) if e.is_conflict() && retries < crate::error::CONFLICT_RETRIES => retries += 1,
+                done => break done,
+            }
+        }
+    }};
+}
+
+pub(crate) use retry_conflicts;
+
 /// Attaches a context phrase to a driver error.
 pub(crate) trait Context<T> {
     fn context(self, context: &'static str) -> Result<T, StoreError>;

@@ -120,35 +120,37 @@ macro_rules! inbox_statements {
                 if events.is_empty() {
                     return Ok(Vec::new());
                 }
-                let mut tx = self.begin().await?;
-                // One receiving transaction at a time, where the database does not
-                // already see to it (`serialize`).
-                $(
-                    sql::query($serialize).execute(&mut *tx).await.context("locking the inbox")?;
-                )?
-                // In arrival order, so `seq`s follow it and the first delivery of a
-                // key is the one stored (the others are left out: an error would
-                // abort the whole transaction).
-                let inserted = insert_events(&mut tx, &events, now_ms).await?;
-                let mut batch = crate::inbox::Batch::new(&events, &inserted, now_ms)?;
-                apply_reports(&mut tx, &mut batch, now_ms).await?;
-                insert_steps(&mut tx, &batch.steps).await?;
-                if !batch.forwards.is_empty() {
-                    // In `seq` order, which is arrival order.
-                    sql::query(concat!(
-                        "INSERT INTO forwards (event_seq, available_at_ms, created_at_ms, updated_at_ms) \
-                         SELECT seq, $2, $2, $2 FROM inbox_events WHERE seq IN ",
-                        $ids_in,
-                        " ORDER BY seq"
-                    ))
-                    .bind_ids(&batch.forwards)
-                    .bind(now_ms)
-                    .execute(&mut *tx)
-                    .await
-                    .context("queueing events for forwarding")?;
-                }
-                tx.commit().await.context("committing webhook events")?;
-                Ok(batch.received())
+                crate::error::retry_conflicts!(async {
+                    let mut tx = self.begin().await?;
+                    // One receiving transaction at a time, where the database does not
+                    // already see to it (`serialize`).
+                    $(
+                        sql::query($serialize).execute(&mut *tx).await.context("locking the inbox")?;
+                    )?
+                    // In arrival order, so `seq`s follow it and the first delivery of a
+                    // key is the one stored (the others are left out: an error would
+                    // abort the whole transaction).
+                    let inserted = insert_events(&mut tx, &events, now_ms).await?;
+                    let mut batch = crate::inbox::Batch::new(&events, &inserted, now_ms)?;
+                    apply_reports(&mut tx, &mut batch, now_ms).await?;
+                    insert_steps(&mut tx, &batch.steps).await?;
+                    if !batch.forwards.is_empty() {
+                        // In `seq` order, which is arrival order.
+                        sql::query(concat!(
+                            "INSERT INTO forwards (event_seq, available_at_ms, created_at_ms, updated_at_ms) \
+                             SELECT seq, $2, $2, $2 FROM inbox_events WHERE seq IN ",
+                            $ids_in,
+                            " ORDER BY seq"
+                        ))
+                        .bind_ids(&batch.forwards)
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await
+                        .context("queueing events for forwarding")?;
+                    }
+                    tx.commit().await.context("committing webhook events")?;
+                    Ok::<_, crate::error::StoreError>(batch.received())
+                })
             }
 
             /// Up to `limit` events after `after`, within `max_bytes` of payloads
@@ -292,55 +294,57 @@ macro_rules! inbox_statements {
                 completions: Vec<crate::ForwardCompletion>,
                 now_ms: i64,
             ) -> Result<Vec<crate::Recorded>, crate::error::StoreError> {
-                let mut tx = self.begin().await?;
-                insert_steps(&mut tx, &crate::inbox::completion_steps(&completions)).await?;
-                // Each transition applies only while the forward still carries its
-                // claim's lease token (compare-and-set), read first so that each
-                // result is judged by its own token, and, where rows are locked,
-                // locked (in id order) so that no claim takes the lease over before
-                // the transition is written.
-                let ids: Vec<i64> = completions.iter().map(|c| c.id).collect();
-                let tokens: std::collections::HashMap<i64, i64> = sql::query(concat!(
-                    "SELECT id, lease_token FROM forwards \
-                     WHERE state = 'pending' AND lease_token IS NOT NULL AND id IN ",
-                    $ids_in,
-                    " ORDER BY id",
-                    $($lock)?
-                ))
-                .bind_ids(&ids)
-                .fetch_all(&mut *tx)
-                .await
-                .context("reading forward leases")?
-                .iter()
-                .map(|r| Ok((r.try_get("id")?, r.try_get("lease_token")?)))
-                .collect::<Result<_, sqlx::Error>>()
-                .context("reading forward leases")?;
-                let recorded = crate::inbox::judge(&completions, &tokens);
-                let changes = crate::inbox::forward_changes(&completions, &recorded, now_ms);
-                if !changes.is_empty() {
-                    sql::query(crate::inbox::statements::update_joined!(
-                        $update,
-                        "forwards",
-                        $forward_changes,
-                        state = "u.state",
-                        available_at_ms = "COALESCE(u.available_at_ms, forwards.available_at_ms)",
-                        previous_delay_ms = "COALESCE(u.delay_ms, forwards.previous_delay_ms)",
-                        last_error = "u.error",
-                        dead_at_ms = "u.dead_at_ms",
-                        locked_until_ms = "NULL",
-                        lease_token = "NULL",
-                        attempts = "forwards.attempts - u.given_back",
-                        updated_at_ms = "$1",
-                        changed_by = "'forwarder'",
+                crate::error::retry_conflicts!(async {
+                    let mut tx = self.begin().await?;
+                    insert_steps(&mut tx, &crate::inbox::completion_steps(&completions)).await?;
+                    // Each transition applies only while the forward still carries its
+                    // claim's lease token (compare-and-set), read first so that each
+                    // result is judged by its own token, and, where rows are locked,
+                    // locked (in id order) so that no claim takes the lease over before
+                    // the transition is written.
+                    let ids: Vec<i64> = completions.iter().map(|c| c.id).collect();
+                    let tokens: std::collections::HashMap<i64, i64> = sql::query(concat!(
+                        "SELECT id, lease_token FROM forwards \
+                         WHERE state = 'pending' AND lease_token IS NOT NULL AND id IN ",
+                        $ids_in,
+                        " ORDER BY id",
+                        $($lock)?
                     ))
-                    .bind(now_ms)
-                    .bind_forward_changes(&changes)
-                    .execute(&mut *tx)
+                    .bind_ids(&ids)
+                    .fetch_all(&mut *tx)
                     .await
-                    .context("completing forwards")?;
-                }
-                tx.commit().await.context("committing forward results")?;
-                Ok(recorded)
+                    .context("reading forward leases")?
+                    .iter()
+                    .map(|r| Ok((r.try_get("id")?, r.try_get("lease_token")?)))
+                    .collect::<Result<_, sqlx::Error>>()
+                    .context("reading forward leases")?;
+                    let recorded = crate::inbox::judge(&completions, &tokens);
+                    let changes = crate::inbox::forward_changes(&completions, &recorded, now_ms);
+                    if !changes.is_empty() {
+                        sql::query(crate::inbox::statements::update_joined!(
+                            $update,
+                            "forwards",
+                            $forward_changes,
+                            state = "u.state",
+                            available_at_ms = "COALESCE(u.available_at_ms, forwards.available_at_ms)",
+                            previous_delay_ms = "COALESCE(u.delay_ms, forwards.previous_delay_ms)",
+                            last_error = "u.error",
+                            dead_at_ms = "u.dead_at_ms",
+                            locked_until_ms = "NULL",
+                            lease_token = "NULL",
+                            attempts = "forwards.attempts - u.given_back",
+                            updated_at_ms = "$1",
+                            changed_by = "'forwarder'",
+                        ))
+                        .bind(now_ms)
+                        .bind_forward_changes(&changes)
+                        .execute(&mut *tx)
+                        .await
+                        .context("completing forwards")?;
+                    }
+                    tx.commit().await.context("committing forward results")?;
+                    Ok::<_, crate::error::StoreError>(recorded)
+                })
             }
         }
 

@@ -51,30 +51,34 @@ macro_rules! outbox_statements {
                 lease_ms: u64,
                 scope: &ClaimScope,
             ) -> Result<Vec<Claimed>, StoreError> {
-                let mut tx = self.begin().await?;
-                let token = self.tokens.fetch_add(1, Ordering::Relaxed);
-                let until_ms = crate::inbox::lease_until(now_ms, lease_ms);
-                let (claimed, unreadable): (Vec<Claimed>, Vec<Claimed>) =
-                    lease_due(&mut tx, now_ms, limit, until_ms, token, scope)
-                        .await?
-                        .into_iter()
-                        .partition(|c| c.operation.unreadable.is_none());
-                if !unreadable.is_empty() {
-                    let set_aside: Vec<Completion> =
-                        unreadable.iter().map(|c| crate::outbox::stored::set_aside(c, now_ms)).collect();
-                    complete_batch(&mut tx, &set_aside, now_ms).await?;
-                }
-                // Also when nothing was claimed: SQLite's claim may have
-                // filled rows an application inserted (see sqlite/contract.rs).
-                tx.commit().await.context("committing a claim")?;
-                Ok(claimed)
+                crate::error::retry_conflicts!(async {
+                    let mut tx = self.begin().await?;
+                    let token = self.tokens.fetch_add(1, Ordering::Relaxed);
+                    let until_ms = crate::inbox::lease_until(now_ms, lease_ms);
+                    let (claimed, unreadable): (Vec<Claimed>, Vec<Claimed>) =
+                        lease_due(&mut tx, now_ms, limit, until_ms, token, scope)
+                            .await?
+                            .into_iter()
+                            .partition(|c| c.operation.unreadable.is_none());
+                    if !unreadable.is_empty() {
+                        let set_aside: Vec<Completion> =
+                            unreadable.iter().map(|c| crate::outbox::stored::set_aside(c, now_ms)).collect();
+                        complete_batch(&mut tx, &set_aside, now_ms).await?;
+                    }
+                    // Also when nothing was claimed: SQLite's claim may have
+                    // filled rows an application inserted (see sqlite/contract.rs).
+                    tx.commit().await.context("committing a claim")?;
+                    Ok::<_, StoreError>(claimed)
+                })
             }
 
             async fn complete(&self, completions: Vec<Completion>, now_ms: i64) -> Result<Vec<Recorded>, StoreError> {
-                let mut tx = self.begin().await?;
-                let recorded = complete_batch(&mut tx, &completions, now_ms).await?;
-                tx.commit().await.context("committing attempt results")?;
-                Ok(recorded)
+                crate::error::retry_conflicts!(async {
+                    let mut tx = self.begin().await?;
+                    let recorded = complete_batch(&mut tx, &completions, now_ms).await?;
+                    tx.commit().await.context("committing attempt results")?;
+                    Ok::<_, StoreError>(recorded)
+                })
             }
 
             async fn due_unknown(&self, now_ms: i64, limit: u32) -> Result<Vec<Operation>, StoreError> {

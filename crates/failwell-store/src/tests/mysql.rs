@@ -70,3 +70,27 @@ async fn store() -> (Database, S) {
 }
 
 super::store_tests!();
+
+/// Two transactions that lock two rows in opposite orders: MySQL rolls one
+/// back, and its error is a conflict, which the store's transactions run
+/// again (`retry_conflicts!`).
+#[tokio::test]
+async fn a_deadlock_is_a_conflict_to_run_again() {
+    use crate::error::Context as _;
+    let (_d, url) = database().await;
+    let pool = ::sqlx::MySqlPool::connect(&url).await.unwrap();
+    ::sqlx::query("CREATE TABLE t (id INT PRIMARY KEY)").execute(&pool).await.unwrap();
+    ::sqlx::query("INSERT INTO t VALUES (1), (2)").execute(&pool).await.unwrap();
+    let (mut a, mut b) = (pool.begin().await.unwrap(), pool.begin().await.unwrap());
+    let lock = |id: i32| ::sqlx::query("SELECT id FROM t WHERE id = ? FOR UPDATE").bind(id);
+    lock(1).execute(&mut *a).await.unwrap();
+    lock(2).execute(&mut *b).await.unwrap();
+    let (first, second) = tokio::join!(lock(2).execute(&mut *a), async {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        lock(1).execute(&mut *b).await
+    });
+    let failed = first.err().or(second.err()).expect("one of the two was rolled back");
+    let error = Err::<(), _>(failed).context("locking").unwrap_err();
+    assert!(error.is_conflict(), "{error:?}");
+    assert!(!Err::<(), _>(::sqlx::Error::RowNotFound).context("reading").unwrap_err().is_conflict());
+}
