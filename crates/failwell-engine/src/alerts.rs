@@ -97,7 +97,8 @@ impl AlertSink {
                         true => TransportFailure::NotSent,
                         false => TransportFailure::AfterSend,
                     };
-                    let error = format!("the alert sink could not be reached: {}", chain(&e.without_url()));
+                    let error =
+                        format!("the alert sink could not be reached: {}", crate::chain(&e.without_url()));
                     (error, Observed::Transport(failure))
                 }
             };
@@ -126,19 +127,6 @@ impl std::fmt::Display for SinkRefusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.error)
     }
-}
-
-/// An error with its causes, `outer: inner: …` (reqwest's own message
-/// names no cause, e.g. a timeout).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Compares `provider` over `[from_ms, to_ms)` ([`compare`]) and, when

@@ -206,6 +206,20 @@ async fn wake_on_new_messages(
     }
 }
 
+/// An error with its causes, `outer: inner: …`: a store error's message
+/// names what failwell was doing, its cause what the database said; a
+/// reqwest error's message names no cause (e.g. a timeout).
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

@@ -213,7 +213,7 @@ impl<Q: Queue> Claims<Q> {
             }
             let want = reserved.num_permits() as u32;
             let claimed = self.queue.claim(now_ms(), want, lease_ms).await.unwrap_or_else(|e| {
-                tracing::error!(error = %e, "claiming {} failed", Q::WHAT);
+                tracing::error!(error = %crate::chain(&e), "claiming {} failed", Q::WHAT);
                 Vec::new()
             });
             // All that was asked for came: more may be due right away.
@@ -298,7 +298,9 @@ async fn renew_leases<Q: Queue>(queue: Arc<Q>, held: Held, lease: Duration) {
                 Q::WHAT
             ),
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, count, "renewing the leases of {} failed", Q::WHAT),
+            Err(e) => {
+                tracing::warn!(error = %crate::chain(&e), count, "renewing the leases of {} failed", Q::WHAT)
+            }
         }
     }
 }
@@ -360,7 +362,9 @@ async fn write_results<Q: Queue>(
                 }
             }
             // The items stay leased; after the lease they are claimed again.
-            Err(e) => tracing::error!(error = %e, count, "recording results for {} failed", Q::WHAT),
+            Err(e) => {
+                tracing::error!(error = %crate::chain(&e), count, "recording results for {} failed", Q::WHAT)
+            }
         }
     }
 }

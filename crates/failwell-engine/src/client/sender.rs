@@ -262,12 +262,5 @@ fn transport_error(e: reqwest::Error) -> TransportError {
     } else {
         (TransportFailure::AfterSend, "reset")
     };
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    TransportError { failure, kind, message }
+    TransportError { failure, kind, message: crate::chain(&e) }
 }
