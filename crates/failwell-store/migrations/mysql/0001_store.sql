@@ -1,7 +1,10 @@
 -- failwell's store on MySQL 8.0+ and MariaDB 10.6+: the tables, checks and
 -- triggers of the PostgreSQL store (migrations/postgres), in SQL both
--- servers accept. Text compares byte for byte (utf8mb4_bin), so keys that
--- differ only in case are two keys. Times are milliseconds since 1970.
+-- servers accept. Text compares as bytes (utf8mb4_bin), so keys that
+-- differ only in case are two keys; but, as in every MySQL and MariaDB
+-- collation both accept, trailing spaces are ignored: `ref-1 ` and `ref-1`
+-- are one reference. Free text is LONGTEXT, as long as PostgreSQL's text.
+-- Times are milliseconds since 1970.
 
 CREATE TABLE operations (
     id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
@@ -16,9 +19,9 @@ CREATE TABLE operations (
     provider_key VARCHAR(64) NOT NULL,
     key_first_sent_at_ms BIGINT NULL,
     attempts BIGINT NOT NULL DEFAULT 0,
-    provider_ref TEXT NULL,
+    provider_ref LONGTEXT NULL,
     response LONGTEXT NULL,
-    last_error TEXT NULL,
+    last_error LONGTEXT NULL,
     effect_possible BIGINT NOT NULL DEFAULT 0,
     lookup_misses BIGINT NOT NULL DEFAULT 0,
     reconcile_attempts BIGINT NOT NULL DEFAULT 0,
@@ -52,7 +55,7 @@ CREATE TABLE outbox (
     locked_until_ms BIGINT NULL,
     lease_token BIGINT NULL,
     in_flight BIGINT NOT NULL DEFAULT 0,
-    last_error TEXT NULL,
+    last_error LONGTEXT NULL,
     dead_at_ms BIGINT NULL,
     created_at_ms BIGINT NOT NULL,
     updated_at_ms BIGINT NOT NULL,
@@ -78,10 +81,10 @@ CREATE TABLE attempts (
     started_at_ms BIGINT NOT NULL,
     duration_ms BIGINT NOT NULL,
     status_code BIGINT NULL,
-    error_kind VARCHAR(64) NULL,
+    error_kind LONGTEXT NULL,
     classification VARCHAR(16) NULL,
     outcome VARCHAR(16) NOT NULL,
-    decision TEXT NOT NULL,
+    decision LONGTEXT NOT NULL,
     CONSTRAINT attempts_kind_check CHECK (kind IN ('call', 'lookup', 'skipped')),
     CONSTRAINT attempts_classification_check CHECK (classification IN ('retryable', 'permanent', 'ambiguous')),
     CONSTRAINT attempts_outcome_check CHECK (outcome IN ('succeeded', 'failed', 'unknown')),
@@ -98,7 +101,7 @@ CREATE TABLE history (
     at_ms BIGINT NOT NULL,
     actor VARCHAR(255) NOT NULL,
     `change` VARCHAR(64) NOT NULL,
-    detail TEXT NULL,
+    detail LONGTEXT NULL,
     CONSTRAINT history_subject_check CHECK (subject IN ('operation', 'message', 'forward')),
     INDEX history_operation (operation_id, id),
     INDEX history_event (event_seq, id)
@@ -123,7 +126,7 @@ CREATE TABLE inbox_steps (
     status_code BIGINT NULL,
     operation_id BIGINT NULL,
     effect VARCHAR(16) NULL,
-    detail TEXT NOT NULL,
+    detail LONGTEXT NOT NULL,
     CONSTRAINT inbox_steps_kind_check CHECK (kind IN ('ledger', 'forward')),
     CONSTRAINT inbox_steps_effect_check CHECK (effect IN ('resolved', 'changed', 'confirmed', 'noted', 'stale',
         'would_regress', 'conflict', 'no_operation', 'not_applicable')),
@@ -141,7 +144,7 @@ CREATE TABLE forwards (
     previous_delay_ms BIGINT NOT NULL DEFAULT 0,
     locked_until_ms BIGINT NULL,
     lease_token BIGINT NULL,
-    last_error TEXT NULL,
+    last_error LONGTEXT NULL,
     dead_at_ms BIGINT NULL,
     created_at_ms BIGINT NOT NULL,
     updated_at_ms BIGINT NOT NULL,
@@ -172,7 +175,7 @@ CREATE TABLE reconciliation_reports (
     report LONGTEXT NOT NULL,
     `text` LONGTEXT NOT NULL,
     alerted_at_ms BIGINT NULL,
-    alert_error TEXT NULL,
+    alert_error LONGTEXT NULL,
     INDEX reconciliation_reports_provider (provider, id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
@@ -181,10 +184,10 @@ CREATE TABLE discrepancies (
     report_id BIGINT NOT NULL,
     provider VARCHAR(255) NOT NULL,
     kind VARCHAR(32) NOT NULL,
-    reference TEXT NULL,
+    reference LONGTEXT NULL,
     operation_id BIGINT NULL,
-    provider_ref TEXT NULL,
-    detail TEXT NOT NULL,
+    provider_ref LONGTEXT NULL,
+    detail LONGTEXT NOT NULL,
     CONSTRAINT discrepancies_kind_check CHECK (kind IN ('missing_at_provider', 'missing_here', 'amount_mismatch',
         'status_mismatch', 'duplicate_at_provider')),
     INDEX discrepancies_report (report_id),
@@ -205,15 +208,15 @@ CREATE TABLE alerts (
     kind VARCHAR(64) NOT NULL,
     subject VARCHAR(255) NOT NULL,
     report_id BIGINT NULL,
-    `text` TEXT NULL,
-    details MEDIUMTEXT NULL,
+    `text` LONGTEXT NULL,
+    details LONGTEXT NULL,
     created_at_ms BIGINT NOT NULL,
     next_at_ms BIGINT NOT NULL,
     attempts BIGINT NOT NULL DEFAULT 0,
     locked_until_ms BIGINT NULL,
     sent_at_ms BIGINT NULL,
     gave_up_at_ms BIGINT NULL,
-    last_error TEXT NULL,
+    last_error LONGTEXT NULL,
     CONSTRAINT alerts_check CHECK ((report_id IS NULL) = (`text` IS NOT NULL AND details IS NOT NULL)),
     INDEX alerts_unsent (sent_at_ms, gave_up_at_ms, next_at_ms)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -6,9 +6,9 @@ use super::MySqlStore;
 
 crate::comparisons::statements::comparison_statements!(
     store = MySqlStore,
-    texts_in = "(SELECT t FROM JSON_TABLE($2, '$[*]' COLUMNS (t VARCHAR(255) PATH '$')) AS j)",
-    discrepancies = "JSON_TABLE($3, '$[*]' COLUMNS (kind VARCHAR(32) PATH '$[0]', reference TEXT PATH '$[1]', \
-                     operation_id BIGINT PATH '$[2]', provider_ref TEXT PATH '$[3]', detail TEXT PATH '$[4]')) AS d",
+    texts_in = "(SELECT t FROM JSON_TABLE($2, '$[*]' COLUMNS (t LONGTEXT PATH '$')) AS j)",
+    discrepancies = "JSON_TABLE($3, '$[*]' COLUMNS (kind LONGTEXT PATH '$[0]', reference LONGTEXT PATH '$[1]', \
+                     operation_id BIGINT PATH '$[2]', provider_ref LONGTEXT PATH '$[3]', detail LONGTEXT PATH '$[4]')) AS d",
     returning_id = "",
     new_window = "INSERT IGNORE INTO comparison_runs (provider, window_from_ms, window_to_ms, claimed_at_ms) \
                   VALUES ($1, $2, $3, $4)",

@@ -27,17 +27,17 @@ crate::inbox::statements::inbox_statements!(
     serialize = "SELECT name FROM failwell_locks WHERE name = 'inbox' FOR UPDATE",
     payload_size = "CAST(LENGTH(payload) AS SIGNED)",
     ids_in = "(SELECT id FROM JSON_TABLE($1, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j)",
-    keys = "JSON_TABLE($1, '$[*]' COLUMNS (provider VARCHAR(255) PATH '$[0]', \
-            reference VARCHAR(255) PATH '$[1]')) AS k",
-    changes = "JSON_TABLE($3, '$[*]' COLUMNS (id BIGINT PATH '$[0]', status VARCHAR(16) PATH '$[1]', \
-               version BIGINT PATH '$[2]', settled BOOLEAN PATH '$[3]', provider_ref TEXT PATH '$[4]', \
+    keys = "JSON_TABLE($1, '$[*]' COLUMNS (provider LONGTEXT PATH '$[0]', \
+            reference LONGTEXT PATH '$[1]')) AS k",
+    changes = "JSON_TABLE($3, '$[*]' COLUMNS (id BIGINT PATH '$[0]', status LONGTEXT PATH '$[1]', \
+               version BIGINT PATH '$[2]', settled BOOLEAN PATH '$[3]', provider_ref LONGTEXT PATH '$[4]', \
                conflict BOOLEAN PATH '$[5]')) AS u",
     steps = "JSON_TABLE($1, '$[*]' COLUMNS (n FOR ORDINALITY, event_seq BIGINT PATH '$[0]', \
-             kind VARCHAR(16) PATH '$[1]', at_ms BIGINT PATH '$[2]', duration_ms BIGINT PATH '$[3]', \
-             status_code BIGINT PATH '$[4]', operation_id BIGINT PATH '$[5]', effect VARCHAR(16) PATH '$[6]', \
-             detail TEXT PATH '$[7]')) AS s",
-    forward_changes = "JSON_TABLE($2, '$[*]' COLUMNS (id BIGINT PATH '$[0]', state VARCHAR(16) PATH '$[1]', \
-                       available_at_ms BIGINT PATH '$[2]', delay_ms BIGINT PATH '$[3]', error TEXT PATH '$[4]', \
+             kind LONGTEXT PATH '$[1]', at_ms BIGINT PATH '$[2]', duration_ms BIGINT PATH '$[3]', \
+             status_code BIGINT PATH '$[4]', operation_id BIGINT PATH '$[5]', effect LONGTEXT PATH '$[6]', \
+             detail LONGTEXT PATH '$[7]')) AS s",
+    forward_changes = "JSON_TABLE($2, '$[*]' COLUMNS (id BIGINT PATH '$[0]', state LONGTEXT PATH '$[1]', \
+                       available_at_ms BIGINT PATH '$[2]', delay_ms BIGINT PATH '$[3]', error LONGTEXT PATH '$[4]', \
                        dead_at_ms BIGINT PATH '$[5]', given_back BIGINT PATH '$[6]')) AS u",
 );
 
@@ -57,7 +57,7 @@ async fn insert_events(
     let keys = serde_json::Value::Array(events.iter().map(|e| json!([e.integration, e.event_id])).collect());
     let stored: HashSet<(String, String)> = sql::query_as(
         "SELECT e.integration, e.event_id FROM inbox_events e JOIN JSON_TABLE($1, '$[*]' COLUMNS \
-         (integration VARCHAR(255) PATH '$[0]', event_id VARCHAR(255) PATH '$[1]')) AS k \
+         (integration LONGTEXT PATH '$[0]', event_id LONGTEXT PATH '$[1]')) AS k \
          ON e.integration = k.integration AND e.event_id = k.event_id",
     )
     .bind(keys.to_string())
@@ -85,7 +85,7 @@ async fn insert_events(
     sql::query(
         "INSERT INTO inbox_events (integration, event_id, payload, headers, received_at_ms) \
          SELECT integration, event_id, UNHEX(payload), headers, $1 FROM JSON_TABLE($2, '$[*]' COLUMNS \
-         (n FOR ORDINALITY, integration VARCHAR(255) PATH '$[0]', event_id VARCHAR(255) PATH '$[1]', \
+         (n FOR ORDINALITY, integration LONGTEXT PATH '$[0]', event_id LONGTEXT PATH '$[1]', \
          payload LONGTEXT PATH '$[2]', headers LONGTEXT PATH '$[3]')) AS u ORDER BY n",
     )
     .bind(now_ms)

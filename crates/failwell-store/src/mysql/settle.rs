@@ -10,14 +10,14 @@ use crate::error::{Context, StoreError};
 /// The batch's rows, from the JSON array bound as `$1` (see
 /// [`completion_json`]), in the order given (`n`).
 const ROWS: &str = "JSON_TABLE($1, '$[*]' COLUMNS (n FOR ORDINALITY, outbox_id BIGINT PATH '$.outbox_id', \
-     token BIGINT PATH '$.token', operation_id BIGINT PATH '$.operation_id', kind VARCHAR(16) PATH '$.kind', \
+     token BIGINT PATH '$.token', operation_id BIGINT PATH '$.operation_id', kind LONGTEXT PATH '$.kind', \
      started_at_ms BIGINT PATH '$.started_at_ms', duration_ms BIGINT PATH '$.duration_ms', \
-     status_code BIGINT PATH '$.status_code', error_kind VARCHAR(64) PATH '$.error_kind', \
-     classification VARCHAR(16) PATH '$.classification', outcome VARCHAR(16) PATH '$.outcome', \
-     decision TEXT PATH '$.decision', maybe_acted BOOLEAN PATH '$.maybe_acted', state VARCHAR(16) PATH '$.state', \
-     available_at_ms BIGINT PATH '$.available_at_ms', delay_ms BIGINT PATH '$.delay_ms', error TEXT PATH '$.error', \
-     dead_at_ms BIGINT PATH '$.dead_at_ms', given_back BIGINT PATH '$.given_back', status VARCHAR(16) PATH '$.status', \
-     provider_ref TEXT PATH '$.provider_ref', response LONGTEXT PATH '$.response', op_error TEXT PATH '$.op_error', \
+     status_code BIGINT PATH '$.status_code', error_kind LONGTEXT PATH '$.error_kind', \
+     classification LONGTEXT PATH '$.classification', outcome LONGTEXT PATH '$.outcome', \
+     decision LONGTEXT PATH '$.decision', maybe_acted BOOLEAN PATH '$.maybe_acted', state LONGTEXT PATH '$.state', \
+     available_at_ms BIGINT PATH '$.available_at_ms', delay_ms BIGINT PATH '$.delay_ms', error LONGTEXT PATH '$.error', \
+     dead_at_ms BIGINT PATH '$.dead_at_ms', given_back BIGINT PATH '$.given_back', status LONGTEXT PATH '$.status', \
+     provider_ref LONGTEXT PATH '$.provider_ref', response LONGTEXT PATH '$.response', op_error LONGTEXT PATH '$.op_error', \
      reconcile_at_ms BIGINT PATH '$.reconcile_at_ms')) AS i";
 
 crate::outbox::changes::complete_by_rounds!(sqlx::mysql::MySqlConnection);

@@ -40,17 +40,17 @@ async fn due_messages(
         ))
     };
     let found = match scope {
-        ClaimScope::All => sql::query(query("")).bind(now_ms).bind(i64::from(limit)).fetch_all(&mut *conn).await,
-        ClaimScope::Strays(known) => {
-            sql::query(query(
-                "AND x.provider NOT IN (SELECT p FROM JSON_TABLE($3, '$[*]' COLUMNS (p VARCHAR(255) PATH '$')) AS k)",
-            ))
-            .bind(now_ms)
-            .bind(i64::from(limit))
-            .bind(serde_json::to_string(known).unwrap_or_default())
-            .fetch_all(&mut *conn)
-            .await
+        ClaimScope::All => {
+            sql::query(query("")).bind(now_ms).bind(i64::from(limit)).fetch_all(&mut *conn).await
         }
+        ClaimScope::Strays(known) => sql::query(query(
+            "AND x.provider NOT IN (SELECT p FROM JSON_TABLE($3, '$[*]' COLUMNS (p LONGTEXT PATH '$')) AS k)",
+        ))
+        .bind(now_ms)
+        .bind(i64::from(limit))
+        .bind(serde_json::to_string(known).unwrap_or_default())
+        .fetch_all(&mut *conn)
+        .await,
         ClaimScope::Providers(providers) => {
             let mut turns = Vec::with_capacity(providers.len());
             for provider in providers {

@@ -210,6 +210,37 @@ macro_rules! delivery_cases {
             assert_eq!(op.attempts, 3);
         }
 
+        /// What a provider answers is stored whole, however long: its id,
+        /// its error and the attempt's error kind and decision.
+        #[tokio::test]
+        async fn a_long_answer_is_stored_whole() {
+            let (_d, s) = store().await;
+            let long = |c: &str| c.repeat(70_000);
+            for (key, transition) in [
+                ("ok", Transition::Succeeded { provider_ref: Some(long("p")), response: None }),
+                ("no", Transition::DeadLetter { error: long("e") }),
+            ] {
+                s.submit(new_op(key, 100), 0).await.unwrap();
+                let c = s.claim(10, 1, 1_000, &ClaimScope::All).await.unwrap().remove(0);
+                let attempt = AttemptRecord { error_kind: Some(long("k")), decision: long("d"), ..record(Outcome::Failed) };
+                let done = Completion {
+                    outbox_id: c.outbox_id,
+                    lease_token: c.lease_token,
+                    operation_id: c.operation.id,
+                    attempt: Some(attempt),
+                    transition,
+                };
+                assert_eq!(s.complete(vec![done], 20).await.unwrap(), vec![Recorded::Applied]);
+            }
+            let ok = s.operation("ok").await.unwrap().unwrap();
+            assert_eq!(ok.provider_ref.map(|r| r.len()), Some(70_000));
+            let no = s.operation("no").await.unwrap().unwrap();
+            assert_eq!(no.last_error.map(|e| e.len()), Some(70_000));
+            let attempts = s.attempts(no.id).await.unwrap();
+            assert_eq!(attempts[0].error_kind.as_ref().map(String::len), Some(70_000));
+            assert_eq!(attempts[0].decision.len(), 70_000);
+        }
+
         #[tokio::test]
         async fn a_deferral_gives_the_attempt_back_and_writes_no_history() {
             let (_d, s) = store().await;
