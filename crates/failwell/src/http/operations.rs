@@ -24,6 +24,11 @@ use super::state::AppState;
 /// The longest idempotency key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 255;
 
+/// The longest business reference (`payload.REFERENCE_FIELD`) the API
+/// takes, in bytes: what every store indexes (MySQL's index holds 255
+/// characters).
+pub const MAX_REFERENCE_BYTES: usize = 255;
+
 /// The body of `POST /v1/operations`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -137,15 +142,15 @@ pub(crate) async fn submit(
     }
     // The reference is the one actually sent: the payload's reference field.
     let reference = match payload.get(&spec.reference_field) {
-        Some(Value::String(r)) if !r.trim().is_empty() => Some(r.clone()),
+        Some(Value::String(r)) if !r.trim().is_empty() && r.len() <= MAX_REFERENCE_BYTES => Some(r.clone()),
         Some(Value::Number(n)) if n.is_u64() || n.is_i64() => Some(n.to_string()),
         None if client.spec().lookup.is_none() => None,
         _ => {
             return Err(Problem::new(
                 ProblemType::InvalidReference,
                 format!(
-                    "`payload.{}` must be a non-empty string or an integer: failwell looks the operation up \
-                     at the provider by it when an outcome is unknown.",
+                    "`payload.{}` must be a non-empty string of at most {MAX_REFERENCE_BYTES} bytes or an integer: \
+                     failwell looks the operation up at the provider by it when an outcome is unknown.",
                     spec.reference_field
                 ),
             ));

@@ -89,7 +89,7 @@ problem_types! {
     NotARead = "not-a-read", [UNPROCESSABLE_ENTITY],
         "A write was asked at /v1/read: writes are submitted at /v1/operations.";
     InvalidReference = "invalid-reference", [UNPROCESSABLE_ENTITY],
-        "The payload's reference field is missing, blank or not a string or integer.";
+        "The payload's reference field is missing, blank, longer than 255 bytes, or not a string or integer.";
     ReferenceReused = "reference-reused", [UNPROCESSABLE_ENTITY],
         "Another operation of the provider holds this reference.";
     IdempotencyKeyReused = "idempotency-key-reused", [UNPROCESSABLE_ENTITY],

@@ -86,7 +86,7 @@ async fn bad_requests_are_refused_and_write_nothing() {
     let r = gw.http.post(&url).header("Idempotency-Key", "k1").json(&huge).send().await.unwrap();
     problem(r, 413, "body-too-large").await;
 
-    for reference in [json!(null), json!(""), json!(1.5), json!({"a": 1})] {
+    for reference in [json!(null), json!(""), json!(1.5), json!({"a": 1}), json!("r".repeat(256))] {
         let body = json!({"provider": "payments", "operation": "charge",
                           "payload": {"amount": 100, "currency": "eur", "reference": reference}});
         let r = gw.http.post(&url).header("Idempotency-Key", "k1").json(&body).send().await.unwrap();
