@@ -7,7 +7,6 @@ use sqlx::mysql::{MySqlConnection, MySqlRow};
 
 use super::MySqlStore;
 use super::settle::complete_batch;
-use crate::outbox::{CLAIMED_COLUMNS, DUE};
 
 crate::outbox::statements::pair_claims!(conn = MySqlConnection, row = MySqlRow);
 
@@ -20,54 +19,18 @@ crate::outbox::statements::outbox_statements!(
 /// A JSON array of ids bound as `$1`, as a subquery.
 const IDS: &str = "(SELECT id FROM JSON_TABLE($1, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j)";
 
-/// The due messages a claim takes, in claim order, each locked until the
-/// claim commits. A row another process is claiming is waited for, then
-/// read again, leased, and passed over: not skipped with `SKIP LOCKED`,
-/// which on MariaDB 10.11 also passes over rows whose insert has just
-/// committed (seen in this crate's tests, about one claim in fifteen).
-/// For [`ClaimScope::Providers`], one index range per provider, taken in
-/// turns ([`crate::outbox::take_turns`]).
-async fn due_messages(
-    conn: &mut MySqlConnection,
-    now_ms: i64,
-    limit: u32,
-    scope: &ClaimScope,
-) -> Result<Vec<MySqlRow>, StoreError> {
-    let query = |filter: &str| {
-        sql::AssertSqlSafe(format!(
-            "SELECT {CLAIMED_COLUMNS} FROM outbox x WHERE {DUE} {filter} \
-             ORDER BY x.available_at_ms, x.id LIMIT $2 FOR UPDATE"
-        ))
-    };
-    let found = match scope {
-        ClaimScope::All => {
-            sql::query(query("")).bind(now_ms).bind(i64::from(limit)).fetch_all(&mut *conn).await
-        }
-        ClaimScope::Strays(known) => sql::query(query(
-            "AND x.provider NOT IN (SELECT p FROM JSON_TABLE($3, '$[*]' COLUMNS (p LONGTEXT PATH '$')) AS k)",
-        ))
-        .bind(now_ms)
-        .bind(i64::from(limit))
-        .bind(serde_json::to_string(known).unwrap_or_default())
-        .fetch_all(&mut *conn)
-        .await,
-        ClaimScope::Providers(providers) => {
-            let mut turns = Vec::with_capacity(providers.len());
-            for provider in providers {
-                let of_provider = sql::query(query("AND x.provider = $3"))
-                    .bind(now_ms)
-                    .bind(i64::from(limit))
-                    .bind(provider.as_str())
-                    .fetch_all(&mut *conn)
-                    .await
-                    .context("finding due outbox messages")?;
-                turns.push(of_provider);
-            }
-            Ok(crate::outbox::take_turns(turns, limit as usize))
-        }
-    };
-    found.context("finding due outbox messages")
-}
+// The due messages a claim takes, in claim order, each locked until the
+// claim commits. A row another process is claiming is waited for, then
+// read again, leased, and passed over: not skipped with `SKIP LOCKED`,
+// which on MariaDB 10.11 also passes over rows whose insert has just
+// committed (seen in this crate's tests, about one claim in fifteen).
+crate::outbox::statements::due_by_scope!(
+    conn = MySqlConnection,
+    row = MySqlRow,
+    also = "",
+    lock = " FOR UPDATE",
+    not_in = "(SELECT p FROM JSON_TABLE($3, '$[*]' COLUMNS (p LONGTEXT PATH '$')) AS k)",
+);
 
 /// Claims up to `limit` due messages of `scope` under lease `token` until
 /// `until_ms`: an attempt whose lease expired in flight (it may have

@@ -338,4 +338,55 @@ macro_rules! pair_claims {
     };
 }
 
-pub(crate) use {outbox_statements, pair_claims};
+/// Defines `due_messages(conn, now_ms, limit, scope)` for a backend whose
+/// claim reads the due messages in one query per scope (SQLite, MySQL):
+/// the rows of [`CLAIMED_COLUMNS`](crate::outbox::CLAIMED_COLUMNS) of
+/// every due message ([`DUE`](crate::outbox::DUE)) that also meets `also`
+/// (an SQL condition, or `""`), in claim order, at most `limit`, read with
+/// `lock` (a row-lock clause, or `""`). [`ClaimScope::Strays`](crate::ClaimScope)
+/// leaves out the providers in `not_in` (a subquery of the list bound as
+/// `$3`); [`ClaimScope::Providers`](crate::ClaimScope) reads one indexed
+/// range per provider and takes them in turns
+/// ([`take_turns`](crate::outbox::take_turns)).
+macro_rules! due_by_scope {
+    (conn = $conn:ty, row = $row:ty, also = $also:expr, lock = $lock:literal, not_in = $not_in:literal $(,)?) => {
+        async fn due_messages(
+            conn: &mut $conn,
+            now_ms: i64,
+            limit: u32,
+            scope: &crate::ClaimScope,
+        ) -> Result<Vec<$row>, crate::StoreError> {
+            use crate::error::Context as _;
+            let query = |filter: &str| {
+                sqlx::AssertSqlSafe(format!(
+                    "SELECT {} FROM outbox x WHERE {} {} {filter} ORDER BY x.available_at_ms, x.id LIMIT $2{}",
+                    crate::outbox::CLAIMED_COLUMNS,
+                    crate::outbox::DUE,
+                    $also,
+                    $lock
+                ))
+            };
+            let of = |filter: &str| super::sql::query(query(filter)).bind(now_ms).bind(i64::from(limit));
+            match scope {
+                crate::ClaimScope::All => of("").fetch_all(&mut *conn).await,
+                crate::ClaimScope::Strays(known) => {
+                    of(concat!("AND x.provider NOT IN ", $not_in))
+                        .bind(serde_json::to_string(known).unwrap_or_default())
+                        .fetch_all(&mut *conn)
+                        .await
+                }
+                crate::ClaimScope::Providers(providers) => {
+                    let mut turns = Vec::with_capacity(providers.len());
+                    for provider in providers {
+                        let of_provider = of("AND x.provider = $3").bind(provider.as_str()).fetch_all(&mut *conn);
+                        turns.push(of_provider.await.context("finding due outbox messages")?);
+                    }
+                    Ok(crate::outbox::take_turns(turns, limit as usize))
+                }
+            }
+            .context("finding due outbox messages")
+        }
+    };
+}
+
+pub(crate) use {due_by_scope, outbox_statements, pair_claims};

@@ -9,7 +9,6 @@ use super::SqliteStore;
 use super::contract::FILLED;
 use super::settle::complete_batch;
 use crate::inbox::InboxBinds;
-use crate::outbox::{CLAIMED_COLUMNS, DUE};
 
 crate::outbox::statements::pair_claims!(conn = SqliteConnection, row = SqliteRow);
 
@@ -19,57 +18,16 @@ crate::outbox::statements::outbox_statements!(
     upsert_message = "ON CONFLICT (operation_id) DO UPDATE SET",
 );
 
-/// The due messages a claim takes, in claim order (see [`ClaimScope`]).
-/// One indexed query per provider for [`ClaimScope::Providers`], merged in
-/// turns; the single writer holds them until the claim commits.
-async fn due_messages(
-    conn: &mut SqliteConnection,
-    now_ms: i64,
-    limit: u32,
-    scope: &ClaimScope,
-) -> Result<Vec<SqliteRow>, StoreError> {
-    let query = |filter: &str| {
-        sqlx::AssertSqlSafe(format!(
-            "SELECT {CLAIMED_COLUMNS} FROM outbox x WHERE {DUE} AND {FILLED} {filter} \
-             ORDER BY x.available_at_ms, x.id LIMIT $2"
-        ))
-    };
-    let rows;
-    match scope {
-        ClaimScope::All => {
-            rows = sqlx::query(query(""))
-                .bind(now_ms)
-                .bind(i64::from(limit))
-                .fetch_all(&mut *conn)
-                .await
-                .context("finding due outbox messages")?;
-        }
-        ClaimScope::Strays(known) => {
-            rows = sqlx::query(query("AND x.provider NOT IN (SELECT value FROM json_each($3))"))
-                .bind(now_ms)
-                .bind(i64::from(limit))
-                .bind(serde_json::to_string(known).unwrap_or_default())
-                .fetch_all(&mut *conn)
-                .await
-                .context("finding due outbox messages")?;
-        }
-        ClaimScope::Providers(providers) => {
-            let mut turns = Vec::with_capacity(providers.len());
-            for provider in providers {
-                let of_provider = sqlx::query(query("AND x.provider = $3"))
-                    .bind(now_ms)
-                    .bind(i64::from(limit))
-                    .bind(provider)
-                    .fetch_all(&mut *conn)
-                    .await
-                    .context("finding due outbox messages")?;
-                turns.push(of_provider);
-            }
-            rows = crate::outbox::take_turns(turns, limit as usize);
-        }
-    }
-    Ok(rows)
-}
+// The due messages a claim takes, in claim order; the single writer holds
+// them until the claim commits. A row an application inserted through
+// `failwell_outbox` is claimed once filled (see `contract.rs`).
+crate::outbox::statements::due_by_scope!(
+    conn = SqliteConnection,
+    row = SqliteRow,
+    also = format!("AND {FILLED}"),
+    lock = "",
+    not_in = "(SELECT value FROM json_each($3))",
+);
 
 /// Claims up to `limit` due messages of `scope` under lease `token` until
 /// `until_ms`, in claim order, after filling what the `failwell_outbox`
