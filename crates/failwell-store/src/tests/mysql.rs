@@ -70,6 +70,7 @@ async fn store() -> (Database, S) {
 }
 
 super::store_tests!();
+super::cases::concurrent::concurrent_cases!();
 
 /// Two transactions that lock two rows in opposite orders: MySQL rolls one
 /// back, and its error is a conflict, which the store's transactions run

@@ -55,6 +55,7 @@ macro_rules! store_tests {
     };
 }
 
+pub(crate) mod concurrent;
 pub(crate) mod delivery;
 pub(crate) mod inbox;
 pub(crate) mod intents;

@@ -62,3 +62,4 @@ async fn store() -> (Schema, S) {
 }
 
 super::store_tests!();
+super::cases::concurrent::concurrent_cases!();

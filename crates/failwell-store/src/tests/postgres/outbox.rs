@@ -5,38 +5,13 @@ use serde_json::json;
 
 use super::store;
 use crate::prelude::*;
-use crate::{ClaimScope, Message, Outbox, Submitted};
+use crate::{ClaimScope, Message, Outbox};
 
 fn charge(key: &str) -> Message {
     Message {
         idempotency_key: Some(key.into()),
         ..Message::new("payments", "charge", json!({"amount": 100, "reference": key}))
     }
-}
-
-/// Ids are taken at insert and transactions commit in any order: a
-/// message with a lower id that commits after one with a higher id
-/// was claimed is still claimed (no id watermark skips it).
-#[tokio::test]
-async fn a_lower_id_committed_later_is_never_skipped() {
-    let (_schema, s) = store().await;
-    let mut first = s.begin().await.unwrap();
-    let Submitted::Created(early) = Outbox::enqueue(&mut first, &charge("early-id"), 1).await.unwrap() else {
-        panic!("not created")
-    };
-    let mut second = s.begin().await.unwrap();
-    let Submitted::Created(late) = Outbox::enqueue(&mut second, &charge("late-id"), 1).await.unwrap() else {
-        panic!("not created")
-    };
-    assert!(early.id < late.id);
-    second.commit().await.unwrap();
-    let claimed = s.claim(2, 10, 60_000, &ClaimScope::All).await.unwrap();
-    assert_eq!(claimed.len(), 1);
-    assert_eq!(claimed[0].operation.idempotency_key, "late-id");
-    first.commit().await.unwrap();
-    let claimed = s.claim(3, 10, 60_000, &ClaimScope::All).await.unwrap();
-    assert_eq!(claimed.len(), 1, "the lower id is claimed after it commits");
-    assert_eq!(claimed[0].operation.idempotency_key, "early-id");
 }
 
 /// What the HTTP API would refuse, the contract refuses too, with
