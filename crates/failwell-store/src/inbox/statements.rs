@@ -4,7 +4,9 @@
 /// come from the batch `source` (aliased `u`, matched on `id`): `from` in
 /// the form PostgreSQL and SQLite write (`UPDATE … SET … FROM …`), `join`
 /// in MySQL's (`UPDATE … JOIN … ON … SET …`, the columns named with their
-/// table).
+/// table): the batch first (`STRAIGHT_JOIN`), each row of `table` read by
+/// primary key, so that InnoDB never scans, and waits at, a row another
+/// transaction has inserted and not committed.
 macro_rules! update_joined {
     (from, $table:literal, $source:literal, $first:ident = $value:literal $(, $column:ident = $v:literal)* $(,)?) => {
         concat!(
@@ -15,7 +17,7 @@ macro_rules! update_joined {
     };
     (join, $table:literal, $source:literal, $first:ident = $value:literal $(, $column:ident = $v:literal)* $(,)?) => {
         concat!(
-            "UPDATE ", $table, " JOIN ", $source, " ON ", $table, ".id = u.id SET ",
+            "UPDATE ", $source, " STRAIGHT_JOIN ", $table, " FORCE INDEX (PRIMARY) ON ", $table, ".id = u.id SET ",
             $table, ".", stringify!($first), " = ", $value,
             $(", ", $table, ".", stringify!($column), " = ", $v,)*
         )
