@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Samples, every 100 ms until interrupted (Ctrl-C or SIGTERM), the CPU
 time (ms, user and system, all threads, from /proc/PID/stat) used by
-PostgreSQL, failwell, Node.js and the pg_relay benchmark (which holds the
+PostgreSQL, failwell, Node.js and the relay benchmark (which holds the
 sink), and prints each interval's figures. On exit it prints the totals
 over the intervals in which the sink and the client named by `--while`
 were both busy (a drain of that client: the sink answers only drained
@@ -11,7 +11,7 @@ run.sh lists only pgmq with batches of 100:
 
     python3 bench/cpu_sample.py --while node --jobs 50000 &
     N=50000 REPS=1 WORKERS=2 PEERS_DIR=<that copy> PEERS_HOME=~/.cache/failwell-peers \\
-      cargo bench --manifest-path bench/Cargo.toml --bench pg_relay
+      cargo bench --manifest-path bench/Cargo.toml --bench relay
     kill %1
 """
 
@@ -22,7 +22,7 @@ import sys
 import time
 
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
-GROUPS = (("postgres", "postgres"), ("failwell", "failwell"), ("node", "node"), ("pg_relay", "sink"))
+GROUPS = (("postgres", "postgres"), ("failwell", "failwell"), ("node", "node"), ("relay", "sink"))
 
 
 def readings():
