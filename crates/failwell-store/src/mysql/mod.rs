@@ -15,6 +15,7 @@
 
 mod alerts;
 mod comparisons;
+mod contract;
 mod inbox;
 mod operator;
 mod outbox;

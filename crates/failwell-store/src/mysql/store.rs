@@ -46,6 +46,7 @@ async fn lease_due(
     token: i64,
     scope: &ClaimScope,
 ) -> Result<Vec<Claimed>, StoreError> {
+    super::contract::take_over(&mut *tx, now_ms).await?;
     let due = due_messages(&mut *tx, now_ms, limit, scope).await?;
 
     if due.is_empty() {

@@ -101,6 +101,7 @@ mod sqlite {
 }
 
 mod mysql;
+mod mysql_contract;
 mod operator_races;
 mod postgres;
 

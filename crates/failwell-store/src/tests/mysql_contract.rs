@@ -1,0 +1,356 @@
+//! The outbox contract on MySQL and MariaDB: an application's own
+//! connection inserts into the table `failwell_outbox` (migration 0002),
+//! and failwell fills the request hash and the provider key, then deletes
+//! the row, before it claims the message.
+
+use serde_json::json;
+use sqlx::MySqlPool;
+
+use super::mysql::{Database, database};
+use crate::prelude::*;
+use crate::{ClaimScope, Message, MySqlStore, OperationStatus, Outbox, StoreError, Submitted};
+
+/// A store, and a pool of the application's own (at the server's default
+/// isolation, as an application's).
+async fn store() -> (Database, MySqlStore, MySqlPool) {
+    let (database, url) = database().await;
+    let s = MySqlStore::open(&url, 4).await.unwrap();
+    let app = MySqlPool::connect(&url).await.unwrap();
+    sqlx::query("CREATE TABLE orders (reference VARCHAR(64) PRIMARY KEY, amount BIGINT NOT NULL)")
+        .execute(&app)
+        .await
+        .unwrap();
+    (database, s, app)
+}
+
+/// Inserts a row: `columns` and their SQL `values`.
+async fn insert(app: &MySqlPool, columns: &str, values: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(sqlx::AssertSqlSafe(format!("INSERT INTO failwell_outbox ({columns}) VALUES ({values})")))
+        .execute(app)
+        .await
+        .map(drop)
+}
+
+/// A charge of `payload` under `key` (SQL: `NULL` for none).
+async fn charge(app: &MySqlPool, key: &str, payload: &str) -> Result<(), sqlx::Error> {
+    let values = format!("'payments', 'charge', '{payload}', {key}");
+    insert(app, "provider, operation, payload, idempotency_key", &values).await
+}
+
+/// The server's clock, which the trigger reads, in ms since the Unix epoch.
+async fn now_ms(app: &MySqlPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED)",
+    )
+    .fetch_one(app)
+    .await
+    .unwrap()
+}
+
+async fn count(app: &MySqlPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned())).fetch_one(app).await.unwrap()
+}
+
+/// Claims whatever is due a moment from now, for a minute.
+async fn claim(s: &MySqlStore, app: &MySqlPool) -> Vec<crate::Claimed> {
+    s.claim(now_ms(app).await + 1, 10, 60_000, &ClaimScope::All).await.unwrap()
+}
+
+/// Every insert the API would refuse is refused with SQLSTATE 45000 and a
+/// message naming the column; nothing is written.
+#[tokio::test]
+async fn the_table_refuses_what_the_api_would_naming_the_column() {
+    let (_d, _s, app) = store().await;
+    let long = "x".repeat(256);
+    let cases = [
+        ("provider, operation", "'payments', 'charge'", "payload is required"),
+        ("provider, payload", "'payments', '{}'", "operation is required"),
+        ("operation, payload", "'charge', '{}'", "provider is required"),
+        ("provider, operation, payload", "' ', 'charge', '{}'", "provider must not be empty or blank"),
+        ("provider, operation, payload", "'payments', '', '{}'", "operation must not be empty or blank"),
+        (
+            "provider, operation, payload, idempotency_key",
+            "'payments', 'charge', '{}', CHAR(9)",
+            "idempotency_key must not be empty or blank",
+        ),
+        (
+            "provider, operation, payload, reference",
+            "'payments', 'charge', '{}', '  '",
+            "reference must not be empty or blank",
+        ),
+        (
+            "provider, operation, payload, reference",
+            &format!("'payments', 'charge', '{{}}', '{long}'"),
+            "reference is longer than 255 bytes",
+        ),
+        ("provider, operation, payload", "'payments', 'charge', '[1]'", "payload must be a JSON object"),
+        ("provider, operation, payload", "'payments', 'charge', '{'", "payload is not JSON"),
+        (
+            "provider, operation, payload",
+            "'payments', 'charge', CONCAT('{\"x\": \"', REPEAT('x', 1048576), '\"}')",
+            "payload is over 1048576 bytes",
+        ),
+        (
+            "provider, operation, payload, available_at",
+            "'payments', 'charge', '{}', NOW() + INTERVAL 13 MONTH",
+            "available_at is not a time within a year from now",
+        ),
+    ];
+    for (columns, values, says) in cases {
+        let error = insert(&app, columns, values).await.unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("failwell_outbox: ") && text.contains(says), "{values}: {text}");
+        let code = error.as_database_error().and_then(|e| e.code()).unwrap_or_default().into_owned();
+        assert_eq!(code, "45000", "{values}: {text}");
+    }
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM failwell_outbox").await, 0);
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM operations").await, 0);
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox").await, 0);
+}
+
+/// The same key with the same request is a replay (keys in another order,
+/// other whitespace): one message. With another request, or another key
+/// holding the reference, the insert is refused.
+#[tokio::test]
+async fn the_same_key_replays_the_same_request_and_refuses_another() {
+    let (_d, s, app) = store().await;
+    let columns = "provider, operation, payload, idempotency_key, reference";
+    insert(&app, columns, "'payments', 'charge', '{\"amount\": 100, \"tags\": [1, 2.5]}', 'k', 'order-1'")
+        .await
+        .unwrap();
+    insert(&app, columns, "'payments', 'charge', '{ \"tags\":[1,2.5],\"amount\":100 }', 'k', 'order-1'")
+        .await
+        .unwrap();
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM failwell_outbox_status").await, 1);
+    for (values, says) in [
+        (
+            "'payments', 'charge', '{\"amount\": 101, \"tags\": [1, 2.5]}', 'k', 'order-1'",
+            "idempotency_key was already used with a different request",
+        ),
+        (
+            "'payments', 'refund', '{\"amount\": 100, \"tags\": [1, 2.5]}', 'k', 'order-1'",
+            "idempotency_key was already used with a different request",
+        ),
+        (
+            "'payments', 'charge', '{\"amount\": 100, \"tags\": [1, 2.5]}', 'other', 'order-1'",
+            "reference already belongs to another operation",
+        ),
+        ("'payments', 'charge', '{\"amount\": 7}', NULL, 'order-1'", "reference already belongs"),
+    ] {
+        let error = insert(&app, columns, values).await.unwrap_err().to_string();
+        assert!(error.contains(says), "{values}: {error}");
+    }
+    // Without a key, the same request under the same reference is a replay.
+    insert(&app, columns, "'payments', 'charge', '{\"tags\": [1, 2.5], \"amount\": 100}', NULL, 'order-1'")
+        .await
+        .unwrap();
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM operations").await, 1);
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox").await, 1);
+    // failwell's own API fills the row it finds: a replay, or a misuse.
+    let message = Message {
+        idempotency_key: Some("k".into()),
+        reference: Some("order-1".into()),
+        ..Message::new("payments", "charge", json!({"tags": [1, 2.5], "amount": 100}))
+    };
+    let mut tx = s.begin().await.unwrap();
+    let submitted = Outbox::enqueue(&mut tx, &message, now_ms(&app).await).await.unwrap();
+    assert!(matches!(submitted, Submitted::Replayed(_)), "{submitted:?}");
+    let other = Message { payload: json!({"amount": 5}), ..message };
+    let error = Outbox::enqueue(&mut tx, &other, now_ms(&app).await).await.unwrap_err();
+    assert!(matches!(error, StoreError::KeyReused { .. }), "{error}");
+    tx.commit().await.unwrap();
+    let claimed = claim(&s, &app).await;
+    assert_eq!(claimed.len(), 1, "one message");
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM failwell_outbox").await, 0, "rows taken over are deleted");
+}
+
+/// The insert commits with the application's own rows, or neither does;
+/// the committed message is claimed with the key failwell derives.
+#[tokio::test]
+async fn a_rollback_leaves_neither_the_order_nor_its_message() {
+    let (_d, s, app) = store().await;
+    for (reference, commit) in [("order-rolled-back", false), ("order-committed", true)] {
+        let mut tx = app.begin().await.unwrap();
+        sqlx::query("INSERT INTO orders (reference, amount) VALUES (?, 1250)")
+            .bind(reference)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference) \
+             VALUES ('payments', 'charge', JSON_OBJECT('amount', 1250, 'reference', ?), ?, ?)",
+        )
+        .bind(reference)
+        .bind(reference)
+        .bind(reference)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        let id: i64 =
+            sqlx::query_scalar("SELECT operation_id FROM failwell_outbox WHERE id = LAST_INSERT_ID()")
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+        assert!(id > 0);
+        if commit { tx.commit().await.unwrap() } else { tx.rollback().await.unwrap() }
+    }
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM orders").await, 1);
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM operations").await, 1);
+    assert_eq!(
+        count(&app, "SELECT COUNT(*) FROM history").await,
+        1,
+        "the history has only the committed row"
+    );
+    let claimed = claim(&s, &app).await;
+    assert_eq!(claimed.len(), 1);
+    let op = &claimed[0].operation;
+    assert_eq!(op.idempotency_key, "order-committed");
+    assert_eq!(op.provider_key, failwell_policy::derive_key("payments", "charge", "order-committed", 0));
+    assert_eq!(op.payload, json!({"amount": 1250, "reference": "order-committed"}));
+    let (status, delivery, attempts): (String, String, i64) = sqlx::query_as(
+        "SELECT status, delivery, attempts FROM failwell_outbox_status WHERE idempotency_key = 'order-committed'",
+    )
+    .fetch_one(&app)
+    .await
+    .unwrap();
+    assert_eq!((status.as_str(), delivery.as_str(), attempts), ("pending", "pending", 1));
+}
+
+/// A message is not claimed before failwell has filled it: the trigger
+/// holds it, and the claim fills and releases it first.
+#[tokio::test]
+async fn a_message_is_held_until_filled() {
+    let (_d, s, app) = store().await;
+    charge(&app, "'held'", "{\"amount\": 1}").await.unwrap();
+    let (hash, locked): (String, Option<i64>) = sqlx::query_as(
+        "SELECT o.request_hash, x.locked_until_ms FROM operations o JOIN outbox x ON x.operation_id = o.id",
+    )
+    .fetch_one(&app)
+    .await
+    .unwrap();
+    assert_eq!((hash.as_str(), locked), ("", Some(i64::MAX)));
+    let claimed = claim(&s, &app).await;
+    assert_eq!(claimed.len(), 1);
+    let expected = crate::outbox::request_hash("payments", "charge", &json!({"amount": 1}));
+    assert_eq!(
+        count(&app, &format!("SELECT COUNT(*) FROM operations WHERE request_hash = '{expected}'")).await,
+        1
+    );
+}
+
+/// A request inserted twice without a key is one message: failwell gives
+/// the first the key `sha256:` and the request hash, and marks the second
+/// done without sending it.
+#[tokio::test]
+async fn a_request_inserted_twice_without_a_key_is_delivered_once() {
+    let (_d, s, app) = store().await;
+    charge(&app, "NULL", "{\"amount\": 3, \"currency\": \"eur\"}").await.unwrap();
+    charge(&app, "NULL", "{\"currency\": \"eur\", \"amount\": 3}").await.unwrap();
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM operations WHERE idempotency_key LIKE 'mysql:%'").await, 2);
+    let claimed = claim(&s, &app).await;
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let key = &claimed[0].operation.idempotency_key;
+    let hash = crate::outbox::request_hash("payments", "charge", &json!({"amount": 3, "currency": "eur"}));
+    assert_eq!(key, &format!("sha256:{hash}"));
+    let (delivery, status, error): (String, String, String) = sqlx::query_as(
+        "SELECT delivery, status, last_error FROM failwell_outbox_status WHERE idempotency_key LIKE 'mysql:%'",
+    )
+    .fetch_one(&app)
+    .await
+    .unwrap();
+    assert_eq!((delivery.as_str(), status.as_str()), ("done", "failed"));
+    assert!(error.contains(&format!("the same request as operation {}", claimed[0].operation.id)), "{error}");
+    assert!(claim(&s, &app).await.is_empty());
+}
+
+/// Ordering keys and `available_at` (in the session's time zone) are kept,
+/// shown by the status view, and respected by the claim.
+#[tokio::test]
+async fn ordering_keys_and_available_at_are_kept() {
+    let (_d, s, app) = store().await;
+    let columns = "provider, operation, payload, idempotency_key, ordering_key, available_at";
+    insert(&app, columns, "'payments', 'charge', '{\"n\": 1}', 'first', 'customer-7', NULL").await.unwrap();
+    insert(&app, columns, "'payments', 'charge', '{\"n\": 2}', 'second', 'customer-7', NULL").await.unwrap();
+    insert(&app, columns, "'payments', 'charge', '{\"n\": 3}', 'later', NULL, NOW(3) + INTERVAL 1 HOUR")
+        .await
+        .unwrap();
+    let ahead: i64 = sqlx::query_scalar(
+        "SELECT TIMESTAMPDIFF(MINUTE, NOW(), available_at) FROM failwell_outbox_status WHERE idempotency_key = 'later'",
+    )
+    .fetch_one(&app)
+    .await
+    .unwrap();
+    assert!((59..=60).contains(&ahead), "{ahead}");
+    let now = now_ms(&app).await + 1;
+    let claimed = s.claim(now, 10, 86_400_000, &ClaimScope::All).await.unwrap();
+    let keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
+    assert_eq!(keys, ["first"], "one message of an ordering key at a time, none before its time");
+    let op = s.operation("later").await.unwrap().unwrap();
+    let claimed = s.claim(now + 3_600_000 + 1_000, 10, 86_400_000, &ClaimScope::All).await.unwrap();
+    let keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
+    assert_eq!(keys, ["later"]);
+    assert!(op.delivery_started_at_ms >= now + 3_590_000, "its delivery counts from available_at: {op:?}");
+}
+
+/// A replay the trigger took for the same request (arrays compare as sets
+/// there) whose request hash differs: the key's message is set aside,
+/// never sent, and the other messages are still delivered.
+#[tokio::test]
+async fn a_replay_whose_hash_differs_is_set_aside_and_the_others_delivered() {
+    let (_d, s, app) = store().await;
+    charge(&app, "'before'", "{\"amount\": 1}").await.unwrap();
+    charge(&app, "'k'", "{\"items\": [1, 2]}").await.unwrap();
+    charge(&app, "'k'", "{\"items\": [2, 1]}").await.unwrap();
+    charge(&app, "'after'", "{\"amount\": 2}").await.unwrap();
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM operations").await, 3, "the insert took it for a replay");
+    let claimed = claim(&s, &app).await;
+    let mut keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["after", "before"]);
+    let op = s.operation("k").await.unwrap().unwrap();
+    assert_eq!(op.status, OperationStatus::Failed);
+    let error = op.last_error.unwrap_or_default();
+    assert!(error.contains("idempotency key k was used again with a different request"), "{error}");
+    assert!(error.ends_with("set aside, not sent"), "{error}");
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox WHERE state = 'dead'").await, 1);
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM failwell_outbox").await, 0);
+}
+
+/// A payload the trigger cannot judge (a number too long for failwell's
+/// other paths) is set aside by failwell, never sent.
+#[tokio::test]
+async fn a_payload_failwell_refuses_is_set_aside_before_it_is_claimed() {
+    let (_d, s, app) = store().await;
+    charge(&app, "'huge'", &format!("{{\"amount\": 1{}}}", "0".repeat(1001))).await.unwrap();
+    charge(&app, "'fine'", "{\"amount\": 1}").await.unwrap();
+    let claimed = claim(&s, &app).await;
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].operation.idempotency_key, "fine");
+    let op = s.operation("huge").await.unwrap().unwrap();
+    assert_eq!(op.status, OperationStatus::Failed);
+    assert!(op.last_error.as_deref().unwrap_or_default().contains("set aside, not sent"), "{op:?}");
+}
+
+/// Two transactions inserting the same key at once: the second waits for
+/// the first, then replays it (or is refused if it holds another request).
+#[tokio::test]
+async fn concurrent_inserts_of_one_key_make_one_message() {
+    let (_d, s, app) = store().await;
+    let mut first = app.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key) \
+         VALUES ('payments', 'charge', '{\"amount\": 1}', 'same')",
+    )
+    .execute(&mut *first)
+    .await
+    .unwrap();
+    let second = tokio::spawn({
+        let app = app.clone();
+        async move { charge(&app, "'same'", "{\"amount\": 1}").await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    first.commit().await.unwrap();
+    second.await.unwrap().unwrap();
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM operations").await, 1);
+    assert_eq!(claim(&s, &app).await.len(), 1);
+}
