@@ -98,7 +98,7 @@ main: BEGIN
     IF LENGTH(NEW.payload) > 1048576 THEN
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failwell_outbox: payload is over 1048576 bytes (1 MiB)';
     END IF;
-    -- MariaDB's JSON functions read at most 32 nested levels; MySQL's 100.
+    -- MariaDB's JSON functions read at most 31 nested levels; MySQL's 100.
     IF NOT JSON_VALID(NEW.payload) THEN
         SIGNAL SQLSTATE '45000'
             SET MESSAGE_TEXT = 'failwell_outbox: payload is not JSON this server reads (malformed, or nested too deep)';
