@@ -55,45 +55,29 @@ main: BEGIN
     DECLARE held_provider VARCHAR(255) DEFAULT NULL;
     DECLARE held_operation VARCHAR(255) DEFAULT NULL;
     DECLARE held_payload MEDIUMTEXT DEFAULT NULL;
+    DECLARE refusal VARCHAR(128) DEFAULT NULL;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET held_id = NULL;
 
     SET NEW.operation_id = NULL, NEW.replay = 0;
-    IF NEW.provider IS NULL THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failwell_outbox: provider is required';
-    END IF;
-    IF NEW.operation IS NULL THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failwell_outbox: operation is required';
-    END IF;
-    IF NEW.payload IS NULL THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failwell_outbox: payload is required';
-    END IF;
-    -- Blank: nothing but white space (or nothing at all).
-    IF NEW.provider NOT REGEXP '[^[:space:]]' THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failwell_outbox: provider must not be empty or blank';
-    END IF;
-    IF NEW.operation NOT REGEXP '[^[:space:]]' THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failwell_outbox: operation must not be empty or blank';
-    END IF;
-    IF NEW.idempotency_key NOT REGEXP '[^[:space:]]' THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failwell_outbox: idempotency_key must not be empty or blank';
-    END IF;
-    IF NEW.reference NOT REGEXP '[^[:space:]]' THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failwell_outbox: reference must not be empty or blank';
-    END IF;
-    IF LENGTH(NEW.provider) > 255 THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failwell_outbox: provider is longer than 255 bytes';
-    END IF;
-    IF LENGTH(NEW.operation) > 255 THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failwell_outbox: operation is longer than 255 bytes';
-    END IF;
-    IF LENGTH(NEW.idempotency_key) > 255 THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failwell_outbox: idempotency_key is longer than 255 bytes';
-    END IF;
-    IF LENGTH(NEW.reference) > 255 THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failwell_outbox: reference is longer than 255 bytes';
-    END IF;
-    IF LENGTH(NEW.ordering_key) > 255 THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failwell_outbox: ordering_key is longer than 255 bytes';
+    -- The first column missing, blank (nothing but white space, or
+    -- nothing at all) or too long, in this order.
+    SET refusal = CASE
+        WHEN NEW.provider IS NULL THEN 'provider is required'
+        WHEN NEW.operation IS NULL THEN 'operation is required'
+        WHEN NEW.payload IS NULL THEN 'payload is required'
+        WHEN NEW.provider NOT REGEXP '[^[:space:]]' THEN 'provider must not be empty or blank'
+        WHEN NEW.operation NOT REGEXP '[^[:space:]]' THEN 'operation must not be empty or blank'
+        WHEN NEW.idempotency_key NOT REGEXP '[^[:space:]]' THEN 'idempotency_key must not be empty or blank'
+        WHEN NEW.reference NOT REGEXP '[^[:space:]]' THEN 'reference must not be empty or blank'
+        WHEN LENGTH(NEW.provider) > 255 THEN 'provider is longer than 255 bytes'
+        WHEN LENGTH(NEW.operation) > 255 THEN 'operation is longer than 255 bytes'
+        WHEN LENGTH(NEW.idempotency_key) > 255 THEN 'idempotency_key is longer than 255 bytes'
+        WHEN LENGTH(NEW.reference) > 255 THEN 'reference is longer than 255 bytes'
+        WHEN LENGTH(NEW.ordering_key) > 255 THEN 'ordering_key is longer than 255 bytes'
+    END;
+    IF refusal IS NOT NULL THEN
+        SET refusal = CONCAT('failwell_outbox: ', refusal);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = refusal;
     END IF;
     IF LENGTH(NEW.payload) > 1048576 THEN
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failwell_outbox: payload is over 1048576 bytes (1 MiB)';
@@ -120,15 +104,22 @@ main: BEGIN
     END IF;
     SET at_ms = CAST(ROUND(UNIX_TIMESTAMP(NEW.available_at) * 1000) AS SIGNED);
 
-    -- Twice at most: an insert another transaction's commit made a
-    -- duplicate is judged again against what that one wrote. The reads
-    -- lock what they find (and wait for an insert not yet committed), so
-    -- they see the latest rows at any isolation level.
+    -- Twice at most. The first reads are plain ones: they lock nothing,
+    -- so failwell, which fills these operations, never waits for the
+    -- application's transaction. An insert that another transaction's
+    -- commit made a duplicate (the insert waits for it) is judged again by
+    -- locking reads, which see the rows committed meanwhile at any
+    -- isolation level.
     attempt: LOOP
         SET tries = tries + 1, held_id = NULL;
         IF NEW.idempotency_key IS NOT NULL THEN
-            SELECT id, provider, operation, payload INTO held_id, held_provider, held_operation, held_payload
-            FROM operations WHERE idempotency_key = NEW.idempotency_key LOCK IN SHARE MODE;
+            IF tries = 1 THEN
+                SELECT id, provider, operation, payload INTO held_id, held_provider, held_operation, held_payload
+                FROM operations WHERE idempotency_key = NEW.idempotency_key;
+            ELSE
+                SELECT id, provider, operation, payload INTO held_id, held_provider, held_operation, held_payload
+                FROM operations WHERE idempotency_key = NEW.idempotency_key LOCK IN SHARE MODE;
+            END IF;
             IF held_id IS NOT NULL THEN
                 IF NOT (held_provider = NEW.provider AND held_operation = NEW.operation AND JSON_VALID(held_payload)
                         AND JSON_CONTAINS(held_payload, NEW.payload) AND JSON_CONTAINS(NEW.payload, held_payload)) THEN
@@ -140,8 +131,13 @@ main: BEGIN
             END IF;
         END IF;
         IF NEW.reference IS NOT NULL THEN
-            SELECT id, operation, payload INTO held_id, held_operation, held_payload FROM operations
-            WHERE provider = NEW.provider AND reference = NEW.reference LOCK IN SHARE MODE;
+            IF tries = 1 THEN
+                SELECT id, operation, payload INTO held_id, held_operation, held_payload FROM operations
+                WHERE provider = NEW.provider AND reference = NEW.reference;
+            ELSE
+                SELECT id, operation, payload INTO held_id, held_operation, held_payload FROM operations
+                WHERE provider = NEW.provider AND reference = NEW.reference LOCK IN SHARE MODE;
+            END IF;
             -- Without a key, the same request under the same reference is
             -- a replay too.
             IF held_id IS NOT NULL AND NEW.idempotency_key IS NULL AND held_operation = NEW.operation

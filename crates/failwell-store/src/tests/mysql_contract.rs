@@ -23,20 +23,6 @@ async fn store() -> (Database, MySqlStore, MySqlPool) {
     (database, s, app)
 }
 
-/// Inserts a row: `columns` and their SQL `values`.
-async fn insert(app: &MySqlPool, columns: &str, values: &str) -> Result<(), sqlx::Error> {
-    sqlx::query(sqlx::AssertSqlSafe(format!("INSERT INTO failwell_outbox ({columns}) VALUES ({values})")))
-        .execute(app)
-        .await
-        .map(drop)
-}
-
-/// A charge of `payload` under `key` (SQL: `NULL` for none).
-async fn charge(app: &MySqlPool, key: &str, payload: &str) -> Result<(), sqlx::Error> {
-    let values = format!("'payments', 'charge', '{payload}', {key}");
-    insert(app, "provider, operation, payload, idempotency_key", &values).await
-}
-
 /// The server's clock, which the trigger reads, in ms since the Unix epoch.
 async fn now_ms(app: &MySqlPool) -> i64 {
     sqlx::query_scalar(
@@ -47,9 +33,11 @@ async fn now_ms(app: &MySqlPool) -> i64 {
     .unwrap()
 }
 
-async fn count(app: &MySqlPool, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned())).fetch_one(app).await.unwrap()
-}
+super::contract_cases::contract_cases!(
+    pool = MySqlPool,
+    status = "failwell_outbox_status",
+    provisional = "mysql:%"
+);
 
 /// Claims whatever is due a moment from now, for a minute.
 async fn claim(s: &MySqlStore, app: &MySqlPool) -> Vec<crate::Claimed> {
@@ -66,24 +54,11 @@ async fn the_table_refuses_what_the_api_would_naming_the_column() {
         ("provider, operation", "'payments', 'charge'", "payload is required"),
         ("provider, payload", "'payments', '{}'", "operation is required"),
         ("operation, payload", "'charge', '{}'", "provider is required"),
-        ("provider, operation, payload", "' ', 'charge', '{}'", "provider must not be empty or blank"),
-        ("provider, operation, payload", "'payments', '', '{}'", "operation must not be empty or blank"),
-        (
-            "provider, operation, payload, idempotency_key",
-            "'payments', 'charge', '{}', CHAR(9)",
-            "idempotency_key must not be empty or blank",
-        ),
-        (
-            "provider, operation, payload, reference",
-            "'payments', 'charge', '{}', '  '",
-            "reference must not be empty or blank",
-        ),
         (
             "provider, operation, payload, reference",
             &format!("'payments', 'charge', '{{}}', '{long}'"),
             "reference is longer than 255 bytes",
         ),
-        ("provider, operation, payload", "'payments', 'charge', '[1]'", "payload must be a JSON object"),
         ("provider, operation, payload", "'payments', 'charge', '{'", "payload is not JSON"),
         (
             "provider, operation, payload",
@@ -96,7 +71,7 @@ async fn the_table_refuses_what_the_api_would_naming_the_column() {
             "available_at is not a time within a year from now",
         ),
     ];
-    for (columns, values, says) in cases {
+    for &(columns, values, says) in REFUSED.iter().chain(&cases) {
         let error = insert(&app, columns, values).await.unwrap_err();
         let text = error.to_string();
         assert!(text.contains("failwell_outbox: ") && text.contains(says), "{values}: {text}");
@@ -106,62 +81,6 @@ async fn the_table_refuses_what_the_api_would_naming_the_column() {
     assert_eq!(count(&app, "SELECT COUNT(*) FROM failwell_outbox").await, 0);
     assert_eq!(count(&app, "SELECT COUNT(*) FROM operations").await, 0);
     assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox").await, 0);
-}
-
-/// The same key with the same request is a replay (keys in another order,
-/// other whitespace): one message. With another request, or another key
-/// holding the reference, the insert is refused.
-#[tokio::test]
-async fn the_same_key_replays_the_same_request_and_refuses_another() {
-    let (_d, s, app) = store().await;
-    let columns = "provider, operation, payload, idempotency_key, reference";
-    insert(&app, columns, "'payments', 'charge', '{\"amount\": 100, \"tags\": [1, 2.5]}', 'k', 'order-1'")
-        .await
-        .unwrap();
-    insert(&app, columns, "'payments', 'charge', '{ \"tags\":[1,2.5],\"amount\":100 }', 'k', 'order-1'")
-        .await
-        .unwrap();
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM failwell_outbox_status").await, 1);
-    for (values, says) in [
-        (
-            "'payments', 'charge', '{\"amount\": 101, \"tags\": [1, 2.5]}', 'k', 'order-1'",
-            "idempotency_key was already used with a different request",
-        ),
-        (
-            "'payments', 'refund', '{\"amount\": 100, \"tags\": [1, 2.5]}', 'k', 'order-1'",
-            "idempotency_key was already used with a different request",
-        ),
-        (
-            "'payments', 'charge', '{\"amount\": 100, \"tags\": [1, 2.5]}', 'other', 'order-1'",
-            "reference already belongs to another operation",
-        ),
-        ("'payments', 'charge', '{\"amount\": 7}', NULL, 'order-1'", "reference already belongs"),
-    ] {
-        let error = insert(&app, columns, values).await.unwrap_err().to_string();
-        assert!(error.contains(says), "{values}: {error}");
-    }
-    // Without a key, the same request under the same reference is a replay.
-    insert(&app, columns, "'payments', 'charge', '{\"tags\": [1, 2.5], \"amount\": 100}', NULL, 'order-1'")
-        .await
-        .unwrap();
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM operations").await, 1);
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox").await, 1);
-    // failwell's own API fills the row it finds: a replay, or a misuse.
-    let message = Message {
-        idempotency_key: Some("k".into()),
-        reference: Some("order-1".into()),
-        ..Message::new("payments", "charge", json!({"tags": [1, 2.5], "amount": 100}))
-    };
-    let mut tx = s.begin().await.unwrap();
-    let submitted = Outbox::enqueue(&mut tx, &message, now_ms(&app).await).await.unwrap();
-    assert!(matches!(submitted, Submitted::Replayed(_)), "{submitted:?}");
-    let other = Message { payload: json!({"amount": 5}), ..message };
-    let error = Outbox::enqueue(&mut tx, &other, now_ms(&app).await).await.unwrap_err();
-    assert!(matches!(error, StoreError::KeyReused { .. }), "{error}");
-    tx.commit().await.unwrap();
-    let claimed = claim(&s, &app).await;
-    assert_eq!(claimed.len(), 1, "one message");
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM failwell_outbox").await, 0, "rows taken over are deleted");
 }
 
 /// The insert commits with the application's own rows, or neither does;
@@ -238,31 +157,6 @@ async fn a_message_is_held_until_filled() {
     );
 }
 
-/// A request inserted twice without a key is one message: failwell gives
-/// the first the key `sha256:` and the request hash, and marks the second
-/// done without sending it.
-#[tokio::test]
-async fn a_request_inserted_twice_without_a_key_is_delivered_once() {
-    let (_d, s, app) = store().await;
-    charge(&app, "NULL", "{\"amount\": 3, \"currency\": \"eur\"}").await.unwrap();
-    charge(&app, "NULL", "{\"currency\": \"eur\", \"amount\": 3}").await.unwrap();
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM operations WHERE idempotency_key LIKE 'mysql:%'").await, 2);
-    let claimed = claim(&s, &app).await;
-    assert_eq!(claimed.len(), 1, "{claimed:?}");
-    let key = &claimed[0].operation.idempotency_key;
-    let hash = crate::outbox::request_hash("payments", "charge", &json!({"amount": 3, "currency": "eur"}));
-    assert_eq!(key, &format!("sha256:{hash}"));
-    let (delivery, status, error): (String, String, String) = sqlx::query_as(
-        "SELECT delivery, status, last_error FROM failwell_outbox_status WHERE idempotency_key LIKE 'mysql:%'",
-    )
-    .fetch_one(&app)
-    .await
-    .unwrap();
-    assert_eq!((delivery.as_str(), status.as_str()), ("done", "failed"));
-    assert!(error.contains(&format!("the same request as operation {}", claimed[0].operation.id)), "{error}");
-    assert!(claim(&s, &app).await.is_empty());
-}
-
 /// Ordering keys and `available_at` (in the session's time zone) are kept,
 /// shown by the status view, and respected by the claim.
 #[tokio::test]
@@ -314,21 +208,6 @@ async fn a_replay_whose_hash_differs_is_set_aside_and_the_others_delivered() {
     assert!(error.ends_with("set aside, not sent"), "{error}");
     assert_eq!(count(&app, "SELECT COUNT(*) FROM outbox WHERE state = 'dead'").await, 1);
     assert_eq!(count(&app, "SELECT COUNT(*) FROM failwell_outbox").await, 0);
-}
-
-/// A payload the trigger cannot judge (a number too long for failwell's
-/// other paths) is set aside by failwell, never sent.
-#[tokio::test]
-async fn a_payload_failwell_refuses_is_set_aside_before_it_is_claimed() {
-    let (_d, s, app) = store().await;
-    charge(&app, "'huge'", &format!("{{\"amount\": 1{}}}", "0".repeat(1001))).await.unwrap();
-    charge(&app, "'fine'", "{\"amount\": 1}").await.unwrap();
-    let claimed = claim(&s, &app).await;
-    assert_eq!(claimed.len(), 1);
-    assert_eq!(claimed[0].operation.idempotency_key, "fine");
-    let op = s.operation("huge").await.unwrap().unwrap();
-    assert_eq!(op.status, OperationStatus::Failed);
-    assert!(op.last_error.as_deref().unwrap_or_default().contains("set aside, not sent"), "{op:?}");
 }
 
 /// Two transactions inserting the same key at once: the second waits for

@@ -137,3 +137,11 @@ pub async fn settled_and_rolled_back(gateway: &Gateway, references: &[String]) {
         assert_eq!(status.unwrap().status(), 404, "{rolled_back} left a message");
     }
 }
+
+/// Checks that the provider charged each of `references` exactly once.
+pub fn charged_once(sim: &failwell_sim::Simulator, references: &[String]) {
+    let effects = sim.effects();
+    for reference in references {
+        assert_eq!(effects.by_reference[reference].effects, 1, "{reference} charged once");
+    }
+}

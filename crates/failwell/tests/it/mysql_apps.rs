@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use sqlx::MySqlPool;
 
-use crate::examples::{Database, enqueue_with_each, settled_and_rolled_back};
-use crate::helpers::{Gateway, simulator};
+use crate::examples::{Database, charged_once, enqueue_with_each, settled_and_rolled_back};
+use crate::helpers::simulator;
+use crate::scale_out::gateway_on;
 
 /// A fresh database on the server at `MYSQL_URL`, dropped at the end of
 /// the test that made it.
@@ -44,21 +45,7 @@ impl FreshDatabase {
 async fn python_node_and_php_applications_on_mysql_enqueue_in_their_own_transactions() {
     let sim = simulator(|_| {}).await;
     let database = FreshDatabase::create().await;
-    let url = database.url.clone();
-    let mut gateway =
-        Gateway::start_edited(&sim.base_url(), "max_attempts = 20\ndeadline_ms = 600000", "", move |text| {
-            text.lines()
-                .map(|line| {
-                    if line.starts_with("database_url = ") {
-                        format!("database_url = \"{url}\"")
-                    } else {
-                        line.into()
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .await;
+    let mut gateway = gateway_on(&database.url, &sim).await;
     // The application's own table, next to failwell's (created at start).
     let app = MySqlPool::connect(&database.url).await.unwrap();
     sqlx::query(
@@ -73,9 +60,7 @@ async fn python_node_and_php_applications_on_mysql_enqueue_in_their_own_transact
         command
     });
     settled_and_rolled_back(&gateway, &references).await;
-    for reference in &references {
-        assert_eq!(sim.effects().by_reference[reference].effects, 1, "{reference} charged once");
-    }
+    charged_once(&sim, &references);
     let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders").fetch_one(&app).await.unwrap();
     assert_eq!(orders, 3, "only the committed orders");
     // The status the application reads, and the rows it inserted, taken over.
@@ -89,7 +74,7 @@ async fn python_node_and_php_applications_on_mysql_enqueue_in_their_own_transact
     let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM failwell_outbox").fetch_one(&app).await.unwrap();
     assert_eq!(left, 0, "failwell deletes the rows it has taken over");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(sim.effects().double_effects(), 0, "a charge was made twice");
+    charged_once(&sim, &references);
     app.close().await;
     gateway.kill().await;
     database.drop_it().await;
