@@ -2,14 +2,16 @@
 //! where failwell fills the request hash of a row an application inserted
 //! ([`contract_cases!`]).
 
-/// Defines the shared contract tests, and the helpers `insert`, `charge`
-/// and `count` on the application's `pool`, in the invoking module, which
-/// provides `store()` (a guard, the store and the application's pool) and
-/// `now_ms(app)` (the database's clock). `status` is what the application
-/// reads status from, `provisional` a `LIKE` pattern of the provisional
-/// keys of rows inserted without one.
+/// Defines the shared contract tests, and the helpers `orders_table`,
+/// `insert`, `charge` and `count` on the application's `pool`, in the
+/// invoking module, which provides `store()` (a guard, the store and the
+/// application's pool). `clock` selects the database's clock as the
+/// trigger reads it, in ms since the Unix epoch (`now_ms(app)`); `begin`
+/// starts the application's transactions, `status` is what the
+/// application reads status from, `provisional` a `LIKE` pattern of the
+/// provisional keys of rows inserted without one.
 macro_rules! contract_cases {
-    (pool = $pool:ty, status = $status:literal, provisional = $provisional:literal $(,)?) => {
+    (clock = $clock:literal, begin = $begin:literal, pool = $pool:ty, status = $status:literal, provisional = $provisional:literal $(,)?) => {
         /// What the application reads a message's status from.
         const STATUS: &str = $status;
         /// The provisional keys of rows inserted without one (`LIKE`).
@@ -32,6 +34,20 @@ macro_rules! contract_cases {
             ),
             ("provider, operation, payload", "'payments', 'charge', '[1]'", "payload must be a JSON object"),
         ];
+
+        /// The database's clock, which the trigger reads, in ms since the
+        /// Unix epoch.
+        async fn now_ms(app: &$pool) -> i64 {
+            sqlx::query_scalar($clock).fetch_one(app).await.unwrap()
+        }
+
+        /// Creates the application's own table, `orders`.
+        async fn orders_table(app: &$pool) {
+            sqlx::query("CREATE TABLE orders (reference VARCHAR(64) PRIMARY KEY, amount BIGINT NOT NULL)")
+                .execute(app)
+                .await
+                .unwrap();
+        }
 
         /// Inserts a row into `failwell_outbox`: `columns` and their SQL
         /// `values`.
@@ -107,6 +123,49 @@ macro_rules! contract_cases {
             tx.commit().await.unwrap();
             let claimed = s.claim(now_ms(&app).await + 1, 10, 60_000, &ClaimScope::All).await.unwrap();
             assert_eq!(claimed.len(), 1, "one message");
+        }
+
+        /// The insert commits with the application's own rows, or neither
+        /// does; the committed message is claimed with the key failwell
+        /// derives, and its status read back.
+        #[tokio::test]
+        async fn a_rollback_leaves_neither_the_order_nor_its_message() {
+            let (_d, s, app) = store().await;
+            for (reference, commit) in [("order-rolled-back", false), ("order-committed", true)] {
+                let mut tx = app.begin_with($begin).await.unwrap();
+                sqlx::query("INSERT INTO orders (reference, amount) VALUES (?, 1250)")
+                    .bind(reference)
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                sqlx::query(
+                    "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference) \
+                     VALUES ('payments', 'charge', json_object('amount', 1250, 'reference', ?), ?, ?)",
+                )
+                .bind(reference)
+                .bind(reference)
+                .bind(reference)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+                if commit { tx.commit().await.unwrap() } else { tx.rollback().await.unwrap() }
+            }
+            assert_eq!(count(&app, "SELECT COUNT(*) FROM orders").await, 1);
+            assert_eq!(count(&app, "SELECT COUNT(*) FROM operations").await, 1);
+            assert_eq!(count(&app, "SELECT COUNT(*) FROM history").await, 1, "the history has only the committed row");
+            let claimed = s.claim(now_ms(&app).await + 1, 10, 60_000, &ClaimScope::All).await.unwrap();
+            assert_eq!(claimed.len(), 1);
+            let op = &claimed[0].operation;
+            assert_eq!(op.idempotency_key, "order-committed");
+            assert_eq!(op.provider_key, failwell_policy::derive_key("payments", "charge", "order-committed", 0));
+            assert_eq!(op.payload, json!({"amount": 1250, "reference": "order-committed"}));
+            let (status, delivery, attempts): (String, String, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT status, delivery, attempts FROM {STATUS} WHERE idempotency_key = 'order-committed'"
+            )))
+            .fetch_one(&app)
+            .await
+            .unwrap();
+            assert_eq!((status.as_str(), delivery.as_str(), attempts), ("pending", "pending", 1));
         }
 
         /// A request inserted twice without a key is one message: failwell

@@ -17,22 +17,13 @@ async fn store() -> (tempfile::TempDir, SqliteStore, SqlitePool) {
     let s = SqliteStore::open(&format!("sqlite://{}", path.display()), Synchronous::Normal).await.unwrap();
     let options = SqliteConnectOptions::new().filename(&path).busy_timeout(std::time::Duration::from_secs(5));
     let app = SqlitePool::connect_with(options).await.unwrap();
-    sqlx::query("CREATE TABLE orders (reference TEXT PRIMARY KEY, amount INTEGER NOT NULL)")
-        .execute(&app)
-        .await
-        .unwrap();
+    orders_table(&app).await;
     (dir, s, app)
 }
 
-/// SQLite's clock, which the trigger reads, in ms since the Unix epoch.
-async fn now_ms(app: &SqlitePool) -> i64 {
-    sqlx::query_scalar("SELECT CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)")
-        .fetch_one(app)
-        .await
-        .unwrap()
-}
-
 super::contract_cases::contract_cases!(
+    clock = "SELECT CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)",
+    begin = "BEGIN IMMEDIATE",
     pool = SqlitePool,
     status = "failwell_outbox",
     provisional = "sqlite:%"
@@ -88,42 +79,6 @@ async fn the_view_refuses_what_the_api_would_naming_the_column() {
     let deepest = format!("{{\"a\": {}{}}}", "[".repeat(125), "]".repeat(125));
     charge(&app, "'deepest'", &deepest).await.unwrap();
     assert_eq!(count(&app, "SELECT count(*) FROM operations").await, 1);
-}
-
-/// The insert commits with the application's own rows, or neither does.
-#[tokio::test]
-async fn a_rollback_leaves_neither_the_order_nor_its_message() {
-    let (_d, s, app) = store().await;
-    for (reference, commit) in [("order-rolled-back", false), ("order-committed", true)] {
-        let mut tx = app.begin_with("BEGIN IMMEDIATE").await.unwrap();
-        sqlx::query("INSERT INTO orders (reference, amount) VALUES (?1, 1250)")
-            .bind(reference)
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        sqlx::query(
-            "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference) \
-             VALUES ('payments', 'charge', json_object('amount', 1250, 'reference', ?1), ?1, ?1)",
-        )
-        .bind(reference)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-        if commit { tx.commit().await.unwrap() } else { tx.rollback().await.unwrap() }
-    }
-    assert_eq!(count(&app, "SELECT count(*) FROM orders").await, 1);
-    assert_eq!(count(&app, "SELECT count(*) FROM operations").await, 1);
-    assert_eq!(
-        count(&app, "SELECT count(*) FROM history").await,
-        1,
-        "the history has only the committed row"
-    );
-    let claimed = s.claim(now_ms(&app).await + 1, 10, 60_000, &ClaimScope::All).await.unwrap();
-    assert_eq!(claimed.len(), 1);
-    let op = &claimed[0].operation;
-    assert_eq!(op.idempotency_key, "order-committed");
-    assert_eq!(op.provider_key, failwell_policy::derive_key("payments", "charge", "order-committed", 0));
-    assert_eq!(op.payload, json!({"amount": 1250, "reference": "order-committed"}));
 }
 
 /// Rows whose key is not UTF-8 text (`CAST(x'…' AS TEXT)`) are set aside
