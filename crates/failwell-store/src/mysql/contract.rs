@@ -69,8 +69,8 @@ pub(super) async fn take_over(conn: &mut MySqlConnection, now_ms: i64) -> Result
             if hash.as_deref().ok() != Some(stored.as_str()) {
                 let key = text("idempotency_key");
                 let why = format!(
-                    "idempotency key {key} was used again with a different request (failwell_outbox row {id}: \
-                     an array in another order, or with repeats)"
+                    "idempotency key {key} was used again with a different request (failwell_outbox row {id}, \
+                     which the insert took for the same one)"
                 );
                 refuse_replay(&mut *conn, operation_id, &why, now_ms).await?;
             }
