@@ -232,3 +232,33 @@ async fn an_open_application_transaction_holds_up_no_claim() {
     open.commit().await.unwrap();
     assert_eq!(claim(&s, &app).await.len(), 1);
 }
+
+/// Two processes taking over the same rows at once: every message is
+/// claimed once, key-less copies of one request included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_take_over_each_row_once() {
+    let (_d, url) = database().await;
+    let (s, other) = (MySqlStore::open(&url, 4).await.unwrap(), MySqlStore::open(&url, 4).await.unwrap());
+    let app = MySqlPool::connect(&url).await.unwrap();
+    for n in 0..40 {
+        charge(&app, &format!("'key-{n}'"), &format!("{{\"n\": {n}}}")).await.unwrap();
+        charge(&app, "NULL", &format!("{{\"copy\": {}}}", n % 10)).await.unwrap();
+    }
+    let now = now_ms(&app).await + 1;
+    let claim_all = |store: MySqlStore| async move {
+        let mut keys = Vec::new();
+        for _ in 0..20 {
+            let claimed = store.claim(now, 7, 60_000, &ClaimScope::All).await.unwrap();
+            keys.extend(claimed.into_iter().map(|c| c.operation.idempotency_key));
+        }
+        keys
+    };
+    let (a, b) = tokio::join!(tokio::spawn(claim_all(s.clone())), tokio::spawn(claim_all(other)));
+    let mut keys: Vec<String> = a.unwrap().into_iter().chain(b.unwrap()).collect();
+    keys.sort_unstable();
+    let claimed = keys.len();
+    keys.dedup();
+    assert_eq!(claimed, keys.len(), "a message was claimed twice");
+    assert_eq!(keys.len(), 50, "40 keyed messages and 10 distinct key-less requests");
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM failwell_outbox").await, 0);
+}
