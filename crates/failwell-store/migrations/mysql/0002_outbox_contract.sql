@@ -31,7 +31,7 @@ CREATE TABLE failwell_outbox (
     idempotency_key LONGTEXT NULL,
     reference LONGTEXT NULL,
     ordering_key LONGTEXT NULL,
-    -- In the session's time zone, as NOW() is.
+    -- In the connection's time zone, as NOW() is.
     available_at DATETIME(6) NULL,
     -- Written by the trigger: the operation this row created or replayed.
     operation_id BIGINT NULL,

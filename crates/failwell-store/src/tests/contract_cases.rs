@@ -2,7 +2,7 @@
 //! where failwell fills the request hash of a row an application inserted
 //! ([`contract_cases!`]).
 
-/// Defines the shared contract tests, and the helpers `orders_table`,
+/// Defines the shared contract tests, and the functions `orders_table`,
 /// `insert`, `charge` and `count` on the application's `pool`, in the
 /// invoking module, which provides `store()` (a guard, the store and the
 /// application's pool). `clock` selects the database's clock as the

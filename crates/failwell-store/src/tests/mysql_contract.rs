@@ -108,7 +108,7 @@ async fn a_message_is_held_until_filled() {
     );
 }
 
-/// Ordering keys and `available_at` (in the session's time zone) are kept,
+/// Ordering keys and `available_at` (in the connection's time zone) are kept,
 /// shown by the status view, and respected by the claim.
 #[tokio::test]
 async fn ordering_keys_and_available_at_are_kept() {
