@@ -4,7 +4,7 @@
 //! `cargo xtask test [ARGS]`: prints the service addresses the tests use,
 //! checks in seconds that everything the tests need is there (PostgreSQL
 //! and Redis reachable; Node.js with npm, g++ and make, Python 3 with venv,
-//! PHP with `pdo_pgsql` and `pdo_sqlite`, Chromium with chromedriver), installs what is missing from
+//! PHP with `pdo_pgsql`, `pdo_sqlite` and `pdo_mysql`, Chromium with chromedriver), installs what is missing from
 //! Debian's packages when it runs as root (otherwise prints the exact
 //! install line and stops before building), then runs every test binary of
 //! the workspace even when one fails (`cargo test --workspace

@@ -123,6 +123,12 @@ pub const TOOLS: &[Tool] = &[
         check: ("php", &["-m"], "pdo_sqlite"),
     },
     Tool {
+        name: "PHP with pdo_mysql",
+        needed_by: "the PHP outbox example on MySQL and MariaDB",
+        packages: &["php-cli", "php-mysql"],
+        check: ("php", &["-m"], "pdo_mysql"),
+    },
+    Tool {
         name: "a C++ compiler",
         needed_by: "npm builds better-sqlite3 (the Node.js outbox example on SQLite) when no prebuilt binary fits",
         packages: &["g++"],

@@ -11,10 +11,13 @@
 //! MariaDB both accept is used: no `RETURNING`, no `FOR UPDATE OF`.
 //!
 //! MySQL has no `LISTEN/NOTIFY`: a relay learns of messages another
-//! process enqueued at its next poll.
+//! process enqueued at its next poll. Applications enqueue with plain SQL
+//! into the table `failwell_outbox`, whose rows each claim takes over
+//! first (`contract.rs`).
 
 mod alerts;
 mod comparisons;
+mod contract;
 mod inbox;
 mod operator;
 mod outbox;

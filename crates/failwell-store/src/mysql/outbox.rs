@@ -43,12 +43,21 @@ impl OutboxConnection for MySqlConnection {
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {}
             Err(source) => return Err(StoreError::Database { context: "inserting an operation", source }),
         }
-        let stored: Option<String> =
-            sql::query_scalar("SELECT request_hash FROM operations WHERE idempotency_key = $1")
+        let read_hash = "SELECT request_hash FROM operations WHERE idempotency_key = $1";
+        let mut stored: Option<String> = sql::query_scalar(read_hash)
+            .bind(op.idempotency_key.as_str())
+            .fetch_optional(&mut *conn)
+            .await
+            .context("reading an existing operation")?;
+        if stored.as_deref() == Some("") {
+            // Inserted through `failwell_outbox` and not filled yet.
+            super::contract::fill(&mut *conn, now_ms, Some(&op.idempotency_key)).await?;
+            stored = sql::query_scalar(read_hash)
                 .bind(op.idempotency_key.as_str())
                 .fetch_optional(&mut *conn)
                 .await
                 .context("reading an existing operation")?;
+        }
         check_replay(op, &hash, stored)?;
         replayed(operation_by_key(conn, &op.idempotency_key).await?)
     }

@@ -97,6 +97,7 @@ async fn lease_due(
     token: i64,
     scope: &ClaimScope,
 ) -> Result<Vec<Claimed>, StoreError> {
+    super::contract::take_over(&mut *tx, now_ms).await?;
     let found = due_messages(&mut *tx, now_ms, limit, scope).await?;
     let due = lock_due(&mut *tx, now_ms, found).await?;
 

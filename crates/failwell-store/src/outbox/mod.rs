@@ -8,6 +8,7 @@
 //! each backend with what differs (`sqlite/outbox.rs`, `postgres/outbox.rs`).
 
 pub(crate) mod changes;
+pub(crate) mod contract;
 mod enqueue;
 mod model;
 pub(crate) mod rows;

@@ -65,8 +65,9 @@ macro_rules! outbox_statements {
                             unreadable.iter().map(|c| crate::outbox::stored::set_aside(c, now_ms)).collect();
                         complete_batch(&mut tx, &set_aside, now_ms).await?;
                     }
-                    // Also when nothing was claimed: SQLite's claim may have
-                    // filled rows an application inserted (see sqlite/contract.rs).
+                    // Also when nothing was claimed: SQLite's and MySQL's claims
+                    // may have filled rows an application inserted (see
+                    // outbox/contract.rs).
                     tx.commit().await.context("committing a claim")?;
                     Ok::<_, StoreError>(claimed)
                 })

@@ -4,6 +4,7 @@
 //! (`MYSQL_URL`, each test in a database of its own).
 
 mod cases;
+mod contract_cases;
 mod sqlite_checks;
 mod sqlite_contract;
 
@@ -101,6 +102,7 @@ mod sqlite {
 }
 
 mod mysql;
+mod mysql_contract;
 mod operator_races;
 mod postgres;
 

@@ -17,42 +17,17 @@ async fn store() -> (tempfile::TempDir, SqliteStore, SqlitePool) {
     let s = SqliteStore::open(&format!("sqlite://{}", path.display()), Synchronous::Normal).await.unwrap();
     let options = SqliteConnectOptions::new().filename(&path).busy_timeout(std::time::Duration::from_secs(5));
     let app = SqlitePool::connect_with(options).await.unwrap();
-    sqlx::query("CREATE TABLE orders (reference TEXT PRIMARY KEY, amount INTEGER NOT NULL)")
-        .execute(&app)
-        .await
-        .unwrap();
+    orders_table(&app).await;
     (dir, s, app)
 }
 
-/// Inserts a row into the view: `columns` and their SQL `values`.
-async fn insert(app: &SqlitePool, columns: &str, values: &str) -> Result<(), sqlx::Error> {
-    sqlx::query(sqlx::AssertSqlSafe(format!("INSERT INTO failwell_outbox ({columns}) VALUES ({values})")))
-        .execute(app)
-        .await
-        .map(drop)
-}
-
-/// A charge of `amount` under `key` (`NULL` for none).
-async fn charge(app: &SqlitePool, key: &str, payload: &str) -> Result<(), sqlx::Error> {
-    insert(
-        app,
-        "provider, operation, payload, idempotency_key",
-        &format!("'payments', 'charge', '{payload}', {key}"),
-    )
-    .await
-}
-
-/// SQLite's clock, which the trigger reads, in ms since the Unix epoch.
-async fn now_ms(app: &SqlitePool) -> i64 {
-    sqlx::query_scalar("SELECT CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)")
-        .fetch_one(app)
-        .await
-        .unwrap()
-}
-
-async fn count(app: &SqlitePool, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned())).fetch_one(app).await.unwrap()
-}
+super::contract_cases::contract_cases!(
+    clock = "SELECT CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)",
+    begin = "BEGIN IMMEDIATE",
+    pool = SqlitePool,
+    status = "failwell_outbox",
+    provisional = "sqlite:%"
+);
 
 /// Every insert the API would refuse is refused, naming the column; nothing
 /// is written.
@@ -63,19 +38,6 @@ async fn the_view_refuses_what_the_api_would_naming_the_column() {
     let cases = [
         ("provider, operation", "'payments', 'charge'", "provider, operation and payload are required"),
         ("provider, payload", "'payments', '{}'", "provider, operation and payload are required"),
-        ("provider, operation, payload", "' ', 'charge', '{}'", "provider must not be empty or blank"),
-        ("provider, operation, payload", "'payments', '', '{}'", "operation must not be empty or blank"),
-        (
-            "provider, operation, payload, idempotency_key",
-            "'payments', 'charge', '{}', char(9)",
-            "idempotency_key must not be empty or blank",
-        ),
-        (
-            "provider, operation, payload, reference",
-            "'payments', 'charge', '{}', '  '",
-            "reference must not be",
-        ),
-        ("provider, operation, payload", "'payments', 'charge', '[1]'", "payload must be a JSON object"),
         ("provider, operation, payload", "'payments', 'charge', '{'", "payload must be JSON text"),
         ("provider, operation, payload", "'payments', 'charge', x'7b7d'", "payload must be JSON text"),
         (
@@ -109,7 +71,7 @@ async fn the_view_refuses_what_the_api_would_naming_the_column() {
             "available_at is not a time within a year from now",
         ),
     ];
-    for (columns, values, says) in cases {
+    for &(columns, values, says) in REFUSED.iter().chain(&cases) {
         let error = insert(&app, columns, values).await.unwrap_err().to_string();
         assert!(error.contains("failwell_outbox: ") && error.contains(says), "{values}: {error}");
     }
@@ -117,144 +79,6 @@ async fn the_view_refuses_what_the_api_would_naming_the_column() {
     let deepest = format!("{{\"a\": {}{}}}", "[".repeat(125), "]".repeat(125));
     charge(&app, "'deepest'", &deepest).await.unwrap();
     assert_eq!(count(&app, "SELECT count(*) FROM operations").await, 1);
-}
-
-/// The same key with the same request is a replay (keys in another order,
-/// other whitespace); with another request, or another key holding the
-/// reference, the insert is refused.
-#[tokio::test]
-async fn the_same_key_replays_the_same_request_and_refuses_another() {
-    let (_d, s, app) = store().await;
-    let columns = "provider, operation, payload, idempotency_key, reference";
-    insert(&app, columns, "'payments', 'charge', '{\"amount\": 100, \"tags\": [1, 2.5]}', 'k', 'order-1'")
-        .await
-        .unwrap();
-    insert(&app, columns, "'payments', 'charge', '{ \"tags\":[1,2.50],\"amount\":100 }', 'k', 'order-1'")
-        .await
-        .unwrap();
-    assert_eq!(count(&app, "SELECT count(*) FROM failwell_outbox").await, 1);
-    for (values, says) in [
-        (
-            "'payments', 'charge', '{\"amount\": 101, \"tags\": [1, 2.5]}', 'k', 'order-1'",
-            "already used with a different request",
-        ),
-        (
-            "'payments', 'refund', '{\"amount\": 100, \"tags\": [1, 2.5]}', 'k', 'order-1'",
-            "already used with a different request",
-        ),
-        (
-            "'payments', 'charge', '{\"amount\": 100, \"tags\": [1, 2.5]}', 'other', 'order-1'",
-            "reference already belongs",
-        ),
-        ("'payments', 'charge', '{\"amount\": 7}', NULL, 'order-1'", "reference already belongs"),
-    ] {
-        let error = insert(&app, columns, values).await.unwrap_err().to_string();
-        assert!(error.contains(says), "{values}: {error}");
-    }
-    // Without a key, the same request under the same reference is a replay.
-    insert(&app, columns, "'payments', 'charge', '{\"tags\": [1, 2.5], \"amount\": 100}', NULL, 'order-1'")
-        .await
-        .unwrap();
-    assert_eq!(count(&app, "SELECT count(*) FROM operations").await, 1);
-    // failwell's own API sees the row as its own once filled: a replay, or
-    // a misuse of the key.
-    let message = Message {
-        idempotency_key: Some("k".into()),
-        reference: Some("order-1".into()),
-        ..Message::new("payments", "charge", json!({"tags": [1, 2.5], "amount": 100}))
-    };
-    let mut tx = s.begin().await.unwrap();
-    let submitted = Outbox::enqueue(&mut tx, &message, now_ms(&app).await).await.unwrap();
-    assert!(matches!(submitted, Submitted::Replayed(_)), "{submitted:?}");
-    let other = Message { payload: json!({"amount": 5}), ..message };
-    let error = Outbox::enqueue(&mut tx, &other, now_ms(&app).await).await.unwrap_err();
-    assert!(matches!(error, StoreError::KeyReused { .. }), "{error}");
-}
-
-/// The insert commits with the application's own rows, or neither does.
-#[tokio::test]
-async fn a_rollback_leaves_neither_the_order_nor_its_message() {
-    let (_d, s, app) = store().await;
-    for (reference, commit) in [("order-rolled-back", false), ("order-committed", true)] {
-        let mut tx = app.begin_with("BEGIN IMMEDIATE").await.unwrap();
-        sqlx::query("INSERT INTO orders (reference, amount) VALUES (?1, 1250)")
-            .bind(reference)
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        sqlx::query(
-            "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference) \
-             VALUES ('payments', 'charge', json_object('amount', 1250, 'reference', ?1), ?1, ?1)",
-        )
-        .bind(reference)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-        if commit { tx.commit().await.unwrap() } else { tx.rollback().await.unwrap() }
-    }
-    assert_eq!(count(&app, "SELECT count(*) FROM orders").await, 1);
-    assert_eq!(count(&app, "SELECT count(*) FROM operations").await, 1);
-    assert_eq!(
-        count(&app, "SELECT count(*) FROM history").await,
-        1,
-        "the history has only the committed row"
-    );
-    let claimed = s.claim(now_ms(&app).await + 1, 10, 60_000, &ClaimScope::All).await.unwrap();
-    assert_eq!(claimed.len(), 1);
-    let op = &claimed[0].operation;
-    assert_eq!(op.idempotency_key, "order-committed");
-    assert_eq!(op.provider_key, failwell_policy::derive_key("payments", "charge", "order-committed", 0));
-    assert_eq!(op.payload, json!({"amount": 1250, "reference": "order-committed"}));
-}
-
-/// A request inserted twice without a key is one message: failwell gives
-/// the first the key `sha256:` and the request hash, as on every other
-/// path, and marks the second done without sending it.
-#[tokio::test]
-async fn a_request_inserted_twice_without_a_key_is_delivered_once() {
-    let (_d, s, app) = store().await;
-    charge(&app, "NULL", "{\"amount\": 3, \"currency\": \"eur\"}").await.unwrap();
-    charge(&app, "NULL", "{\"currency\": \"eur\", \"amount\": 3}").await.unwrap();
-    assert_eq!(
-        count(&app, "SELECT count(*) FROM failwell_outbox WHERE idempotency_key LIKE 'sqlite:%'").await,
-        2
-    );
-    let now = now_ms(&app).await + 1;
-    let claimed = s.claim(now, 10, 60_000, &ClaimScope::All).await.unwrap();
-    assert_eq!(claimed.len(), 1, "{claimed:?}");
-    let message = Message::new("payments", "charge", json!({"amount": 3, "currency": "eur"}));
-    let mut tx = s.begin().await.unwrap();
-    let Submitted::Replayed(op) = Outbox::enqueue(&mut tx, &message, now).await.unwrap() else {
-        panic!("the API's key for the request is not the one failwell filled in")
-    };
-    tx.rollback().await.unwrap();
-    assert_eq!(op.id, claimed[0].operation.id);
-    assert!(op.idempotency_key.starts_with("sha256:"), "{}", op.idempotency_key);
-    assert_eq!(op.provider_key, failwell_policy::derive_key("payments", "charge", &op.idempotency_key, 0));
-    let (delivery, status, error): (String, String, String) = sqlx::query_as(
-        "SELECT delivery, status, last_error FROM failwell_outbox WHERE idempotency_key LIKE 'sqlite:%'",
-    )
-    .fetch_one(&app)
-    .await
-    .unwrap();
-    assert_eq!((delivery.as_str(), status.as_str()), ("done", "failed"));
-    assert!(error.contains(&format!("the same request as operation {}", op.id)), "{error}");
-    // Inserted again after the first was filled: set aside the same way.
-    charge(&app, "NULL", "{\"amount\": 3, \"currency\": \"eur\"}").await.unwrap();
-    assert!(s.claim(now + 1, 10, 60_000, &ClaimScope::All).await.unwrap().is_empty());
-    assert_eq!(count(&app, "SELECT count(*) FROM outbox WHERE state = 'done'").await, 2);
-}
-
-/// A payload the trigger cannot judge (a number too long for failwell's
-/// other paths) is set aside by failwell, never sent.
-#[tokio::test]
-async fn a_payload_failwell_refuses_is_set_aside_before_it_is_claimed() {
-    let (_d, s, app) = store().await;
-    charge(&app, "'huge'", &format!("{{\"amount\": 1{}}}", "0".repeat(1001))).await.unwrap();
-    assert!(s.claim(now_ms(&app).await + 1, 10, 60_000, &ClaimScope::All).await.unwrap().is_empty());
-    let op = s.operation("huge").await.unwrap().unwrap();
-    assert_eq!(op.status, OperationStatus::Failed);
-    assert!(op.last_error.as_deref().unwrap_or_default().contains("set aside, not sent"), "{op:?}");
 }
 
 /// Rows whose key is not UTF-8 text (`CAST(x'…' AS TEXT)`) are set aside
@@ -326,23 +150,4 @@ async fn ordering_keys_and_available_at_are_kept() {
     let claimed = s.claim(later, 10, 86_400_000, &ClaimScope::All).await.unwrap();
     let keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
     assert_eq!(keys, ["later-unix"]);
-}
-
-/// A key-less request whose `sha256:` key an application also wrote out
-/// itself (not filled yet) is the same request: sent once.
-#[tokio::test]
-async fn a_derived_key_written_out_by_the_application_is_the_same_request() {
-    let (_d, s, app) = store().await;
-    let payload = json!({"amount": 9});
-    let message = Message::new("payments", "charge", payload.clone());
-    let mut tx = s.begin().await.unwrap();
-    let Submitted::Created(op) = Outbox::enqueue(&mut tx, &message, 1).await.unwrap() else {
-        panic!("replayed")
-    };
-    tx.rollback().await.unwrap();
-    charge(&app, "NULL", "{\"amount\": 9}").await.unwrap();
-    charge(&app, &format!("'{}'", op.idempotency_key), "{\"amount\": 9}").await.unwrap();
-    let claimed = s.claim(now_ms(&app).await + 1, 10, 60_000, &ClaimScope::All).await.unwrap();
-    assert_eq!(claimed.len(), 1, "{claimed:?}");
-    assert_eq!(claimed[0].operation.idempotency_key, op.idempotency_key);
 }

@@ -20,6 +20,9 @@ pub enum Database {
     /// `enqueue_order_sqlite.*`: sqlite3, better-sqlite3, PDO sqlite; the
     /// database file as the first argument.
     Sqlite,
+    /// `enqueue_order_mysql.*`: PyMySQL, mysql2, PDO mysql; the database's
+    /// `mysql://` URL as the first argument.
+    Mysql,
 }
 
 /// The repository's directory `name` (`examples`, `bench`).
@@ -28,10 +31,10 @@ pub fn repository(name: &str) -> PathBuf {
 }
 
 /// The interpreter and script of `language`'s example for `database`,
-/// with its libraries installed on first use (psycopg in a virtual
-/// environment under the tests' temporary directory, the Node.js packages
-/// with `npm ci`); PHP's PDO driver must be there (`cargo xtask test`
-/// installs it).
+/// with its libraries installed on first use (`python/requirements.txt` in
+/// a virtual environment under the tests' temporary directory, again when
+/// the file changes; the Node.js packages with `npm ci`); PHP's PDO driver
+/// must be there (`cargo xtask test` installs it).
 pub fn example(language: &str, database: Database) -> (String, PathBuf) {
     let examples = repository("examples");
     let run = |program: &str, args: &[&str], dir: &Path| {
@@ -45,6 +48,7 @@ pub fn example(language: &str, database: Database) -> (String, PathBuf) {
     let suffix = match database {
         Database::Postgres => "",
         Database::Sqlite => "_sqlite",
+        Database::Mysql => "_mysql",
     };
     match language {
         "python" => {
@@ -52,14 +56,21 @@ pub fn example(language: &str, database: Database) -> (String, PathBuf) {
             let python = venv.join("bin/python");
             if !python.exists() {
                 run("python3", &["-m", "venv", venv.to_str().unwrap()], &examples);
+            }
+            // The requirements installed last, kept in the environment.
+            let installed = venv.join("requirements.txt");
+            let wanted = std::fs::read_to_string(examples.join("python/requirements.txt")).unwrap();
+            if std::fs::read_to_string(&installed).ok().as_deref() != Some(wanted.as_str()) {
                 let pip = venv.join("bin/pip");
                 run(pip.to_str().unwrap(), &["install", "-q", "-r", "python/requirements.txt"], &examples);
+                std::fs::write(&installed, wanted).unwrap();
             }
             (python.to_str().unwrap().to_owned(), examples.join(format!("python/enqueue_order{suffix}.py")))
         }
         "node" => {
-            if !examples.join("node/node_modules/pg").exists()
-                || !examples.join("node/node_modules/better-sqlite3").exists()
+            if ["pg", "better-sqlite3", "mysql2"]
+                .iter()
+                .any(|package| !examples.join("node/node_modules").join(package).exists())
             {
                 run("npm", &["ci", "--silent", "--no-audit", "--no-fund"], &examples.join("node"));
             }
@@ -69,6 +80,7 @@ pub fn example(language: &str, database: Database) -> (String, PathBuf) {
             let (driver, package) = match database {
                 Database::Postgres => ("pdo_pgsql", "php-pgsql"),
                 Database::Sqlite => ("pdo_sqlite", "php-sqlite3"),
+                Database::Mysql => ("pdo_mysql", "php-mysql"),
             };
             let modules = Command::new("php").arg("-m").output().unwrap_or_else(|e| {
                 panic!("php is needed for the PHP example (apt-get install php-cli {package}): {e}")
@@ -123,5 +135,13 @@ pub async fn settled_and_rolled_back(gateway: &Gateway, references: &[String]) {
         let rolled_back = reference.replace("order-", "rolled-back-");
         let status = gateway.http.get(format!("{}/v1/operations/{rolled_back}", gateway.base)).send().await;
         assert_eq!(status.unwrap().status(), 404, "{rolled_back} left a message");
+    }
+}
+
+/// Checks that the provider charged each of `references` exactly once.
+pub fn charged_once(sim: &failwell_sim::Simulator, references: &[String]) {
+    let effects = sim.effects();
+    for reference in references {
+        assert_eq!(effects.by_reference[reference].effects, 1, "{reference} charged once");
     }
 }

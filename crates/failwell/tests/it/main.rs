@@ -21,6 +21,7 @@ mod helpers;
 mod logs;
 mod manifest;
 mod metrics;
+mod mysql_apps;
 mod openapi;
 mod operator;
 mod processing;

@@ -9,13 +9,13 @@ use failwell_store::{Message, Outbox, PostgresStore};
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::examples::{Database, enqueue_with_each, settled_and_rolled_back};
+use crate::examples::{Database, charged_once, enqueue_with_each, settled_and_rolled_back};
 use crate::helpers::{Gateway, calls, postgres_schema, simulator};
 
-/// `failwell serve` on the PostgreSQL store at `database_url`, delivering
-/// to `sim` (at most 20 attempts over 10 minutes, so nothing runs out of
-/// attempts while processes die).
-async fn gateway_on(database_url: &str, sim: &Simulator) -> Gateway {
+/// `failwell serve` on the store at `database_url` (PostgreSQL here, MySQL
+/// in `mysql_apps`), delivering to `sim` (at most 20 attempts over 10
+/// minutes, so nothing runs out of attempts while processes die).
+pub async fn gateway_on(database_url: &str, sim: &Simulator) -> Gateway {
     gateway_edited(database_url, sim, |line| line.into()).await
 }
 
@@ -249,9 +249,7 @@ async fn python_node_and_php_applications_enqueue_in_their_own_transactions_and_
         command
     });
     settled_and_rolled_back(&gateway, &references).await;
-    for reference in &references {
-        assert_eq!(sim.effects().by_reference[reference].effects, 1, "{reference} charged once");
-    }
+    charged_once(&sim, &references);
     let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&pool).await.unwrap();
     assert_eq!(orders, 3, "only the committed orders");
 }
