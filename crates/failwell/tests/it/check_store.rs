@@ -100,6 +100,52 @@ async fn check_names_a_postgres_schema_and_the_rights_the_contract_needs() {
     has_lines(&check(&url), &[&migrated("postgres")]);
 }
 
+/// The rights `failwell check` names for a PostgreSQL application's user
+/// are needed (the view's alone are refused: its trigger runs with the
+/// application's rights) and enough, for a plain insert and a scheduled one.
+#[tokio::test]
+async fn the_rights_named_for_a_postgres_application_are_needed_and_enough() {
+    use sqlx::Connection;
+    let url = postgres_schema().await;
+    let schema = url.rsplit_once("%3D").unwrap().1.to_owned();
+    let store = PostgresStore::open(&url, 2).await.unwrap();
+    failwell_store::Backend::close(&store).await;
+    let role = format!("{schema}_app");
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let run = async |conn: &mut sqlx::PgConnection, sql: String| {
+        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut *conn).await.map(drop)
+    };
+    let insert = |key: &str, scheduled: &str| {
+        format!(
+            "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference{}) \
+             VALUES ('payments', 'charge', '{{\"amount\": 1}}', '{key}', '{key}'{})",
+            if scheduled.is_empty() { "" } else { ", ordering_key, available_at" },
+            scheduled
+        )
+    };
+    run(&mut conn, format!("CREATE ROLE {role}")).await.unwrap();
+    run(&mut conn, format!("GRANT USAGE ON SCHEMA {schema} TO {role}")).await.unwrap();
+    run(&mut conn, format!("GRANT INSERT, SELECT ON failwell_outbox TO {role}")).await.unwrap();
+    run(&mut conn, format!("SET ROLE {role}")).await.unwrap();
+    let refused = run(&mut conn, insert("rights-1", "")).await.unwrap_err();
+    assert!(refused.to_string().contains("permission denied for table operations"), "{refused}");
+    run(&mut conn, "RESET ROLE".into()).await.unwrap();
+    run(&mut conn, format!("GRANT SELECT, INSERT, UPDATE ON operations, outbox TO {role}")).await.unwrap();
+    run(&mut conn, format!("GRANT INSERT ON history TO {role}")).await.unwrap();
+    run(&mut conn, format!("SET ROLE {role}")).await.unwrap();
+    run(&mut conn, insert("rights-1", "")).await.unwrap();
+    run(&mut conn, insert("rights-2", ", 'k', now() + interval '1 hour'")).await.unwrap();
+    let status: String =
+        sqlx::query_scalar("SELECT status FROM failwell_outbox WHERE idempotency_key = 'rights-2'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(status, "pending");
+    run(&mut conn, "RESET ROLE".into()).await.unwrap();
+    run(&mut conn, format!("DROP OWNED BY {role}")).await.unwrap();
+    run(&mut conn, format!("DROP ROLE {role}")).await.unwrap();
+}
+
 #[tokio::test]
 async fn check_names_mysql_or_mariadb_its_version_and_the_contract_table() {
     let database = mysql_database().await;
