@@ -9,6 +9,10 @@ use std::fmt::Write;
 
 use failwell_store::{Database, Inspection, Location, Store, StoreError};
 
+/// How long a look at the store may take: a server that never answers
+/// (a dropped packet, not a refusal) is unreachable after it.
+const INSPECT_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Why a store could not be looked at.
 #[derive(Debug)]
 pub enum Unavailable {
@@ -46,7 +50,12 @@ impl StoreReport {
         let found = match &location {
             // Opening a missing file read-only fails with a cryptic error.
             Location::Sqlite { path } if !path.exists() => Err(Unavailable::NotCreated),
-            _ => Store::inspect(url).await.map_err(|e| Unavailable::Unreachable(failwell_engine::chain(&e))),
+            _ => match tokio::time::timeout(INSPECT_WITHIN, Store::inspect(url)).await {
+                Ok(found) => found.map_err(|e| Unavailable::Unreachable(failwell_engine::chain(&e))),
+                Err(_) => {
+                    Err(Unavailable::Unreachable(format!("no answer within {} s", INSPECT_WITHIN.as_secs())))
+                }
+            },
         };
         let detail = found.as_ref().ok().and_then(|found| found.detail.clone());
         let (application_needs, failwell_needs) = needs(&location, detail.as_deref());
