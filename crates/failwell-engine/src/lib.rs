@@ -208,13 +208,18 @@ async fn wake_on_new_messages(
 
 /// An error with its causes, `outer: inner: …`: a store error's message
 /// names what failwell was doing, its cause what the database said; a
-/// reqwest error's message names no cause (e.g. a timeout).
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+/// reqwest error's message names no cause (e.g. a timeout). A cause whose
+/// text the message already ends with (sqlx's database errors repeat
+/// theirs) is written once.
+pub fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
         source = cause.source();
     }
     text
@@ -230,5 +235,26 @@ mod tests {
         assert_eq!(super::since(5_000, 9_000), Duration::ZERO);
         assert_eq!(super::since(5_000, i64::MIN), Duration::from_millis(i64::MAX as u64));
         assert_eq!(super::since(i64::MIN, i64::MAX), Duration::ZERO);
+    }
+
+    /// An error that says `text`, caused by `source`.
+    #[derive(Debug, thiserror::Error)]
+    #[error("{text}")]
+    struct Said {
+        text: &'static str,
+        #[source]
+        source: Option<Box<Said>>,
+    }
+
+    #[test]
+    fn a_chain_names_each_cause_once() {
+        let said = |text, source: Option<Said>| Said { text, source: source.map(Box::new) };
+        let database = said("1045 (28000): Access denied", None);
+        let repeated = said("error returned from database: 1045 (28000): Access denied", Some(database));
+        let error = said("connecting to MySQL", Some(repeated));
+        assert_eq!(
+            super::chain(&error),
+            "connecting to MySQL: error returned from database: 1045 (28000): Access denied"
+        );
     }
 }

@@ -24,6 +24,7 @@ mod alerts;
 mod comparisons;
 mod error;
 mod inbox;
+mod inspect;
 mod mysql;
 mod open;
 mod operator;
@@ -46,6 +47,7 @@ pub use inbox::{
     ClaimedForward, EventRecord, EventReport, EventStep, ForwardCompletion, ForwardTransition, InboxStore,
     LedgerEffect, NewEvent, OperationEvent, Received, StoredEvent,
 };
+pub use inspect::{Inspection, Location, Server};
 pub use mysql::MySqlStore;
 pub use open::{Database, StoreOptions};
 pub use operator::{

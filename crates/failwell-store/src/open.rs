@@ -1,7 +1,7 @@
 //! Opening the store a configuration names: SQLite, PostgreSQL or MySQL,
 //! chosen by the scheme of `database_url`.
 
-use crate::error::{Context, StoreError};
+use crate::error::StoreError;
 use crate::{MySqlStore, PostgresStore, SqliteStore, Store, Synchronous};
 
 /// How to open a store: the settings of each database.
@@ -39,51 +39,7 @@ impl Store {
     /// database cannot be opened (an SQLite file that does not exist
     /// included).
     pub async fn holds_store(url: &str) -> Result<bool, StoreError> {
-        use sqlx::{ConnectOptions, Connection};
-        match Database::of(url) {
-            Some(Database::Sqlite) => {
-                let options: sqlx::sqlite::SqliteConnectOptions =
-                    url.parse().context("parsing the SQLite URL")?;
-                let mut conn =
-                    options.read_only(true).connect().await.context("opening the SQLite database")?;
-                let found: bool = sqlx::query_scalar(
-                    "SELECT COUNT(*) = 3 FROM sqlite_master WHERE type = 'table' \
-                     AND name IN ('_sqlx_migrations', 'operations', 'outbox')",
-                )
-                .fetch_one(&mut conn)
-                .await
-                .context("looking for failwell's tables")?;
-                let _ = conn.close().await;
-                Ok(found)
-            }
-            Some(Database::Postgres) => {
-                let mut conn = sqlx::PgConnection::connect(url).await.context("connecting to PostgreSQL")?;
-                // In the schema the store's tables are written to (the
-                // first of the search path that exists), not anywhere on it.
-                let found: bool = sqlx::query_scalar(
-                    "SELECT COUNT(*) = 3 FROM pg_tables WHERE schemaname = current_schema() \
-                     AND tablename IN ('_sqlx_migrations', 'operations', 'outbox')",
-                )
-                .fetch_one(&mut conn)
-                .await
-                .context("looking for failwell's tables")?;
-                let _ = conn.close().await;
-                Ok(found)
-            }
-            Some(Database::MySql) => {
-                let mut conn = sqlx::MySqlConnection::connect(url).await.context("connecting to MySQL")?;
-                let found: bool = sqlx::query_scalar(
-                    "SELECT COUNT(*) = 3 FROM information_schema.tables WHERE table_schema = DATABASE() \
-                     AND table_name IN ('_sqlx_migrations', 'operations', 'outbox')",
-                )
-                .fetch_one(&mut conn)
-                .await
-                .context("looking for failwell's tables")?;
-                let _ = conn.close().await;
-                Ok(found)
-            }
-            None => Err(StoreError::UnsupportedUrl),
-        }
+        Ok(Self::inspect(url).await?.applied.is_some())
     }
 }
 

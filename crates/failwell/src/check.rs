@@ -4,6 +4,10 @@
 //! them, what happens while the provider is down, how disagreement is found,
 //! and the worst-case load on the provider and on failwell's workers.
 //!
+//! First the store: which database (never a password), whether it is
+//! reachable and migrated, and the rights the application's and failwell's
+//! database users need there ([`StoreReport`]).
+//!
 //! A configuration a manifest rule refuses never gets here: loading it
 //! fails with the file, the operation, the rule and the fix.
 
@@ -14,13 +18,15 @@ use failwell_engine::{OperationSpec, PauseWhen, ProviderSpec};
 use failwell_policy::{Answer, OnUnavailable, Reconcile, RetryOwner, Severity};
 
 use crate::config::Config;
+use crate::store::StoreReport;
 
-/// The report for a loaded configuration.
-pub fn report(config: &Config) -> String {
+/// The report for a loaded configuration and its store.
+pub fn report(config: &Config, store: &StoreReport) -> String {
     let operations: usize = config.providers.values().map(|spec| spec.operations.len()).sum();
     let mut out = format!(
-        "{} provider(s), {operations} operation(s); every manifest rule holds.\n",
-        config.providers.len()
+        "{} provider(s), {operations} operation(s); every manifest rule holds.\n\n{}",
+        config.providers.len(),
+        store.lines()
     );
     for spec in config.providers.values() {
         for (name, operation) in &spec.operations {

@@ -12,6 +12,7 @@ pub mod config;
 pub mod demo;
 pub mod http;
 pub mod ops;
+pub mod store;
 pub mod telemetry;
 pub mod webhook;
 
@@ -126,6 +127,14 @@ impl Server {
     pub async fn start(config: Config, listener: TcpListener) -> Result<Self, StartError> {
         let addr = listener.local_addr().map_err(StartError::Listener)?;
         let store = Store::open(&config.database_url, config.store_options()).await?;
+        let report = crate::store::StoreReport::inspect(&config.database_url).await?;
+        tracing::info!(
+            store = %report.store(),
+            state = %report.state(),
+            application_needs = %report.application_needs,
+            failwell_needs = %report.failwell_needs,
+            "store opened"
+        );
         let cluster = match config.cluster {
             Some(cluster_config) => {
                 let cluster = Cluster::start(cluster_config)

@@ -42,7 +42,9 @@ enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
-    /// Check a configuration and print, per operation, its manifest and the
+    /// Check a configuration and print its store (which database, whether it
+    /// is reachable and migrated, the rights the application's and failwell's
+    /// database users need) and, per operation, its manifest and the
     /// behaviour that follows (exit 2 when a rule refuses it).
     Check {
         /// Configuration file (TOML); FAILWELL_* environment variables override it.
@@ -257,7 +259,8 @@ async fn run(cli: Cli, demo_log: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         }
         Command::Check { config } => {
             let config = failwell::config::load(config.as_deref())?;
-            print!("{}", failwell::check::report(&config));
+            let store = failwell::store::StoreReport::inspect(&config.database_url).await?;
+            print!("{}", failwell::check::report(&config, &store));
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { config } => {

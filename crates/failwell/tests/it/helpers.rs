@@ -57,6 +57,21 @@ pub fn config_text(sim_url: &str, db: &std::path::Path, port: u16, extra: &str) 
     )
 }
 
+/// The config `text` with its `database_url` naming `url` (a PostgreSQL or
+/// MySQL store) instead of the SQLite file.
+pub fn on_database(text: &str, url: &str) -> String {
+    text.lines()
+        .map(|line| {
+            if line.starts_with("database_url = ") {
+                format!("database_url = \"{url}\"")
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// `failwell serve` running as a child process.
 pub struct Gateway {
     child: Option<Child>,
@@ -240,4 +255,57 @@ pub async fn postgres_schema() -> String {
     pool.close().await;
     let separator = if url.contains('?') { '&' } else { '?' };
     format!("{url}{separator}options=-csearch_path%3D{schema}")
+}
+
+/// A fresh database on the MySQL or MariaDB server at `MYSQL_URL` (default
+/// `mysql://root@127.0.0.1:3306/test`), dropped when this is dropped (the
+/// connections still open on it killed first: a process killed mid-transaction,
+/// or a pool of the test's runtime, would hold its tables' locks).
+pub struct MySqlDatabase {
+    server: String,
+    name: String,
+    /// The URL whose connections use this database.
+    pub url: String,
+}
+
+/// A fresh MySQL/MariaDB database for one test; its URL is
+/// [`MySqlDatabase::url`].
+pub async fn mysql_database() -> MySqlDatabase {
+    let server = std::env::var("MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into());
+    let name = format!("it_{:016x}", rand::random::<u64>());
+    let pool = sqlx::MySqlPool::connect(&server).await.expect("MySQL at MYSQL_URL");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&pool).await.unwrap();
+    pool.close().await;
+    let mut url = reqwest::Url::parse(&server).expect("MYSQL_URL is a URL");
+    url.set_path(&name);
+    MySqlDatabase { url: url.into(), server, name }
+}
+
+impl Drop for MySqlDatabase {
+    fn drop(&mut self) {
+        let (server, name) = (self.server.clone(), self.name.clone());
+        // The test's runtime may be shutting down: a runtime of its own.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                let pool = sqlx::MySqlPool::connect(&server).await?;
+                let open: Vec<i64> =
+                    sqlx::query_scalar("SELECT id FROM information_schema.processlist WHERE db = ?")
+                        .bind(&name)
+                        .fetch_all(&pool)
+                        .await?;
+                for id in open {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("KILL {id}"))).execute(&pool).await;
+                }
+                sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name}")))
+                    .execute(&pool)
+                    .await?;
+                pool.close().await;
+                Ok::<_, sqlx::Error>(())
+            })
+        });
+        if let Ok(Err(e)) = dropped.join() {
+            eprintln!("database {} left behind: {e}", self.name);
+        }
+    }
 }

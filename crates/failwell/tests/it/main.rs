@@ -9,6 +9,7 @@
 mod admin;
 mod alerting;
 mod api;
+mod check_store;
 mod cluster;
 mod config;
 mod contract_fuzz;
@@ -21,6 +22,7 @@ mod helpers;
 mod logs;
 mod manifest;
 mod metrics;
+mod mysql;
 mod mysql_apps;
 mod openapi;
 mod operator;

@@ -9,42 +9,13 @@ use std::time::Duration;
 use sqlx::MySqlPool;
 
 use crate::examples::{Database, charged_once, enqueue_with_each, settled_and_rolled_back};
-use crate::helpers::simulator;
+use crate::helpers::{mysql_database, simulator};
 use crate::scale_out::gateway_on;
-
-/// A fresh database on the server at `MYSQL_URL`, dropped at the end of
-/// the test that made it.
-struct FreshDatabase {
-    server: MySqlPool,
-    name: String,
-    /// The URL whose connections use it.
-    url: String,
-}
-
-impl FreshDatabase {
-    async fn create() -> Self {
-        let url = std::env::var("MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into());
-        let server = MySqlPool::connect(&url).await.expect("MySQL or MariaDB at MYSQL_URL");
-        let name = format!("it_apps_{:016x}", rand::random::<u64>());
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&server).await.unwrap();
-        let (base, query) = url.split_once('?').map_or((url.as_str(), ""), |(b, q)| (b, q));
-        let host = base.rsplit_once('/').map_or(base, |(host, _)| host);
-        let separator = if query.is_empty() { "" } else { "?" };
-        let url = format!("{host}/{name}{separator}{query}");
-        Self { server, name, url }
-    }
-
-    async fn drop_it(self) {
-        let drop = format!("DROP DATABASE IF EXISTS {}", self.name);
-        sqlx::query(sqlx::AssertSqlSafe(drop)).execute(&self.server).await.unwrap();
-        self.server.close().await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_node_and_php_applications_on_mysql_enqueue_in_their_own_transactions() {
     let sim = simulator(|_| {}).await;
-    let database = FreshDatabase::create().await;
+    let database = mysql_database().await;
     let mut gateway = gateway_on(&database.url, &sim).await;
     // The application's own table, next to failwell's (created at start).
     let app = MySqlPool::connect(&database.url).await.unwrap();
@@ -77,5 +48,4 @@ async fn python_node_and_php_applications_on_mysql_enqueue_in_their_own_transact
     charged_once(&sim, &references);
     app.close().await;
     gateway.kill().await;
-    database.drop_it().await;
 }

@@ -416,17 +416,7 @@ async fn status_and_metrics_agree_with_the_database_and_dead_letters_can_be_work
         let text = std::fs::read_to_string(&gateway.config).unwrap();
         let text = match check {
             None => text.replace("failwell.db", database),
-            Some(url) => text
-                .lines()
-                .map(|l| {
-                    if l.starts_with("database_url") {
-                        format!("database_url = \"{url}\"")
-                    } else {
-                        l.to_owned()
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join("\n"),
+            Some(url) => crate::helpers::on_database(&text, url),
         };
         std::fs::write(&elsewhere, text).unwrap();
         for args in [&["status"][..], &["dlq", "ack"]] {

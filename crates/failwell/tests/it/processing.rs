@@ -23,12 +23,13 @@ const APP_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// Standard Webhooks scheme, keeps it, and answers 500 to the first
 /// `refuse` deliveries (all of them with `usize::MAX`).
 #[derive(Clone)]
-struct App {
+pub(crate) struct App {
     url: String,
-    received: Arc<Mutex<Vec<(HeaderMap, Bytes)>>>,
+    /// What it was sent, refused deliveries included.
+    pub(crate) received: Arc<Mutex<Vec<(HeaderMap, Bytes)>>>,
 }
 
-async fn app(refuse: usize) -> App {
+pub(crate) async fn app(refuse: usize) -> App {
     let received = Arc::new(Mutex::new(Vec::new()));
     let refused = Arc::new(AtomicUsize::new(0));
     let verifier =
@@ -57,7 +58,7 @@ async fn app(refuse: usize) -> App {
 
 /// `[providers.app]` and `[webhooks.sim]` (Stripe-signed, forwarded to
 /// `app` when given, mapped to the `payments` ledger).
-fn sources(app: Option<&App>) -> String {
+pub(crate) fn sources(app: Option<&App>) -> String {
     let mut text = String::new();
     if let Some(app) = app {
         text += &format!(
@@ -77,14 +78,15 @@ fn sources(app: Option<&App>) -> String {
 }
 
 /// The simulator's kind of event about `reference`.
-fn event(id: &str, reference: &str, status: &str, version: i64) -> Vec<u8> {
+pub(crate) fn event(id: &str, reference: &str, status: &str, version: i64) -> Vec<u8> {
     let object = json!({"object": "charge", "reference": reference, "status": status, "version": version});
     // Bytes no serializer would produce, to show they are kept verbatim.
     format!("{{\"id\":\"{id}\",  \"type\":\"charge.{status}\", \"note\":\"caf\u{e9} \u{1f600}\",\"data\":{{\"object\":{object}}}}}")
         .into_bytes()
 }
 
-async fn deliver(gw: &Gateway, body: &[u8]) -> Value {
+/// Posts `body` to `/webhooks/sim`, signed as the provider signs it; the answer (200).
+pub(crate) async fn deliver(gw: &Gateway, body: &[u8]) -> Value {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
     let r = gw
         .http
@@ -105,7 +107,7 @@ async fn record(gw: &Gateway, event_id: &str) -> Value {
 }
 
 /// Polls the event until its forward is no longer pending.
-async fn forwarded(gw: &Gateway, event_id: &str) -> Value {
+pub(crate) async fn forwarded(gw: &Gateway, event_id: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let record = record(gw, event_id).await;
@@ -117,7 +119,8 @@ async fn forwarded(gw: &Gateway, event_id: &str) -> Value {
     }
 }
 
-fn steps<'a>(record: &'a Value, kind: &str) -> Vec<&'a Value> {
+/// The steps of `kind` (`ledger`, `forward`) in an event's record.
+pub(crate) fn steps<'a>(record: &'a Value, kind: &str) -> Vec<&'a Value> {
     record["history"].as_array().unwrap().iter().filter(|s| s["kind"] == kind).collect()
 }
 

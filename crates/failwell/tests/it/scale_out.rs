@@ -1,20 +1,24 @@
-//! Several `failwell serve` processes on one PostgreSQL store: messages an
-//! application enqueues in its own transactions are delivered exactly once
-//! per intent while processes are killed with SIGKILL and restarted.
+//! Several `failwell serve` processes on one PostgreSQL store: applications
+//! in other languages enqueue in their own transactions, a commit wakes
+//! every process, a slow call keeps its lease, a long transaction neither
+//! stops the relay nor grows the outbox; and, on PostgreSQL and on MySQL,
+//! messages enqueued while processes are killed with SIGKILL are delivered
+//! exactly once per intent (`kills`).
+
+mod kills;
 
 use std::time::{Duration, Instant};
 
 use failwell_sim::{Fault, Simulator};
-use failwell_store::{Message, Outbox, PostgresStore};
 use serde_json::json;
 use sqlx::PgPool;
 
 use crate::examples::{Database, charged_once, enqueue_with_each, settled_and_rolled_back};
-use crate::helpers::{Gateway, calls, postgres_schema, simulator};
+use crate::helpers::{Gateway, calls, on_database, postgres_schema, simulator};
 
-/// `failwell serve` on the store at `database_url` (PostgreSQL here, MySQL
-/// in `mysql_apps`), delivering to `sim` (at most 20 attempts over 10
-/// minutes, so nothing runs out of attempts while processes die).
+/// `failwell serve` on the PostgreSQL or MySQL store at `database_url`,
+/// delivering to `sim` (at most 20 attempts over 10 minutes, so nothing
+/// runs out of attempts while processes die).
 pub async fn gateway_on(database_url: &str, sim: &Simulator) -> Gateway {
     gateway_edited(database_url, sim, |line| line.into()).await
 }
@@ -27,193 +31,14 @@ async fn gateway_edited(
 ) -> Gateway {
     let url = database_url.to_owned();
     Gateway::start_edited(&sim.base_url(), "max_attempts = 20\ndeadline_ms = 600000", "", move |text| {
-        text.lines()
-            .map(|line| {
-                if line.starts_with("database_url = ") {
-                    format!("database_url = \"{url}\"")
-                } else {
-                    edit(line)
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+        on_database(&text.lines().map(edit).collect::<Vec<_>>().join("\n"), &url)
     })
     .await
-}
-
-fn charge(reference: &str, amount: u64) -> Message {
-    Message {
-        idempotency_key: Some(reference.into()),
-        reference: Some(reference.into()),
-        ..Message::new(
-            "payments",
-            "charge",
-            json!({"amount": amount, "currency": "eur", "reference": reference}),
-        )
-    }
 }
 
 /// Counts one `SELECT count(*) …`.
 async fn count(pool: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
-}
-
-const MESSAGES: usize = 20_000;
-const PER_TRANSACTION: usize = 20;
-const PROCESSES: usize = 3;
-const KILL_EVERY: Duration = Duration::from_secs(2);
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_processes_killed_every_two_seconds_deliver_every_message_exactly_once() {
-    // Every charge's first answer comes 30 ms after the provider took it,
-    // so each process always has calls in flight, and answered calls not
-    // yet recorded, when a kill comes.
-    let sim = simulator(|c| c.hang = Duration::from_millis(30)).await;
-    for n in 0..MESSAGES {
-        sim.script(&format!("order-{n:05}"), vec![Fault::TimeoutAfterCommit]);
-    }
-    let url = postgres_schema().await;
-    let mut gateways = Vec::new();
-    for _ in 0..PROCESSES {
-        gateways.push(gateway_on(&url, &sim).await);
-    }
-    let app = PostgresStore::open(&url, 4).await.unwrap();
-
-    // The application: an order row and its charge in one transaction,
-    // PER_TRANSACTION at a time, paced over about 20 s: small transactions
-    // often, so the relays always have calls in flight when a kill comes.
-    let enqueue = {
-        let app = app.clone();
-        tokio::spawn(async move {
-            sqlx::query("CREATE TABLE orders (reference text PRIMARY KEY, amount bigint NOT NULL)")
-                .execute(app.pool())
-                .await
-                .unwrap();
-            for batch in 0..MESSAGES / PER_TRANSACTION {
-                let mut tx = app.begin().await.unwrap();
-                for i in 0..PER_TRANSACTION {
-                    let n = batch * PER_TRANSACTION + i;
-                    let reference = format!("order-{n:05}");
-                    let amount = 100 + n as u64;
-                    sqlx::query("INSERT INTO orders VALUES ($1, $2)")
-                        .bind(&reference)
-                        .bind(amount as i64)
-                        .execute(&mut *tx)
-                        .await
-                        .unwrap();
-                    Outbox::enqueue(&mut tx, &charge(&reference, amount), failwell_engine::now_ms())
-                        .await
-                        .unwrap();
-                }
-                tx.commit().await.unwrap();
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
-
-    // A random process dies every 2 s (SIGKILL) and is started again, for
-    // as long as the application enqueues.
-    let mut kills: Vec<i64> = Vec::new();
-    let mut seed: u64 = 0x5eed_f00d;
-    while !enqueue.is_finished() {
-        tokio::time::sleep(KILL_EVERY).await;
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let victim = (seed >> 33) as usize % PROCESSES;
-        kills.push(failwell_engine::now_ms());
-        let restart = async {
-            gateways[victim].kill().await;
-            gateways[victim].spawn().await;
-        };
-        tokio::time::timeout(Duration::from_secs(60), restart)
-            .await
-            .expect("a kill and restart took over 60 s");
-    }
-    enqueue.await.unwrap();
-
-    // Every message ends delivered (or declined, or dead-lettered): none
-    // stays open.
-    let pool = app.pool();
-    let started = Instant::now();
-    loop {
-        let open =
-            count(pool, "SELECT count(*) FROM operations WHERE status IN ('pending', 'unknown')").await;
-        if open == 0 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "{open} operations still open\n{}",
-            gateways.iter().map(Gateway::log).collect::<Vec<_>>().join("\n")
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert_eq!(count(pool, "SELECT count(*) FROM operations").await, MESSAGES as i64, "none lost");
-    assert_eq!(count(pool, "SELECT count(*) FROM operations WHERE status = 'needs_human'").await, 0);
-
-    // Exactly one effect per intent at the provider: a succeeded charge
-    // once, a declined one never, and every call under one key.
-    let effects = sim.effects();
-    assert_eq!(effects.double_effects(), 0);
-    let statuses: Vec<(String, String)> =
-        sqlx::query_as("SELECT reference, status FROM operations").fetch_all(pool).await.unwrap();
-    for (reference, status) in &statuses {
-        let at_provider = &effects.by_reference[reference];
-        match status.as_str() {
-            "succeeded" => assert_eq!(at_provider.effects, 1, "{reference}: {at_provider:?}"),
-            "failed" => assert_eq!(at_provider.effects, 0, "{reference}: {at_provider:?}"),
-            other => panic!("{reference} is {other}"),
-        }
-    }
-    let keys_per_operation = count(
-        pool,
-        "SELECT count(*) FROM (SELECT operation_id FROM attempts WHERE kind = 'call' \
-         GROUP BY operation_id HAVING count(DISTINCT provider_key) > 1) k",
-    )
-    .await;
-    assert_eq!(keys_per_operation, 0, "a redelivery carried another idempotency key");
-
-    // Kills landed between the provider's answer and the mark-done: the
-    // provider had taken the charge, failwell had not recorded it, and
-    // the redelivery under the same key was answered without a second
-    // effect.
-    let interrupted: Vec<(String, i64, i64)> = sqlx::query_as(
-        "SELECT o.reference, a.started_at_ms, a.started_at_ms + a.duration_ms FROM attempts a \
-         JOIN operations o ON o.id = a.operation_id WHERE a.error_kind = 'interrupted'",
-    )
-    .fetch_all(pool)
-    .await
-    .unwrap();
-    let after_answer =
-        interrupted.iter().filter(|(reference, _, _)| effects.by_reference[reference].requests >= 2).count();
-    assert!(
-        after_answer > 0,
-        "no kill fell between a 2xx and its mark-done ({} interrupted)",
-        interrupted.len()
-    );
-    // Redelivery: from the kill to the claim that took the message over. A
-    // message is in hand for milliseconds, so the kill that interrupted it
-    // is the first one after its claim.
-    let mut redelivery: Vec<i64> = interrupted
-        .iter()
-        .filter_map(|(_, claimed, rescued)| {
-            let kill = kills.iter().filter(|&&k| k >= *claimed && k <= *rescued).min()?;
-            Some(rescued - kill)
-        })
-        .collect();
-    redelivery.sort_unstable();
-    assert!(!redelivery.is_empty(), "no interrupted attempt was taken over");
-    let p50 = redelivery[redelivery.len() / 2];
-    let max = *redelivery.last().unwrap();
-    eprintln!(
-        "{MESSAGES} messages, {PROCESSES} processes, {} kills: {} attempts interrupted, {after_answer} of them \
-         after the provider's answer; redelivery after a kill p50 {p50} ms, max {max} ms; {} provider requests",
-        kills.len(),
-        interrupted.len(),
-        effects.requests
-    );
-    // The lease (3 s in these tests, renewed every second) bounds the
-    // takeover, plus a poll.
-    assert!(max <= 3_000 + 1_000, "a message waited {max} ms after a kill");
 }
 
 /// libpq's environment variables for `url` (`postgres://USER@HOST:PORT/DB?options=…`).
