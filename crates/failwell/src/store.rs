@@ -157,13 +157,13 @@ fn needs(location: &Location, detail: Option<&str>) -> (String, String) {
         Location::MySql(server) => {
             let database = server.database.as_deref().unwrap_or("(none named)");
             (
-                "INSERT, and SELECT to read the status, on failwell_outbox, the outbox contract's table; its \
-                 triggers run with the rights of their definer, failwell's user, so nothing on failwell's own \
-                 tables"
+                "INSERT on failwell_outbox, the outbox contract's table, and SELECT on the view \
+                 failwell_outbox_status to read the status; the table's triggers run with the rights of their \
+                 definer, failwell's user, so nothing on failwell's own tables"
                     .to_owned(),
                 format!(
-                    "CREATE, ALTER, INDEX, TRIGGER and SELECT, INSERT, UPDATE, DELETE on the database \
-                     {database}: it creates its tables and triggers at start, one process at a time (with \
+                    "CREATE, CREATE VIEW, ALTER, INDEX, TRIGGER and SELECT, INSERT, UPDATE, DELETE on the database \
+                     {database}: it creates its tables, view and triggers at start, one process at a time (with \
                      binary logging on, MySQL 8.0's default, also log_bin_trust_function_creators = 1 or \
                      SUPER, to create triggers)"
                 ),

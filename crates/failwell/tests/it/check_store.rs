@@ -149,8 +149,9 @@ async fn the_rights_named_for_a_postgres_application_are_needed_and_enough() {
 #[tokio::test]
 async fn check_names_mysql_or_mariadb_its_version_and_the_contract_table() {
     let database = mysql_database().await;
-    let needs = "the application's user  INSERT, and SELECT to read the status, on failwell_outbox, the outbox \
-                 contract's table; its triggers run with the rights of their definer, failwell's user";
+    let needs = "the application's user  INSERT on failwell_outbox, the outbox contract's table, and SELECT on \
+                 the view failwell_outbox_status to read the status; the table's triggers run with the rights of \
+                 their definer, failwell's user";
     let name = database.url.rsplit_once('/').unwrap().1;
     let text = check(&database.url);
     has_lines(
@@ -159,7 +160,7 @@ async fn check_names_mysql_or_mariadb_its_version_and_the_contract_table() {
             "state                   reachable; holds no failwell store yet",
             needs,
             &format!(
-                "failwell's user         CREATE, ALTER, INDEX, TRIGGER and SELECT, INSERT, UPDATE, DELETE on the database {name}"
+                "failwell's user         CREATE, CREATE VIEW, ALTER, INDEX, TRIGGER and SELECT, INSERT, UPDATE, DELETE on the database {name}"
             ),
         ],
     );
@@ -196,4 +197,63 @@ async fn check_names_mysql_or_mariadb_its_version_and_the_contract_table() {
         "{state}"
     );
     assert_eq!(state.matches("Access denied").count(), 1, "{state}");
+}
+
+/// The rights `failwell check` names on MySQL or MariaDB are enough:
+/// failwell's user, with those alone, creates its store; the application's
+/// user, with `INSERT` on `failwell_outbox` and `SELECT` on
+/// `failwell_outbox_status` alone, enqueues (the trigger runs with its
+/// definer's rights) and reads the status, and reads nothing else.
+#[tokio::test]
+async fn the_rights_named_for_mysql_are_enough() {
+    use sqlx::Connection;
+    let database = mysql_database().await;
+    let name = database.url.rsplit_once('/').unwrap().1.to_owned();
+    let mut root = sqlx::MySqlConnection::connect(&database.url).await.unwrap();
+    let mut as_user = |user: &str| {
+        let mut url = reqwest::Url::parse(&database.url).unwrap();
+        url.set_username(user).unwrap();
+        url.set_password(Some("secret")).unwrap();
+        url.to_string()
+    };
+    let (failwell, app) = (format!("{name}_fw"), format!("{name}_app"));
+    for sql in [
+        format!("CREATE USER '{failwell}'@'%' IDENTIFIED BY 'secret'"),
+        format!("CREATE USER '{app}'@'%' IDENTIFIED BY 'secret'"),
+        format!(
+            "GRANT CREATE, CREATE VIEW, ALTER, INDEX, TRIGGER, SELECT, INSERT, UPDATE, DELETE ON {name}.* \
+             TO '{failwell}'@'%'"
+        ),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut root).await.unwrap();
+    }
+    let store = MySqlStore::open(&as_user(&failwell), 2).await.unwrap();
+    failwell_store::Backend::close(&store).await;
+    for sql in [
+        format!("GRANT INSERT ON {name}.failwell_outbox TO '{app}'@'%'"),
+        format!("GRANT SELECT ON {name}.failwell_outbox_status TO '{app}'@'%'"),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut root).await.unwrap();
+    }
+    let mut conn = sqlx::MySqlConnection::connect(&as_user(&app)).await.unwrap();
+    sqlx::query(
+        "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference, ordering_key, \
+         available_at) VALUES ('payments', 'charge', '{\"amount\": 1}', 'rights-1', 'rights-1', 'k', \
+         NOW() + INTERVAL 1 HOUR)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let status: String =
+        sqlx::query_scalar("SELECT status FROM failwell_outbox_status WHERE idempotency_key = 'rights-1'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(status, "pending");
+    let refused = sqlx::query("SELECT COUNT(*) FROM operations").execute(&mut conn).await.unwrap_err();
+    assert!(refused.to_string().contains("denied"), "{refused}");
+    conn.close().await.unwrap();
+    for user in [failwell, app] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP USER '{user}'@'%'"))).execute(&mut root).await.unwrap();
+    }
 }
