@@ -210,7 +210,7 @@ async fn the_rights_named_for_mysql_are_enough() {
     let database = mysql_database().await;
     let name = database.url.rsplit_once('/').unwrap().1.to_owned();
     let mut root = sqlx::MySqlConnection::connect(&database.url).await.unwrap();
-    let mut as_user = |user: &str| {
+    let as_user = |user: &str| {
         let mut url = reqwest::Url::parse(&database.url).unwrap();
         url.set_username(user).unwrap();
         url.set_password(Some("secret")).unwrap();
