@@ -58,6 +58,14 @@ pub enum StoreError {
          name an existing one in database_url (?options=-csearch_path%3DSCHEMA)"
     )]
     NoSchema,
+    /// A MySQL URL names no database (`mysql://USER@HOST:PORT/` or none
+    /// after the port), so there is nowhere to create the tables. Nothing
+    /// was written.
+    #[error(
+        "the MySQL URL names no database: name the one failwell keeps its tables in \
+         (mysql://USER@HOST:PORT/DB), created first with CREATE DATABASE"
+    )]
+    NoDatabase,
     /// Applying the schema migrations failed.
     #[error("database migration failed")]
     Migrate(#[source] sqlx::migrate::MigrateError),

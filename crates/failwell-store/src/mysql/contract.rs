@@ -51,11 +51,12 @@ pub(super) async fn take_over(conn: &mut MySqlConnection, now_ms: i64) -> Result
             continue; // Its operation is filled at a later claim.
         }
         let id: i64 = row.try_get("id").context("reading failwell_outbox")?;
-        let taken: Option<i64> = sql::query_scalar("SELECT id FROM failwell_outbox WHERE id = $1 FOR UPDATE")
-            .bind(id)
-            .fetch_optional(&mut *conn)
-            .await
-            .context("taking a row of failwell_outbox")?;
+        let taken: Option<i64> =
+            sql::query_scalar("SELECT id FROM failwell_outbox WHERE id = $1 FOR UPDATE SKIP LOCKED")
+                .bind(id)
+                .fetch_optional(&mut *conn)
+                .await
+                .context("taking a row of failwell_outbox")?;
         if taken.is_none() {
             continue;
         }

@@ -52,9 +52,13 @@ impl MySqlStore {
     /// up to `max_connections` connections, and applies the migrations
     /// (serialised across processes by sqlx's lock). Errors: the URL cannot
     /// be parsed, the server refuses or cannot be reached, the database or
-    /// user does not exist ([`StoreError::Database`]), or a migration fails.
+    /// user does not exist ([`StoreError::Database`]), the URL names no
+    /// database ([`StoreError::NoDatabase`]), or a migration fails.
     pub async fn open(url: &str, max_connections: u32) -> Result<Self, StoreError> {
         let options: MySqlConnectOptions = url.parse().context("parsing the MySQL URL")?;
+        if options.get_database().is_none_or(str::is_empty) {
+            return Err(StoreError::NoDatabase);
+        }
         let options = options.disable_statement_logging();
         // One connection first: its error says why (refused, no such
         // database or user), where a pool would only time out.

@@ -110,7 +110,7 @@ macro_rules! fill_contract {
             }
             let (hash, refused) = match crate::outbox::contract::hash_of(&row.provider, &row.operation, &row.payload) {
                 Ok(hash) => (hash, None),
-                Err(why) => (hex::encode(Sha256::digest(row.payload.as_bytes())), Some(format!("payload {why}"))),
+                Err(why) => (hex::encode(Sha256::digest(row.payload.as_bytes())), Some(why)),
             };
             let mut key = row.key.clone();
             let mut copy_of = None;
@@ -236,7 +236,8 @@ pub(crate) use fill_contract;
 /// refuses the payload (not JSON, not an object, too deep, a reserved key,
 /// a number too long), as text.
 pub(crate) fn hash_of(provider: &str, operation: &str, payload: &str) -> Result<String, String> {
-    let value = crate::outbox::stored::json(payload).map_err(|e| e.to_string())?;
+    let value = crate::outbox::stored::json(payload)
+        .map_err(|e| format!("payload is not JSON failwell reads: {e}"))?;
     crate::outbox::stored::check_object(&value)
         .and_then(|()| crate::outbox::stored::check_payload(&value))
         .map_err(|e| e.to_string())?;

@@ -95,3 +95,17 @@ async fn a_deadlock_is_a_conflict_to_run_again() {
     assert!(error.is_conflict(), "{error:?}");
     assert!(!Err::<(), _>(::sqlx::Error::RowNotFound).context("reading").unwrap_err().is_conflict());
 }
+
+/// A URL that names no database is refused before anything is written,
+/// with an error that says so.
+#[tokio::test]
+async fn a_url_without_a_database_is_refused_saying_so() {
+    let server = server_url();
+    let (base, _) = server.split_once('?').unwrap_or((&server, ""));
+    let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
+    for url in [format!("{root}/"), root.to_owned()] {
+        let error = MySqlStore::open(&url, 2).await.err().expect("refused");
+        assert!(matches!(error, crate::StoreError::NoDatabase), "{url}: {error:?}");
+        assert!(error.to_string().contains("names no database"), "{error}");
+    }
+}

@@ -260,3 +260,57 @@ async fn two_processes_take_over_each_row_once() {
     assert_eq!(keys.len(), 50, "40 keyed messages and 10 distinct key-less requests");
     assert_eq!(count(&app, "SELECT COUNT(*) FROM failwell_outbox").await, 0);
 }
+
+/// In a database whose default character set is latin1, a replay of a
+/// request holding text latin1 has no letters for is still a replay (the
+/// trigger's own variables are utf8mb4): one message.
+#[tokio::test]
+async fn a_replay_is_one_message_whatever_the_database_default_character_set() {
+    let (_d, url) = database().await;
+    let name = url.rsplit_once('/').unwrap().1.split('?').next().unwrap().to_owned();
+    let app = MySqlPool::connect(&url).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE {name} CHARACTER SET latin1 COLLATE latin1_swedish_ci"
+    )))
+    .execute(&app)
+    .await
+    .unwrap();
+    let _s = MySqlStore::open(&url, 2).await.unwrap();
+    for _ in 0..2 {
+        insert(
+            &app,
+            "provider, operation, payload, idempotency_key",
+            "'payments', 'charge', '{\"name\": \"日本 Zoë\"}', 'cjk'",
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM failwell_outbox_status").await, 1);
+}
+
+/// A row of `failwell_outbox` that another transaction holds locked (an
+/// application's locking read) stops nothing: its message and the others
+/// are claimed meanwhile, and the row is deleted once released.
+#[tokio::test]
+async fn a_locked_row_of_the_table_stops_no_message() {
+    let (_d, s, app) = store().await;
+    charge(&app, "'held'", "{\"amount\": 1}").await.unwrap();
+    let held: i64 = sqlx::query_scalar("SELECT id FROM failwell_outbox").fetch_one(&app).await.unwrap();
+    let mut holder = app.begin().await.unwrap();
+    sqlx::query("SELECT id FROM failwell_outbox WHERE id = ? LOCK IN SHARE MODE")
+        .bind(held)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    charge(&app, "'free'", "{\"amount\": 2}").await.unwrap();
+    let claimed = tokio::time::timeout(std::time::Duration::from_secs(10), claim(&s, &app))
+        .await
+        .expect("the claim waited for the locked row");
+    let mut keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["free", "held"]);
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM failwell_outbox").await, 1, "the locked row is left");
+    holder.commit().await.unwrap();
+    assert!(claim(&s, &app).await.is_empty());
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM failwell_outbox").await, 0, "deleted once released");
+}
