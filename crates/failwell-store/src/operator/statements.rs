@@ -133,6 +133,21 @@ macro_rules! operator_statements {
                 now_ms: i64,
             ) -> Result<bool, crate::error::StoreError> {
                 let mut tx = self.begin().await?;
+                if kind == crate::operator::DeadLetterKind::Message {
+                    // A payload set aside as never to be sent (an application's
+                    // plain-SQL insert failwell refuses) stays a dead letter.
+                    let payload: Option<String> = sql::query_scalar(
+                        "SELECT CAST(o.payload AS text) FROM outbox x JOIN operations o ON o.id = x.operation_id \
+                         WHERE x.id = $1",
+                    )
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .context("reading a dead letter's payload")?;
+                    if let Some(payload) = payload {
+                        crate::outbox::stored::sendable(&payload)?;
+                    }
+                }
                 let table = crate::operator::rows::table(kind);
                 let moved = sql::query(sqlx::AssertSqlSafe(format!(
                     "UPDATE {table} SET state = 'pending', attempts = 0, previous_delay_ms = 0, \

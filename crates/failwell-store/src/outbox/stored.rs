@@ -26,6 +26,18 @@ pub(crate) fn json(text: &str) -> Result<Value, serde_json::Error> {
     serde_json::from_str(text)
 }
 
+/// Reads a stored payload (JSON text) that is to be sent: it must be one
+/// failwell would have taken on every path in ([`check_object`],
+/// [`check_payload`]). Errors: [`StoreError::InvalidPayload`] saying why
+/// (not JSON serde_json reads, not an object, too deep, …).
+pub(crate) fn sendable(text: &str) -> Result<Value, StoreError> {
+    let value = json(text)
+        .map_err(|e| StoreError::InvalidPayload { reason: format!("is not JSON failwell reads: {e}") })?;
+    check_object(&value)?;
+    check_payload(&value)?;
+    Ok(value)
+}
+
 /// Reads stored JSON text that failwell wrote; text that cannot be read
 /// (damaged by another program) comes back as a JSON string of itself,
 /// with serde_json's error, so one damaged row is shown, not a failed read.

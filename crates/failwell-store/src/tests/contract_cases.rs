@@ -220,6 +220,12 @@ macro_rules! contract_cases {
             let op = s.operation("huge").await.unwrap().unwrap();
             assert_eq!(op.status, OperationStatus::Failed);
             assert!(op.last_error.as_deref().unwrap_or_default().contains("set aside, not sent"), "{op:?}");
+            // An operator's replay is refused too: it would send it.
+            let letters = s.dead_letters(crate::DeadLetterFilter::default(), 10).await.unwrap();
+            let replayed = s.replay(crate::DeadLetterKind::Message, letters[0].id, crate::Channel::Cli, 2).await;
+            let Err(StoreError::InvalidPayload { reason }) = replayed else { panic!("replayed: {replayed:?}") };
+            assert!(reason.contains("more than 1000 digits"), "{reason}");
+            assert!(s.claim(now_ms(&app).await + 1, 10, 60_000, &ClaimScope::All).await.unwrap().is_empty());
         }
 
         /// A key-less request whose `sha256:` key an application also wrote
