@@ -7,8 +7,10 @@
 //! intent carries ([`idempotency`]) and what to do after an attempt of
 //! queued work ([`decision`]), and what a provider's webhook event does to
 //! our record of an operation ([`ledger`]), where we and the provider
-//! disagree over a time window ([`compare`]), and which combinations of an
-//! integration's written answers are refused ([`manifest`]). They do no I/O and read no
+//! disagree over a time window ([`compare`]), which combinations of an
+//! integration's written answers are refused ([`manifest`]), and what a
+//! transfer or an operation's outcome does to internal balances
+//! ([`balance`]). They do no I/O and read no
 //! clock: callers pass `now` and randomness in, so every rule is tested as a
 //! plain table.
 //!
@@ -23,6 +25,7 @@
 //! by `HttpClassifier`). failwell's relay and HTTP API use exactly these.
 
 pub mod backoff;
+pub mod balance;
 pub mod breaker;
 pub mod budget;
 pub mod bulkhead;
@@ -40,6 +43,9 @@ pub mod retry_after;
 pub mod throttle;
 
 pub use backoff::{Backoff, BackoffError, Jitter};
+pub use balance::{
+    Applied, Balance, Delta, HoldAction, HoldState, Refused, Sides, end_hold, hold_after, transfer,
+};
 pub use breaker::{
     BreakerConfig, BreakerConfigError, BreakerOpen, BreakerState, BreakerStore, CallOutcome, CircuitBreaker,
     DynStore, InProcess, Permit, SlidingWindow, StateChange, Ticket, announce,
