@@ -37,6 +37,28 @@ pub enum StoreError {
         /// What is wrong, e.g. `nests arrays and objects 130 levels deep; at most 127`.
         reason: String,
     },
+    /// An account given to [`crate::LedgerStore::open_account`] has an id
+    /// or unit out of form. Nothing was written.
+    #[error("ledger account: {0}")]
+    InvalidAccount(String),
+    /// The hold of an operation submitted with one was refused (e.g.
+    /// insufficient funds): neither the hold nor the operation was
+    /// written.
+    #[error("hold refused: {0}")]
+    HoldRefused(crate::TransferRefusal),
+    /// A dead letter's operation has a hold that is no longer pending (its
+    /// failure voided it): replaying it would take effect without the
+    /// hold. Nothing was changed.
+    #[error(
+        "the operation's hold {hold:?} is {state}: a replay would take effect without it; submit a new operation \
+         with a new hold instead"
+    )]
+    HoldEnded {
+        /// The hold's transfer id.
+        hold: String,
+        /// `posted`, `voided` or `expired`.
+        state: String,
+    },
     /// The database could not be opened or a statement failed.
     #[error("database error: {context}")]
     Database {

@@ -6,8 +6,9 @@
 //! The store is split by role, one folder each, each a trait of what its
 //! callers need, with its types, its row reading and its statements:
 //! [`OutboxStore`] (`outbox/`), [`InboxStore`] (`inbox/`),
-//! [`OperatorStore`] (`operator/`), [`ComparisonStore`] (`comparisons/`)
-//! and [`AlertStore`] (`alerts/`). A database backend (`sqlite/`,
+//! [`OperatorStore`] (`operator/`), [`ComparisonStore`] (`comparisons/`),
+//! [`AlertStore`] (`alerts/`) and [`LedgerStore`] (`ledger/`, internal
+//! balances). A database backend (`sqlite/`,
 //! `postgres/`, `mysql/`) implements every role ([`Backend`]), mostly by
 //! instantiating each role's statement macro with what differs on it;
 //! [`Store`] is the handle the rest of failwell holds, opened from a
@@ -25,6 +26,7 @@ mod comparisons;
 mod error;
 mod inbox;
 mod inspect;
+mod ledger;
 mod mysql;
 mod open;
 mod operator;
@@ -48,6 +50,10 @@ pub use inbox::{
     LedgerEffect, NewEvent, OperationEvent, Received, StoredEvent,
 };
 pub use inspect::{Inspection, Location, Server};
+pub use ledger::{
+    Account, Ended, Entry, HoldEnd, Ledger, LedgerConnection, LedgerStats, LedgerStore, NewAccount, NewHold,
+    NewTransfer, Opened, Swept, Transfer, TransferRefusal, TransferResult,
+};
 pub use mysql::MySqlStore;
 pub use open::{Database, StoreOptions};
 pub use operator::{
@@ -67,8 +73,8 @@ pub use sqlite::{SqliteStore, Synchronous};
 /// lets a caller call every role's methods on a [`Store`] or a backend.
 pub mod prelude {
     pub use crate::{
-        AlertStore as _, Backend as _, ComparisonStore as _, InboxStore as _, OperatorStore as _,
-        OutboxStore as _,
+        AlertStore as _, Backend as _, ComparisonStore as _, InboxStore as _, LedgerStore as _,
+        OperatorStore as _, OutboxStore as _,
     };
 }
 
@@ -76,7 +82,16 @@ pub mod prelude {
 /// [`Store`] dereferences to.
 #[async_trait::async_trait]
 pub trait Backend:
-    OutboxStore + InboxStore + OperatorStore + ComparisonStore + AlertStore + Any + Debug + Send + Sync
+    OutboxStore
+    + InboxStore
+    + OperatorStore
+    + ComparisonStore
+    + AlertStore
+    + LedgerStore
+    + Any
+    + Debug
+    + Send
+    + Sync
 {
     /// Closes the backend's connections, waiting for them to be returned.
     async fn close(&self);

@@ -19,6 +19,7 @@ mod alerts;
 mod comparisons;
 mod contract;
 mod inbox;
+mod ledger;
 mod operator;
 mod outbox;
 mod rows;

@@ -147,6 +147,21 @@ macro_rules! operator_statements {
                     if let Some(payload) = payload {
                         crate::outbox::stored::sendable(&payload)?;
                     }
+                    // A hold its failure voided is gone: sent again, the
+                    // operation would take effect without it. Locked, so the
+                    // sweep of holds (which locks it first) sees the replay.
+                    let hold: Option<(String, String)> = sql::query_as(concat!(
+                        "SELECT t.id, t.state FROM outbox x JOIN operations o ON o.id = x.operation_id \
+                         JOIN ledger_transfers t ON t.id = o.hold_id WHERE x.id = $1 AND x.state = 'dead'"
+                        $(, $lock)?
+                    ))
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .context("reading a dead letter's hold")?;
+                    if let Some((hold, state)) = hold.filter(|(_, state)| state != "pending") {
+                        return Err(crate::error::StoreError::HoldEnded { hold, state });
+                    }
                 }
                 let table = crate::operator::rows::table(kind);
                 let moved = sql::query(sqlx::AssertSqlSafe(format!(

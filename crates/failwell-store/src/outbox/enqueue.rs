@@ -96,6 +96,7 @@ impl Outbox {
             operation: message.operation.clone(),
             reference: message.reference.clone(),
             payload: message.payload.clone(),
+            hold: None,
         };
         let submitted = conn.record(&op, now_ms, "app").await?;
         if let Submitted::Created(created) = &submitted

@@ -76,6 +76,9 @@ pub struct NewOperation {
     pub reference: Option<String>,
     /// The request payload, as given by the caller.
     pub payload: Value,
+    /// A hold made with the operation, in the same transaction, that its
+    /// outcome posts or voids (`docs/LEDGER.md`).
+    pub hold: Option<crate::NewHold>,
 }
 
 /// A recorded operation.

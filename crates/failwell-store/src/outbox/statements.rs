@@ -38,6 +38,9 @@ macro_rules! outbox_statements {
                 crate::outbox::stored::check_payload(&op.payload)?;
                 let mut tx = self.begin().await?;
                 let submitted = tx.record(&op, now_ms, "api").await?;
+                if let Some(hold) = &op.hold {
+                    crate::ledger::hold_with(&mut *tx, hold, &submitted, &op.idempotency_key, now_ms).await?;
+                }
                 if matches!(submitted, Submitted::Created(_)) {
                     tx.commit().await.context("committing an operation")?;
                 }

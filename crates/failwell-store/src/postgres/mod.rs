@@ -11,6 +11,7 @@
 mod alerts;
 mod comparisons;
 mod inbox;
+mod ledger;
 mod operator;
 mod outbox;
 mod rows;

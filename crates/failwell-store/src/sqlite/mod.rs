@@ -9,6 +9,7 @@ mod alerts;
 mod comparisons;
 mod contract;
 mod inbox;
+mod ledger;
 mod operator;
 mod outbox;
 mod rows;

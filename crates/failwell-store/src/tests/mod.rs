@@ -90,6 +90,7 @@ mod sqlite {
             operation: "charge".into(),
             reference: None,
             payload: serde_json::json!({"amount": 1}),
+            hold: None,
         };
         let Submitted::Created(created) = s.submit(op, 20).await.unwrap() else { panic!("not created") };
         let id: i64 = sqlx::query_scalar("SELECT id FROM outbox WHERE operation_id = $1")

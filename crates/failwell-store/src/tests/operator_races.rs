@@ -36,6 +36,7 @@ fn new_op(key: &str) -> NewOperation {
         operation: "charge".into(),
         reference: Some(format!("ref-{key}")),
         payload: json!({"amount": 100, "reference": format!("ref-{key}")}),
+        hold: None,
     }
 }
 

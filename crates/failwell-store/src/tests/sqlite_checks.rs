@@ -19,6 +19,7 @@ async fn store(keys: &[&str]) -> (tempfile::TempDir, SqliteStore) {
             operation: "charge".into(),
             reference: Some(format!("ref-{key}")),
             payload: json!({"amount": 100}),
+            hold: None,
         };
         s.submit(op, 1).await.unwrap();
     }

@@ -181,6 +181,7 @@ pub(crate) async fn submit(
         operation: body.operation,
         reference,
         payload,
+        hold: None,
     };
     let (status, op) = match state.store.submit(op, failwell_engine::now_ms()).await? {
         Submitted::Created(op) => {

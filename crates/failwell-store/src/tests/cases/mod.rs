@@ -23,6 +23,7 @@ macro_rules! store_tests {
                 operation: "charge".into(),
                 reference: Some(format!("ref-{key}")),
                 payload: json!({"amount": amount, "currency": "eur", "reference": format!("ref-{key}")}),
+                hold: None,
             }
         }
 
@@ -52,6 +53,7 @@ macro_rules! store_tests {
         crate::tests::cases::delivery::delivery_cases!();
         crate::tests::cases::inbox::inbox_cases!();
         crate::tests::cases::operator::operator_cases!();
+        crate::tests::cases::ledger::ledger_cases!();
     };
 }
 
@@ -59,6 +61,7 @@ pub(crate) mod concurrent;
 pub(crate) mod delivery;
 pub(crate) mod inbox;
 pub(crate) mod intents;
+pub(crate) mod ledger;
 pub(crate) mod operator;
 
 pub(super) use store_tests;
