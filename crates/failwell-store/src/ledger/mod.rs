@@ -64,6 +64,13 @@ pub trait LedgerStore {
     /// (0: from the first), oldest first.
     async fn entries(&self, id: &str, after: i64, limit: u32) -> Result<Vec<Entry>, StoreError>;
 
+    /// Up to `limit` accounts with ids after `after` ("": from the first),
+    /// in id order.
+    async fn accounts(&self, after: &str, limit: u32) -> Result<Vec<Account>, StoreError>;
+
+    /// Up to `limit` pending holds, oldest first.
+    async fn pending_holds(&self, limit: u32) -> Result<Vec<Transfer>, StoreError>;
+
     /// Transfer `id`, if it exists.
     async fn transfer_by_id(&self, id: &str) -> Result<Option<Transfer>, StoreError>;
 

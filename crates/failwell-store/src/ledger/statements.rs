@@ -401,6 +401,33 @@ macro_rules! ledger_statements {
                     rows.iter().map(rows::entry_from_row).collect()
                 }
 
+                async fn accounts(&self, after: &str, limit: u32) -> Result<Vec<crate::Account>, StoreError> {
+                    let rows = sql::query(concat!(
+                        "SELECT ",
+                        crate::ledger::statements::account_columns!(),
+                        " FROM ledger_accounts WHERE id > $1 ORDER BY id LIMIT $2"
+                    ))
+                    .bind(after)
+                    .bind(i64::from(limit))
+                    .fetch_all(self.read_pool())
+                    .await
+                    .context("listing accounts")?;
+                    rows.iter().map(rows::account_from_row).collect()
+                }
+
+                async fn pending_holds(&self, limit: u32) -> Result<Vec<Transfer>, StoreError> {
+                    let rows = sql::query(concat!(
+                        "SELECT ",
+                        crate::ledger::statements::transfer_columns!(),
+                        "WHERE t.state = 'pending' ORDER BY t.created_at_ms, t.id LIMIT $1"
+                    ))
+                    .bind(i64::from(limit))
+                    .fetch_all(self.read_pool())
+                    .await
+                    .context("listing pending holds")?;
+                    rows.iter().map(|row| rows::transfer_from_row(row).map(|known| known.transfer)).collect()
+                }
+
                 async fn transfer_by_id(&self, id: &str) -> Result<Option<Transfer>, StoreError> {
                     let mut conn = self.read_pool().acquire().await.context("reading a transfer")?;
                     Ok(read_transfers(&mut conn, &[id]).await?.pop().map(|(known, _)| known.transfer))

@@ -143,6 +143,11 @@ macro_rules! ledger_cases {
             assert!(matches!(s.end_hold("top-up", HoldEnd::Void, 25).await.unwrap(), Ended::Refused(_, TransferRefusal::Invalid(_))));
             assert_eq!(s.end_hold("nothing", HoldEnd::Void, 25).await.unwrap(), Ended::NotFound);
             assert_eq!(figures(&s, "wallet").await, (80, 10, 70));
+            let pending: Vec<String> = s.pending_holds(10).await.unwrap().into_iter().map(|t| t.id).collect();
+            assert_eq!(pending, ["h3"]);
+            let listed: Vec<String> = s.accounts("", 10).await.unwrap().into_iter().map(|a| a.id).collect();
+            assert_eq!(listed, ["shop", "wallet", "world"]);
+            assert_eq!(s.accounts("shop", 1).await.unwrap()[0].id, "wallet", "paged by id");
 
             assert_eq!(s.ledger_stats().await.unwrap().holds_pending, 1);
             assert_eq!(s.settle_holds(1_009, 10).await.unwrap(), Swept::default(), "not yet");
