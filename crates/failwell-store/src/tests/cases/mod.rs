@@ -54,6 +54,7 @@ macro_rules! store_tests {
         crate::tests::cases::inbox::inbox_cases!();
         crate::tests::cases::operator::operator_cases!();
         crate::tests::cases::ledger::ledger_cases!();
+        crate::tests::cases::ledger_model::ledger_model_cases!();
     };
 }
 
@@ -62,6 +63,7 @@ pub(crate) mod delivery;
 pub(crate) mod inbox;
 pub(crate) mod intents;
 pub(crate) mod ledger;
+pub(crate) mod ledger_model;
 pub(crate) mod operator;
 
 pub(super) use store_tests;
