@@ -103,6 +103,14 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether a statement broke a unique constraint (e.g. two
+    /// transactions made a transfer with one id at the same time; the
+    /// later one, run again, finds the earlier's).
+    pub fn is_unique_violation(&self) -> bool {
+        matches!(self, Self::Database { source: sqlx::Error::Database(e), .. }
+            if e.kind() == sqlx::error::ErrorKind::UniqueViolation)
+    }
+
     /// Whether the database rolled the transaction back because it
     /// conflicted with another one (SQLSTATE `40001`: a deadlock on MySQL,
     /// a serialization failure on PostgreSQL; `40P01`: a deadlock on

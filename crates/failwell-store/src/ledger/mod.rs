@@ -86,7 +86,11 @@ impl Ledger {
     /// Applies `batch` on `conn` — typically `&mut tx`, a transaction of the
     /// store's database — next to the caller's own writes: both commit or
     /// neither does. Results as [`LedgerStore::transfer`]. The accounts
-    /// touched stay locked until the caller's transaction ends.
+    /// touched stay locked until the caller's transaction ends. Errors:
+    /// [`StoreError::Database`]; when another transaction made a transfer
+    /// with one of the batch's ids at the same time,
+    /// [`StoreError::is_unique_violation`] says so: run the transaction
+    /// again (it will find that transfer).
     pub async fn transfer<C: LedgerConnection>(
         conn: &mut C,
         batch: &[NewTransfer],

@@ -285,12 +285,24 @@ macro_rules! ledger_statements {
                     batch: Vec<NewTransfer>,
                     now_ms: i64,
                 ) -> Result<Vec<TransferResult>, StoreError> {
-                    crate::error::retry_conflicts!(async {
-                        let mut tx = self.begin().await?;
-                        let results = apply_transfers(&mut tx, &batch, now_ms).await?;
-                        tx.commit().await.context("committing transfers")?;
-                        Ok::<_, StoreError>(results)
-                    })
+                    // A transfer id another transaction inserted meanwhile
+                    // (with other accounts, so no lock ordered the two):
+                    // run again, the batch finds it.
+                    let mut retries = 0;
+                    loop {
+                        let applied = crate::error::retry_conflicts!(async {
+                            let mut tx = self.begin().await?;
+                            let results = apply_transfers(&mut tx, &batch, now_ms).await?;
+                            tx.commit().await.context("committing transfers")?;
+                            Ok::<_, StoreError>(results)
+                        });
+                        match applied {
+                            Err(e) if e.is_unique_violation() && retries < crate::error::CONFLICT_RETRIES => {
+                                retries += 1
+                            }
+                            done => break done,
+                        }
+                    }
                 }
 
                 async fn end_hold(&self, id: &str, end: HoldEnd, now_ms: i64) -> Result<Ended, StoreError> {

@@ -141,6 +141,65 @@ macro_rules! concurrent_cases {
                 let rest = claim(&s, 6).await.len();
                 assert_eq!(taken + rest, 40);
             }
+
+            /// Debits from one account by eight writers at once never
+            /// overdraw it, and one transfer id sent by two writers with
+            /// other accounts (so no account lock orders them) is applied
+            /// once: the other writer is told the id is taken.
+            #[tokio::test]
+            async fn concurrent_transfers_never_overdraw_and_apply_an_id_once() {
+                use crate::{NewAccount, NewTransfer, TransferRefusal, TransferResult};
+
+                let (_d, s) = store().await;
+                for (id, floor) in [("world", None), ("hot", Some(0)), ("a", Some(0)), ("b", Some(0))] {
+                    s.open_account(NewAccount { id: id.into(), unit: "EUR".into(), floor }, 1).await.unwrap();
+                }
+                let pay = |id: String, from: &str, to: &str, amount| NewTransfer {
+                    id,
+                    debit_account: from.into(),
+                    credit_account: to.into(),
+                    amount,
+                    pending: false,
+                    timeout_ms: None,
+                };
+                s.transfer(vec![pay("fund".into(), "world", "hot", 600)], 2).await.unwrap();
+                let mut writers = tokio::task::JoinSet::new();
+                for w in 0..8 {
+                    let s = s.clone();
+                    writers.spawn(async move {
+                        let mut accepted = 0;
+                        for n in 0..25 {
+                            let batch = vec![pay(format!("d-{w}-{n}"), "hot", "a", 1 + (w * 25 + n) % 9)];
+                            if let TransferResult::Created(t) = &s.transfer(batch, 3).await.unwrap()[0] {
+                                accepted += t.amount;
+                            }
+                        }
+                        accepted
+                    });
+                }
+                let mut accepted = 0;
+                while let Some(writer) = writers.join_next().await {
+                    accepted += writer.unwrap();
+                }
+                let hot = s.account("hot").await.unwrap().unwrap();
+                assert!(hot.posted >= 0);
+                assert_eq!(hot.posted, 600 - accepted);
+                assert!(accepted > 500, "the account was drained: {accepted}");
+                assert_eq!(s.account("a").await.unwrap().unwrap().posted, accepted);
+
+                let (left, right) = tokio::join!(
+                    s.transfer((0..20).map(|n| pay(format!("x-{n}"), "world", "a", 1)).collect(), 4),
+                    s.transfer((0..20).map(|n| pay(format!("x-{n}"), "world", "b", 1)).collect(), 4),
+                );
+                let (left, right) = (left.unwrap(), right.unwrap());
+                for (l, r) in left.iter().zip(&right) {
+                    let created = [l, r].iter().filter(|t| matches!(t, TransferResult::Created(_))).count();
+                    assert_eq!(created, 1, "{l:?} {r:?}");
+                    assert!([l, r].iter().any(|t| matches!(t, TransferResult::Refused { reason: TransferRefusal::IdReused(_), .. })));
+                }
+                let (a, b) = (s.account("a").await.unwrap().unwrap(), s.account("b").await.unwrap().unwrap());
+                assert_eq!(a.posted + b.posted, accepted + 20);
+            }
         }
     };
 }
