@@ -156,7 +156,7 @@ BEGIN
     SELECT idempotency_key INTO tied FROM operations WHERE hold_id = hold;
     IF replay THEN
         IF tied IS DISTINCT FROM key THEN
-            RETURN format('idempotency key %s was already used without hold "%s"', key, hold);
+            RETURN format('idempotency key %s was already used without this hold_id ("%s")', key, hold);
         END IF;
         RETURN NULL;
     END IF;

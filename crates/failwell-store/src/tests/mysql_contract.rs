@@ -29,6 +29,14 @@ super::contract_cases::contract_cases!(
     provisional = "mysql:%"
 );
 
+super::ledger_contract_cases::ledger_contract_cases!(
+    clock =
+        "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED)",
+    begin = "START TRANSACTION",
+    pool = sqlx::MySqlPool,
+    insufficient = "insufficient funds: account \"wallet\" has 10 available above its floor of 0, 30 asked",
+);
+
 /// Claims whatever is due a moment from now, for a minute.
 async fn claim(s: &MySqlStore, app: &MySqlPool) -> Vec<crate::Claimed> {
     s.claim(now_ms(app).await + 1, 10, 60_000, &ClaimScope::All).await.unwrap()
