@@ -105,6 +105,19 @@ impl NewTransfer {
         hash.update(self.timeout_ms.map_or([0xff; 8], i64::to_be_bytes));
         hex::encode(hash.finalize())
     }
+
+    /// What `transfer` asked, from its stored columns (its timeout is
+    /// `expires_at_ms − created_at_ms`).
+    pub(crate) fn asked(transfer: &Transfer) -> Self {
+        Self {
+            id: transfer.id.clone(),
+            debit_account: transfer.debit_account.clone(),
+            credit_account: transfer.credit_account.clone(),
+            amount: transfer.amount,
+            pending: transfer.pending,
+            timeout_ms: transfer.expires_at_ms.map(|at| at.saturating_sub(transfer.created_at_ms)),
+        }
+    }
 }
 
 /// A hold to make with an operation (`NewOperation::hold`): `amount`

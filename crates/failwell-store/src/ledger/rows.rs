@@ -2,7 +2,7 @@
 
 use failwell_policy::{Balance, HoldState};
 
-use super::model::{Account, Entry, Transfer};
+use super::model::{Account, Entry, NewTransfer, Transfer};
 use super::plan::{Known, Locked};
 use crate::error::{Context as _, StoreError};
 use crate::operator::rows::OperatorRow;
@@ -44,24 +44,25 @@ pub(crate) fn transfer_from_row<R: OperatorRow>(row: &R) -> Result<Known, StoreE
     let state: String = row.value("state").context(CONTEXT)?;
     let state =
         HoldState::parse(&state).ok_or(StoreError::Corrupt { what: "transfer state", detail: state })?;
-    Ok(Known {
-        transfer: Transfer {
-            id: row.value("id").context(CONTEXT)?,
-            debit_account: row.value("debit_account").context(CONTEXT)?,
-            credit_account: row.value("credit_account").context(CONTEXT)?,
-            unit: row.value("unit").context(CONTEXT)?,
-            amount: row.value("amount").context(CONTEXT)?,
-            pending: row.value::<i64>("pending").context(CONTEXT)? != 0,
-            state,
-            posted_amount: row.value("posted_amount").context(CONTEXT)?,
-            expires_at_ms: row.value("expires_at_ms").context(CONTEXT)?,
-            operation: row.value("operation_key").context(CONTEXT)?,
-            created_at_ms: row.value("created_at_ms").context(CONTEXT)?,
-            ended_at_ms: row.value("ended_at_ms").context(CONTEXT)?,
-            ended_by: row.value("ended_by").context(CONTEXT)?,
-        },
-        request_hash: row.value("request_hash").context(CONTEXT)?,
-    })
+    let transfer = Transfer {
+        id: row.value("id").context(CONTEXT)?,
+        debit_account: row.value("debit_account").context(CONTEXT)?,
+        credit_account: row.value("credit_account").context(CONTEXT)?,
+        unit: row.value("unit").context(CONTEXT)?,
+        amount: row.value("amount").context(CONTEXT)?,
+        pending: row.value::<i64>("pending").context(CONTEXT)? != 0,
+        state,
+        posted_amount: row.value("posted_amount").context(CONTEXT)?,
+        expires_at_ms: row.value("expires_at_ms").context(CONTEXT)?,
+        operation: row.value("operation_key").context(CONTEXT)?,
+        created_at_ms: row.value("created_at_ms").context(CONTEXT)?,
+        ended_at_ms: row.value("ended_at_ms").context(CONTEXT)?,
+        ended_by: row.value("ended_by").context(CONTEXT)?,
+    };
+    let stored: String = row.value("request_hash").context(CONTEXT)?;
+    // SQLite's `failwell_transfers` cannot compute the hash: it stores ''.
+    let request_hash = if stored.is_empty() { NewTransfer::asked(&transfer).request_hash() } else { stored };
+    Ok(Known { transfer, request_hash })
 }
 
 pub(crate) fn entry_from_row<R: OperatorRow>(row: &R) -> Result<Entry, StoreError> {

@@ -11,7 +11,9 @@
 //!
 //! The rows are found by a plain read, which never waits for an
 //! application's insert not yet committed; each is then locked by its id,
-//! so two processes never take over one row twice.
+//! so two processes never take over one row twice. The rows of
+//! `failwell_transfers`, each applied by its trigger already, are deleted
+//! the same way.
 
 use sqlx::mysql::MySqlConnection;
 
@@ -31,7 +33,8 @@ crate::outbox::contract::fill_contract!(
 /// `conn` (inside the claim's transaction, before it reads the due
 /// messages): fills their operations ([`fill`]), sets aside the message of
 /// a key whose replay turns out to be another request, and deletes each
-/// row once its operation is filled. At most
+/// row once its operation is filled; then forgets the rows of
+/// `failwell_transfers` ([`forget_transfers`]). At most
 /// [`FILL_LIMIT`](crate::outbox::contract::FILL_LIMIT) rows at a time.
 /// Errors: [`StoreError::Database`].
 pub(super) async fn take_over(conn: &mut MySqlConnection, now_ms: i64) -> Result<(), StoreError> {
@@ -81,6 +84,28 @@ pub(super) async fn take_over(conn: &mut MySqlConnection, now_ms: i64) -> Result
             .execute(&mut *conn)
             .await
             .context("deleting a row of failwell_outbox")?;
+    }
+    forget_transfers(conn).await
+}
+
+/// Deletes up to [`FILL_LIMIT`](crate::outbox::contract::FILL_LIMIT)
+/// committed rows of `failwell_transfers` (migration
+/// `0004_ledger_contract.sql`): its trigger applied each transfer when it
+/// was inserted, into the ledger's own tables, so the rows are requests
+/// already answered. Found by a plain read, deleted by primary key, so an
+/// application's row not yet committed is never waited for.
+async fn forget_transfers(conn: &mut MySqlConnection) -> Result<(), StoreError> {
+    let rows: Vec<i64> = sql::query_scalar("SELECT seq FROM failwell_transfers ORDER BY seq LIMIT $1")
+        .bind(crate::outbox::contract::FILL_LIMIT)
+        .fetch_all(&mut *conn)
+        .await
+        .context("reading rows inserted through failwell_transfers")?;
+    for seq in rows {
+        sql::query("DELETE FROM failwell_transfers WHERE seq = $1")
+            .bind(seq)
+            .execute(&mut *conn)
+            .await
+            .context("deleting a row of failwell_transfers")?;
     }
     Ok(())
 }

@@ -37,6 +37,10 @@ pub struct Message {
     /// Not delivered before this time (ms since the Unix epoch); its
     /// delivery deadline counts from then.
     pub available_at_ms: Option<i64>,
+    /// A hold made with the message, in the same transaction, that the
+    /// operation's outcome posts (success) or voids (failure); see
+    /// `docs/LEDGER.md`.
+    pub hold: Option<crate::NewHold>,
 }
 
 impl Message {
@@ -50,6 +54,7 @@ impl Message {
             reference: None,
             ordering_key: None,
             available_at_ms: None,
+            hold: None,
         }
     }
 }
@@ -68,7 +73,10 @@ impl Outbox {
     /// empty or blank provider, operation, key or reference; checked before
     /// anything is written), [`StoreError::InvalidPayload`] (the payload
     /// is not a JSON object, nests too deep or holds U+0000),
-    /// [`StoreError::Database`].
+    /// [`StoreError::HoldRefused`] (the message's hold, e.g. insufficient
+    /// funds; a replay must carry the hold it was made with, or it is
+    /// [`StoreError::KeyReused`]), [`StoreError::Database`]. After an
+    /// error, roll the transaction back.
     pub async fn enqueue<C: OutboxConnection>(
         conn: &mut C,
         message: &Message,
@@ -96,9 +104,12 @@ impl Outbox {
             operation: message.operation.clone(),
             reference: message.reference.clone(),
             payload: message.payload.clone(),
-            hold: None,
+            hold: message.hold.clone(),
         };
         let submitted = conn.record(&op, now_ms, "app").await?;
+        if let Some(hold) = &op.hold {
+            crate::ledger::hold_with(conn, hold, &submitted, &op.idempotency_key, now_ms).await?;
+        }
         if let Submitted::Created(created) = &submitted
             && (message.ordering_key.is_some() || message.available_at_ms.is_some())
         {
@@ -109,8 +120,9 @@ impl Outbox {
 }
 
 /// What [`Outbox::enqueue`] can record on: an `sqlx::Transaction` of
-/// SQLite or PostgreSQL, or its connection. Sealed.
-pub trait OutboxConnection: sealed::Sealed + Send {
+/// SQLite, PostgreSQL or MySQL, or its connection (the ledger's too, for a
+/// message's hold). Sealed.
+pub trait OutboxConnection: sealed::Sealed + crate::LedgerConnection + Send {
     /// Records `op` with `actor` as the history's author of the new
     /// operation (`api` for the HTTP API, `app` for an application).
     #[doc(hidden)]
@@ -183,7 +195,7 @@ macro_rules! schedule_statements {
 
 pub(crate) use schedule_statements;
 
-/// A transaction records on its connection.
+/// A transaction records (and holds) on its connection.
 macro_rules! outbox_transaction {
     ($db:ty) => {
         impl OutboxConnection for sqlx::Transaction<'_, $db> {
@@ -212,6 +224,24 @@ macro_rules! outbox_transaction {
                 available_at_ms: Option<i64>,
             ) -> impl Future<Output = Result<(), StoreError>> + Send {
                 (**self).schedule(operation_id, ordering_key, available_at_ms)
+            }
+        }
+
+        impl crate::LedgerConnection for sqlx::Transaction<'_, $db> {
+            fn apply_transfers(
+                &mut self,
+                batch: &[crate::NewTransfer],
+                now_ms: i64,
+            ) -> impl Future<Output = Result<Vec<crate::TransferResult>, StoreError>> + Send {
+                (**self).apply_transfers(batch, now_ms)
+            }
+
+            fn tie_hold(
+                &mut self,
+                hold: &str,
+                operation_id: i64,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                (**self).tie_hold(hold, operation_id)
             }
         }
     };

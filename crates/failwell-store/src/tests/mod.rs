@@ -5,6 +5,7 @@
 
 mod cases;
 mod contract_cases;
+mod ledger_contract_cases;
 mod sqlite_checks;
 mod sqlite_contract;
 

@@ -29,6 +29,14 @@ super::contract_cases::contract_cases!(
     provisional = "mysql:%"
 );
 
+super::ledger_contract_cases::ledger_contract_cases!(
+    clock =
+        "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED)",
+    begin = "START TRANSACTION",
+    pool = sqlx::MySqlPool,
+    insufficient = "insufficient funds: account \"wallet\" has 10 available above its floor of 0, 30 asked",
+);
+
 /// Claims whatever is due a moment from now, for a minute.
 async fn claim(s: &MySqlStore, app: &MySqlPool) -> Vec<crate::Claimed> {
     s.claim(now_ms(app).await + 1, 10, 60_000, &ClaimScope::All).await.unwrap()
@@ -313,4 +321,45 @@ async fn a_locked_row_of_the_table_stops_no_message() {
     holder.commit().await.unwrap();
     assert!(claim(&s, &app).await.is_empty());
     assert_eq!(count(&app, "SELECT COUNT(*) FROM failwell_outbox").await, 0, "deleted once released");
+}
+
+/// A row of `failwell_transfers` says whether it was a replay, and the next
+/// claim deletes the committed rows (the transfers stay in the ledger);
+/// a row not yet committed is not waited for.
+#[tokio::test]
+async fn failwell_transfers_rows_say_replay_and_are_forgotten() {
+    use crate::{LedgerStore, NewAccount};
+    let (_d, s, app) = store().await;
+    for (id, floor) in [("world", None), ("wallet", Some(0))] {
+        s.open_account(NewAccount { id: id.into(), unit: "EUR".into(), floor }, 1).await.unwrap();
+    }
+    let top_up = "INSERT INTO failwell_transfers (id, debit_account, credit_account, amount) \
+                  VALUES ('top-up', 'world', 'wallet', 10)";
+    for _ in 0..2 {
+        sqlx::query(top_up).execute(&app).await.unwrap();
+    }
+    let replays: Vec<i64> =
+        sqlx::query_scalar("SELECT CAST(replay AS SIGNED) FROM failwell_transfers ORDER BY seq")
+            .fetch_all(&app)
+            .await
+            .unwrap();
+    assert_eq!(replays, [0, 1]);
+    let mut open = app.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO failwell_transfers (id, debit_account, credit_account, amount) \
+         VALUES ('later', 'world', 'wallet', 5)",
+    )
+    .execute(&mut *open)
+    .await
+    .unwrap();
+    assert!(claim(&s, &app).await.is_empty());
+    open.commit().await.unwrap();
+    assert_eq!(
+        count(&app, "SELECT COUNT(*) FROM failwell_transfers").await,
+        1,
+        "the later row, committed since"
+    );
+    assert!(claim(&s, &app).await.is_empty());
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM failwell_transfers").await, 0);
+    assert_eq!(s.account("wallet").await.unwrap().unwrap().posted, 15);
 }

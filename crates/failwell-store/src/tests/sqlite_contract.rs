@@ -29,6 +29,14 @@ super::contract_cases::contract_cases!(
     provisional = "sqlite:%"
 );
 
+super::ledger_contract_cases::ledger_contract_cases!(
+    clock = "SELECT CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)",
+    begin = "BEGIN IMMEDIATE",
+    pool = sqlx::SqlitePool,
+    insufficient =
+        "insufficient funds: the debit account's available balance less the amount would be below its floor",
+);
+
 /// Every insert the API would refuse is refused, naming the column; nothing
 /// is written.
 #[tokio::test]
