@@ -6,7 +6,9 @@
 //! received webhook events to the application; [`compare`] lists the
 //! provider's records for a time window and stores what disagrees with ours,
 //! and [`alerts`] runs those comparisons on their schedule and tells an
-//! alert sink what an operator must see. All are generic over
+//! alert sink what an operator must see; [`ledger`] applies the balance
+//! ledger's transfers in group commits and ends holds whose time has
+//! come. All are generic over
 //! [`failwell_store::Store`] and take every decision from
 //! `failwell-policy`: this crate holds no retry or classification rule of its
 //! own, and it knows no SQL and no HTTP server.
@@ -19,6 +21,7 @@ pub mod compare;
 mod fixtures;
 pub mod forwarder;
 mod ingest;
+pub mod ledger;
 pub mod provider;
 mod pump;
 pub mod reads;
@@ -39,6 +42,7 @@ pub use clock::now_ms;
 pub use compare::{CompareError, Compared, ListError, compare};
 pub use forwarder::{ForwardSpec, ForwardSpecs, ForwardTarget, ForwardTargets, Forwarder};
 pub use ingest::{INGEST_LINGER, Ingest};
+pub use ledger::Transfers;
 pub use provider::{
     ClusterRule, CompareSpec, Encoding, LookupSpec, OperationSpec, PauseRule, PauseWhen, ProviderSpec,
     TimeUnit,
@@ -94,13 +98,15 @@ pub struct EngineConfig {
 /// The background work of one failwell process, all started here: the
 /// relay, the reconciler, the forwarder, retention, the comparison
 /// schedule, the alert sender and the oldest-entry watch, the webhook
-/// group commit ([`Ingest`]), and on PostgreSQL the listener that wakes the
-/// relay on new messages.
+/// group commit ([`Ingest`]), the ledger's group commit ([`Transfers`]) and
+/// its hold sweep ([`ledger::sweep`]), and on PostgreSQL the listener that
+/// wakes the relay on new messages.
 #[derive(Debug)]
 pub struct Engine {
     wake: Arc<Notify>,
     forward: Arc<Notify>,
     ingest: Ingest,
+    transfers: Transfers,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -111,7 +117,7 @@ impl Engine {
         let EngineConfig { providers, forwards, relay, forwarder, reconciler, retention, alerts } = config;
         let (wake, forward) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
         let shutdown = CancellationToken::new();
-        let mut tasks = Vec::with_capacity(8);
+        let mut tasks = Vec::with_capacity(9);
         let forwarder = Forwarder::new(store.clone(), forwards, forwarder, forward.clone());
         let relay = Relay::new(store.clone(), providers.clone(), relay, wake.clone());
         if let Some(retention) = retention {
@@ -124,6 +130,7 @@ impl Engine {
             tokio::spawn(forwarder.run(shutdown.clone())),
         ]);
         let sink = alerts.as_ref().map(|a| a.sink.clone());
+        tasks.push(tokio::spawn(ledger::sweep(store.clone(), shutdown.clone())));
         tasks.push(tokio::spawn(run_schedule(store.clone(), providers.clone(), sink, shutdown.clone())));
         if let Some(alerts) = alerts {
             tasks.push(tokio::spawn(send_queued(store.clone(), alerts.sink.clone(), shutdown.clone())));
@@ -135,13 +142,19 @@ impl Engine {
         if let Some(postgres) = store.backend::<failwell_store::PostgresStore>() {
             tasks.push(tokio::spawn(wake_on_new_messages(postgres.clone(), wake.clone(), shutdown.clone())));
         }
+        let transfers = Transfers::start(store.clone());
         let ingest = Ingest::start(store);
-        Self { wake, forward, ingest, shutdown, tasks }
+        Self { wake, forward, ingest, transfers, shutdown, tasks }
     }
 
     /// The group commit that stores webhook events.
     pub fn ingest(&self) -> Ingest {
         self.ingest.clone()
+    }
+
+    /// The group commit that applies single ledger transfers.
+    pub fn transfers(&self) -> Transfers {
+        self.transfers.clone()
     }
 
     /// Tells the relay that new messages are waiting (it also polls).
@@ -161,8 +174,8 @@ impl Engine {
     }
 
     /// Stops claiming, lets attempts in flight finish and record their
-    /// results, and returns when every task has ended (the webhook group
-    /// commit ends once its last handle is dropped).
+    /// results, and returns when every task has ended (the webhook and
+    /// ledger group commits end once their last handles are dropped).
     pub async fn shutdown(self) {
         self.shutdown.cancel();
         for task in self.tasks {

@@ -181,6 +181,7 @@ impl Server {
             reads: Default::default(),
             metrics: prometheus(),
             ingest: engine.ingest(),
+            transfers: engine.transfers(),
             admin,
         });
         let bulkhead = Bulkhead::new("api", config.api.bulkhead).map_err(StartError::Limits)?;

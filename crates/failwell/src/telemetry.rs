@@ -129,6 +129,18 @@ pub const SERIES: &[Series] = &[
     gauge("failwell_operations_needs_human", None, "Operations that need an operator."),
     gauge("failwell_dead_letters", None, "Dead letters."),
     gauge("failwell_dead_letters_unacknowledged", None, "Dead letters since the last acknowledgement."),
+    counter(
+        "failwell_ledger_transfers_total",
+        "Ledger transfers applied, by result (created, replayed or refused).",
+    ),
+    counter("failwell_ledger_refused_total", "Ledger transfers refused, by reason (the problem type)."),
+    counter("failwell_ledger_holds_ended_total", "Ledger holds ended, by how (posted, voided or expired)."),
+    gauge("failwell_ledger_holds_pending", None, "Ledger holds pending."),
+    gauge(
+        "failwell_ledger_oldest_hold_age_seconds",
+        Some(Unit::Seconds),
+        "Age of the oldest pending ledger hold; 0 when none is pending.",
+    ),
 ];
 
 /// Describes every series to the installed recorder (call it once, after
@@ -144,8 +156,8 @@ pub fn describe() {
 }
 
 /// Creates at zero the series whose labels a server knows when it starts:
-/// per provider (`providers`, with whether it has a breaker) and per webhook
-/// integration (`webhooks`, with whether it forwards).
+/// per provider (`providers`, with whether it has a breaker), per webhook
+/// integration (`webhooks`, with whether it forwards), and the ledger's.
 pub fn start_at_zero<'a>(
     providers: impl IntoIterator<Item = (&'a str, bool)>,
     webhooks: impl IntoIterator<Item = (&'a str, bool)>,
@@ -158,6 +170,18 @@ pub fn start_at_zero<'a>(
         "failwell_webhook_commits_total",
     ] {
         metrics::counter!(name).increment(0);
+    }
+    for result in ["created", "replayed", "refused"] {
+        metrics::counter!("failwell_ledger_transfers_total", "result" => result).increment(0);
+    }
+    for reason in failwell_engine::ledger::REFUSAL_REASONS {
+        metrics::counter!("failwell_ledger_refused_total", "reason" => reason).increment(0);
+    }
+    for how in ["posted", "voided", "expired"] {
+        metrics::counter!("failwell_ledger_holds_ended_total", "how" => how).increment(0);
+    }
+    for name in ["failwell_ledger_holds_pending", "failwell_ledger_oldest_hold_age_seconds"] {
+        metrics::gauge!(name).set(0.0);
     }
     for (provider, breaker) in providers {
         let provider = provider.to_owned();

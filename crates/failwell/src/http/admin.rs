@@ -189,10 +189,11 @@ pub(crate) async fn show(
 }
 
 /// Puts a dead letter back in its queue, due now, with fresh attempts and
-/// the same idempotency key.
+/// the same idempotency key; 409 `hold-ended` when its operation's ledger
+/// hold has ended (the replay would take effect without it).
 #[utoipa::path(post, path = "/admin/v1/dead-letters/{kind}/{id}/replay", operation_id = "replay_dead_letter", tag = "admin", security(("admin_token" = [])),
     params(("kind" = failwell_store::DeadLetterKind, Path, description = "Which queue"), ("id" = i64, Path, description = "Its id")),
-    responses((status = 200, description = "Replayed", body = Done), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 503, response = Problem)))]
+    responses((status = 200, description = "Replayed", body = Done), (status = 400, response = Problem), (status = 401, response = Problem), (status = 404, response = Problem), (status = 409, response = Problem), (status = 503, response = Problem)))]
 pub(crate) async fn replay(
     State(state): State<Arc<AppState>>,
     ApiPath((k, id)): ApiPath<(String, i64)>,

@@ -3,7 +3,8 @@
 //! details ([`problem`]); path and body extractors whose rejections are
 //! problems are in `extract.rs`.
 //!
-//! Resources: operations (`/v1/operations`), reads (`/v1/read`), webhooks
+//! Resources: operations (`/v1/operations`), the balance ledger
+//! (`/v1/ledger`), reads (`/v1/read`), webhooks
 //! (`/webhooks`), the event feed (`/v1/events`), providers, health and
 //! metrics, the admin API (`/admin/v1`), the dashboard (`/ui`) and the
 //! OpenAPI document (`/openapi.json`). Handlers call the engine and the
@@ -13,6 +14,7 @@ pub mod admin;
 mod events;
 mod extract;
 mod health;
+mod ledger;
 mod metrics;
 pub mod openapi;
 mod operations;
@@ -70,6 +72,16 @@ pub fn router(
     let api = Router::new()
         .route("/v1/operations", post(operations::submit))
         .route("/v1/operations/{key}", get(operations::show))
+        .route("/v1/ledger/accounts", post(ledger::accounts::open).get(ledger::accounts::list))
+        .route("/v1/ledger/accounts/{id}", get(ledger::accounts::show))
+        .route("/v1/ledger/transfers", post(ledger::transfers::create))
+        .route(
+            "/v1/ledger/transfers/batch",
+            post(ledger::transfers::batch).layer(DefaultBodyLimit::max(ledger::transfers::BATCH_BODY_BYTES)),
+        )
+        .route("/v1/ledger/transfers/{id}", get(ledger::transfers::show))
+        .route("/v1/ledger/transfers/{id}/post", post(ledger::transfers::post))
+        .route("/v1/ledger/transfers/{id}/void", post(ledger::transfers::void))
         .route("/v1/providers", get(providers::providers))
         .route("/metrics", get(metrics::prometheus))
         .route("/v1/events", get(events::feed))

@@ -22,6 +22,14 @@ use super::problem::{Problem, ProblemType};
     paths(
         super::operations::submit,
         super::operations::show,
+        super::ledger::accounts::open,
+        super::ledger::accounts::list,
+        super::ledger::accounts::show,
+        super::ledger::transfers::create,
+        super::ledger::transfers::batch,
+        super::ledger::transfers::show,
+        super::ledger::transfers::post,
+        super::ledger::transfers::void,
         super::providers::providers,
         super::metrics::prometheus,
         super::health::health,
@@ -46,6 +54,7 @@ use super::problem::{Problem, ProblemType};
     modifiers(&AdminToken),
     tags(
         (name = "operations", description = "Record intents and follow them to their outcome"),
+        (name = "ledger", description = "Balances that never overdraw: accounts, transfers and holds"),
         (name = "reads", description = "Reads answered at once by the provider"),
         (name = "events", description = "The webhook inbox"),
         (name = "providers", description = "The guards around each provider"),

@@ -2,7 +2,8 @@
 //! key and queues its delivery; `GET /v1/operations/{key}` reads it back.
 //!
 //! Malformed JSON, a missing or reused key and an oversized body are
-//! rejected before anything is written.
+//! rejected before anything is written; so is an operation whose ledger
+//! hold is refused (e.g. `insufficient-funds`).
 
 use std::sync::Arc;
 
@@ -44,6 +45,10 @@ pub(crate) struct SubmitBody {
     // Read on its own (`payload()`), so its nesting counts from itself.
     #[schema(value_type = Object)]
     payload: Box<serde_json::value::RawValue>,
+    /// A ledger hold to make with the operation, in the same transaction:
+    /// its outcome posts it (success) or voids it (failure).
+    #[serde(default)]
+    hold: Option<failwell_store::NewHold>,
 }
 
 /// The payload of a submission as a value. Errors (422 `invalid-body`):
@@ -91,14 +96,16 @@ fn view(operation: Operation) -> OperationView {
 
 /// Percent-encodes a key for use as one URL path segment (RFC 3986
 /// unreserved characters stay as they are).
-fn encode_segment(s: &str) -> String {
+pub(crate) fn encode_segment(s: &str) -> String {
     const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
     utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 /// Records an intent and queues its delivery: 201 with the new operation,
 /// 200 with the stored one when the key was used before with the same
-/// request.
+/// request. With a `hold`, the hold is made in the same transaction; a
+/// refused hold records neither (422 `insufficient-funds`, …; 409
+/// `transfer-id-reused`).
 #[utoipa::path(post, path = "/v1/operations", operation_id = "submit_operation", tag = "operations",
     params(("Idempotency-Key" = String, Header, min_length = 1, max_length = 255, pattern = "^[!-~]+$",
         description = "One key per intent (1–255 visible ASCII bytes), reused on every retry of it")),
@@ -106,8 +113,8 @@ fn encode_segment(s: &str) -> String {
     responses(
         (status = 201, description = "Recorded; delivery is queued", body = OperationView),
         (status = 200, description = "The key was used before with the same request: the stored operation", body = OperationView),
-        (status = 400, response = Problem), (status = 413, response = Problem), (status = 415, response = Problem),
-        (status = 422, response = Problem), (status = 503, response = Problem)))]
+        (status = 400, response = Problem), (status = 409, response = Problem), (status = 413, response = Problem),
+        (status = 415, response = Problem), (status = 422, response = Problem), (status = 503, response = Problem)))]
 pub(crate) async fn submit(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -116,6 +123,9 @@ pub(crate) async fn submit(
     let key = idempotency_key(&headers)?;
     let ApiJson(body) = body;
     let payload = payload(&body.payload)?;
+    if let Some(hold) = &body.hold {
+        super::ledger::no_nul([hold.id.as_str(), &hold.debit_account, &hold.credit_account])?;
+    }
     let Some(client) = state.providers.get(&body.provider) else {
         return Err(Problem::new(
             ProblemType::UnknownProvider,
@@ -181,7 +191,7 @@ pub(crate) async fn submit(
         operation: body.operation,
         reference,
         payload,
-        hold: None,
+        hold: body.hold,
     };
     let (status, op) = match state.store.submit(op, failwell_engine::now_ms()).await? {
         Submitted::Created(op) => {
@@ -194,7 +204,9 @@ pub(crate) async fn submit(
     Ok((status, [(header::LOCATION, view.status_url.clone())], Json(view)).into_response())
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
+/// The request's one `Idempotency-Key` (visible ASCII, 1–255 bytes).
+/// Errors: 400 `missing-idempotency-key`, `invalid-idempotency-key`.
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
     let missing = || {
         Problem::new(
             ProblemType::MissingIdempotencyKey,

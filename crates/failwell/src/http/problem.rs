@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use failwell_store::StoreError;
+use failwell_store::{StoreError, TransferRefusal};
 use serde_json::json;
 
 /// Declares [`ProblemType`]: each variant's slug, its statuses (the first
@@ -134,6 +134,26 @@ problem_types! {
         "Only unknown and needs_human operations are resolved by hand.";
     ReportNotFound = "report-not-found", [NOT_FOUND],
         "No comparison report has this id.";
+    InvalidAccount = "invalid-account", [UNPROCESSABLE_ENTITY],
+        "A ledger account's id (1–255 bytes) or unit (1–16 bytes) is not printable ASCII without spaces.";
+    AccountExists = "account-exists", [CONFLICT],
+        "The ledger account exists with another unit or floor.";
+    UnknownAccount = "unknown-account", [UNPROCESSABLE_ENTITY, NOT_FOUND],
+        "No ledger account has this id (404 in a /v1/ledger/accounts path).";
+    UnknownTransfer = "unknown-transfer", [NOT_FOUND],
+        "No ledger transfer has this id.";
+    InsufficientFunds = "insufficient-funds", [UNPROCESSABLE_ENTITY],
+        "The debit would take the account's available balance below its floor.";
+    UnitMismatch = "unit-mismatch", [UNPROCESSABLE_ENTITY],
+        "The transfer's two accounts have different units.";
+    InvalidTransfer = "invalid-transfer", [UNPROCESSABLE_ENTITY],
+        "The transfer breaks a rule of the ledger (an amount not positive, one account on both sides, a timeout on a transfer that is not a hold, a post over the hold, an overflow).";
+    TransferIdReused = "transfer-id-reused", [CONFLICT],
+        "The transfer id was already used with different content.";
+    HoldEnded = "hold-ended", [CONFLICT],
+        "The hold ended otherwise already; or a dead letter's hold ended, so replaying it would take effect without it.";
+    HoldTied = "hold-tied", [CONFLICT],
+        "The hold is tied to an operation, whose outcome posts or voids it.";
 }
 
 impl ProblemType {
@@ -171,6 +191,29 @@ impl Problem {
         Self::new(ProblemType::ProviderUnavailable, detail(secs)).with_retry_after(secs)
     }
 
+    /// A refused ledger transfer (or hold): the problem type its
+    /// [`failwell_engine::ledger::refusal_reason`] names, with its usual
+    /// status, the refusal's own words as the detail.
+    pub(crate) fn refused(reason: &TransferRefusal) -> Self {
+        let slug = failwell_engine::ledger::refusal_reason(reason);
+        let kind = ProblemType::ALL
+            .iter()
+            .copied()
+            .find(|t| t.slug() == slug)
+            .unwrap_or(ProblemType::InvalidTransfer);
+        Problem::new(kind, format!("{reason}."))
+    }
+
+    /// The problem's JSON body: `type`, `title`, `status`, `detail`.
+    pub(crate) fn body(&self) -> serde_json::Value {
+        json!({
+            "type": self.kind.uri(),
+            "title": self.status.canonical_reason().unwrap_or("Error"),
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+        })
+    }
+
     /// The problem's response with a `Retry-After` of `secs` seconds.
     pub(crate) fn with_retry_after(self, secs: u64) -> Response {
         let mut response = self.into_response();
@@ -181,13 +224,8 @@ impl Problem {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        let body = json!({
-            "type": self.kind.uri(),
-            "title": self.status.canonical_reason().unwrap_or("Error"),
-            "status": self.status.as_u16(),
-            "detail": self.detail,
-        });
-        (self.status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
+        let body = self.body().to_string();
+        (self.status, [(header::CONTENT_TYPE, "application/problem+json")], body).into_response()
     }
 }
 
@@ -221,6 +259,17 @@ impl From<StoreError> for Problem {
             StoreError::InvalidPayload { reason } => {
                 Problem::new(ProblemType::InvalidBody, format!("`payload` {reason}."))
             }
+            StoreError::InvalidAccount(detail) => {
+                Problem::new(ProblemType::InvalidAccount, format!("{detail}."))
+            }
+            StoreError::HoldRefused(reason) => {
+                let refused = Problem::refused(&reason);
+                Problem {
+                    detail: format!("The hold was refused, nothing was recorded: {}", refused.detail),
+                    ..refused
+                }
+            }
+            e @ StoreError::HoldEnded { .. } => Problem::new(ProblemType::HoldEnded, format!("{e}.")),
             other => {
                 tracing::error!(error = ?other, "store error");
                 Problem::new(ProblemType::StoreUnavailable, "The store is unavailable; try again.")

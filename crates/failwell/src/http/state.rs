@@ -27,6 +27,8 @@ pub struct AppState {
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// The group commit that stores webhook events.
     pub ingest: failwell_engine::Ingest,
+    /// The group commit that applies single ledger transfers.
+    pub transfers: failwell_engine::Transfers,
     /// What the admin API and the dashboard need.
     pub admin: AdminState,
 }

@@ -216,6 +216,7 @@ async fn api_with(
         failwell_store::SqliteStore::open(&url, failwell_store::Synchronous::Normal).await.unwrap().into();
     let state = std::sync::Arc::new(failwell::http::AppState {
         ingest: failwell_engine::Ingest::start(store.clone()),
+        transfers: failwell_engine::Transfers::start(store.clone()),
         store,
         providers: std::sync::Arc::new(failwell_engine::Providers::new()),
         wake: std::sync::Arc::default(),
