@@ -1,5 +1,6 @@
 //! The operator commands: `failwell status`, `failwell dlq …`, `failwell
-//! reconcile run` and `failwell ops show`. Each opens the database of the
+//! reconcile run`, `failwell ops show` and `failwell ledger …` (in
+//! `cli/ledger.rs`). Each opens the database of the
 //! given configuration directly (beside a running `failwell serve`, or
 //! without one), does what [`crate::ops`] does for the admin API, and prints
 //! a table, or JSON with `--json`.
@@ -16,6 +17,8 @@ use serde::Serialize;
 
 use crate::config::{Config, ConfigError};
 use crate::ops::{self, OpsError};
+
+pub mod ledger;
 
 /// Why an operator command failed (its exit status is then 2; "not found"
 /// answers are an exit status of 1, not an error).
@@ -51,6 +54,9 @@ pub enum CliError {
     /// A provider's client could not be built.
     #[error("cannot build the providers' clients")]
     Clients(#[source] failwell_engine::ClientError),
+    /// The ledger refused a `failwell ledger` command: nothing was written.
+    #[error(transparent)]
+    Ledger(#[from] ledger::LedgerRefused),
     /// The answer could not be written as JSON.
     #[error("cannot write the answer as JSON")]
     Json(#[from] serde_json::Error),

@@ -144,6 +144,14 @@ enum Command {
         #[command(subcommand)]
         command: OpsCommand,
     },
+    /// The balance ledger: open accounts, make transfers and holds, post
+    /// and void holds, read accounts, journals and holds (docs/LEDGER.md).
+    Ledger {
+        #[command(flatten)]
+        common: failwell::cli::Common,
+        #[command(subcommand)]
+        command: failwell::cli::ledger::LedgerCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -189,6 +197,7 @@ fn main() -> ExitCode {
         | Command::Dlq { .. }
         | Command::Reconcile { .. }
         | Command::Ops { .. }
+        | Command::Ledger { .. }
         | Command::Openapi => "warn",
         Command::Serve { .. } | Command::Sim { .. } => "failwell=info,warn",
     };
@@ -257,6 +266,7 @@ async fn run(cli: Cli, demo_log: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         Command::Ops { common, command: OpsCommand::Resolve(args) } => {
             Ok(failwell::cli::resolve(common, args).await?)
         }
+        Command::Ledger { common, command } => Ok(failwell::cli::ledger::ledger(common, command).await?),
         Command::Check { config } => {
             let config = failwell::config::load(config.as_deref())?;
             let store = failwell::store::StoreReport::inspect(&config.database_url).await?;

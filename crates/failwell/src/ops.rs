@@ -1,7 +1,10 @@
 //! What an operator does, the same from the command line, the admin API
 //! and the dashboard: read the four numbers, look at and act on dead
 //! letters, run a reconciliation, follow one operation's history. Plus the
-//! plain-text renderings the command line prints.
+//! plain-text renderings the command line prints. The balance ledger's
+//! reads are in `ledger.rs`.
+
+pub mod ledger;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -304,30 +307,10 @@ pub fn status_table(stats: &Stats) -> String {
             ]
         })
         .collect();
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: &[String]| {
-        let mut l = String::new();
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            // Names left-aligned, numbers right-aligned.
-            if i == 0 {
-                let _ = write!(l, "{cell:<w$}");
-            } else {
-                let _ = write!(l, "  {cell:>w$}");
-            }
-        }
-        out.push_str(l.trim_end());
-        out.push('\n');
-    };
-    line(&header.map(String::from));
-    for row in &rows {
-        line(row);
-    }
+    // Names left-aligned, numbers right-aligned.
+    let mut columns = header.map(|title| (title, Align::Right));
+    columns[0].1 = Align::Left;
+    let mut out = table(columns, &rows);
     let _ = writeln!(
         out,
         "success rate and p95 over the last {}; dead letters unacknowledged: {}",
@@ -337,6 +320,46 @@ pub fn status_table(stats: &Stats) -> String {
             |at| format!("since the last `failwell dlq ack` at {}", rfc3339(at))
         ),
     );
+    out
+}
+
+/// How a column of a [`table`] is aligned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Align {
+    /// Text: padded on the right.
+    Left,
+    /// Numbers: padded on the left.
+    Right,
+}
+
+/// `rows` under `header` (titles and alignments) as columns two spaces
+/// apart, each as wide as its widest cell (in characters), one line per
+/// row, without trailing spaces. Cells are printed as they are: pass them
+/// through [`printable`] first when they hold stored text.
+pub fn table<const N: usize>(header: [(&str, Align); N], rows: &[[String; N]]) -> String {
+    let mut widths = header.map(|(title, _)| title.chars().count());
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: [&str; N]| {
+        let mut l = String::new();
+        for (i, (cell, (w, (_, align)))) in cells.iter().zip(widths.iter().zip(header)).enumerate() {
+            let gap = if i == 0 { "" } else { "  " };
+            let _ = match align {
+                Align::Left => write!(l, "{gap}{cell:<w$}"),
+                Align::Right => write!(l, "{gap}{cell:>w$}"),
+            };
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(header.map(|(title, _)| title));
+    for row in rows {
+        line(row.each_ref().map(String::as_str));
+    }
     out
 }
 

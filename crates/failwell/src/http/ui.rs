@@ -1,7 +1,8 @@
 //! The dashboard at `/ui`: server-rendered HTML, no scripts, no build step.
 //! One page with a card per integration (the four numbers and the breaker
 //! state), the dead letters with replay and purge buttons, and the
-//! comparison reports; a page per report and per operation's history.
+//! comparison reports; a page per report and per operation's history; the
+//! balance ledger's accounts, holds and journals (`ui/ledger.rs`).
 //!
 //! Signing in takes the `[admin] token` once (a form); the session cookie
 //! holds a value derived from it, never the token, and is `HttpOnly`,
@@ -33,6 +34,8 @@ use super::state::AppState;
 use crate::ops;
 use crate::ops::OpsError;
 
+mod ledger;
+
 const COOKIE: &str = "failwell_session";
 
 /// How long a dashboard session lasts (s).
@@ -44,6 +47,8 @@ pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/ui", get(dashboard))
         .route("/ui/reports/{id}", get(report))
         .route("/ui/operations/{key}", get(operation))
+        .route("/ui/ledger", get(ledger::ledger))
+        .route("/ui/ledger/accounts/{id}", get(ledger::account))
         .route("/ui/dead-letters/{kind}/{id}/replay", post(replay))
         .route("/ui/dead-letters/{kind}/{id}/purge", post(purge))
         .route("/ui/dead-letters/ack", post(ack))
@@ -87,6 +92,7 @@ fn page(title: &str, body: Markup) -> Html<String> {
                     header {
                         a href="/ui" { "failwell" } " · " (title)
                         @if title != "Sign in" {
+                            nav { a href="/ui" { "Dashboard" } a href="/ui/ledger" { "Ledger" } }
                             form.inline.logout method="post" action="/ui/logout" { button type="submit" { "Sign out" } }
                         }
                     }
@@ -107,7 +113,7 @@ main{padding:16px 20px}.cards{display:flex;flex-wrap:wrap;gap:12px}\
 .state-open,.state-forced_open,.warn{color:#b00020;font-weight:600}.state-half_open{color:#b36b00;font-weight:600}\
 .state-closed{color:#1b7f3b}table{border-collapse:collapse;background:#fff;width:100%}\
 th,td{border-bottom:1px solid #e4e6eb;padding:5px 8px;text-align:left;vertical-align:top}\
-form.inline{display:inline}form.logout{float:right}button{cursor:pointer}pre{background:#fff;border:1px solid #dde;padding:10px;overflow:auto}\
+form.inline{display:inline}form.logout{float:right}nav{float:right;margin-right:16px}nav a{margin-left:14px}button{cursor:pointer}pre{background:#fff;border:1px solid #dde;padding:10px;overflow:auto}\
 .error{color:#b00020}.notice{background:#e8f4ea;border:1px solid #b7dcc0;padding:6px 10px}";
 
 /// Rejects a request without the session cookie (back to the sign-in page),
