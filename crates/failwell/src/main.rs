@@ -107,6 +107,10 @@ enum Command {
         /// with Retry-After), for both clients.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         rate_limit: Option<u32>,
+        /// Each order pays 30 % from its customer's wallet (a ledger hold
+        /// that follows the card charge) and the rest by card.
+        #[arg(long)]
+        wallet: bool,
     },
     /// Print the OpenAPI 3.1 document of the HTTP API (what `GET
     /// /openapi.json` serves; docs/openapi.json holds it).
@@ -334,7 +338,7 @@ async fn run(cli: Cli, demo_log: Option<PathBuf>) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::Demo { orders, seed, profile, json, arrival_rate, concurrency, rate_limit } => {
+        Command::Demo { orders, seed, profile, json, arrival_rate, concurrency, rate_limit, wallet } => {
             anyhow::ensure!(orders > 0, "--orders must be at least 1");
             anyhow::ensure!((1..=10_000).contains(&concurrency), "--concurrency must be between 1 and 10000");
             // Fail now, not after the run, when the report cannot be written.
@@ -346,7 +350,7 @@ async fn run(cli: Cli, demo_log: Option<PathBuf>) -> anyhow::Result<ExitCode> {
                 .transpose()?;
             // Ctrl-C drops the run, which removes its temporary database.
             let report = tokio::select! {
-                report = demo::run(DemoArgs { orders, seed, profile, arrival_rate, concurrency, rate_limit }) => report?,
+                report = demo::run(DemoArgs { orders, seed, profile, arrival_rate, concurrency, rate_limit, wallet }) => report?,
                 _ = shutdown_signal() => anyhow::bail!("interrupted"),
             };
             println!("{}", report.table());

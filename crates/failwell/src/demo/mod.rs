@@ -17,6 +17,7 @@
 mod naive;
 mod report;
 mod shop;
+mod wallet;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -34,6 +35,7 @@ use tokio::time::Instant;
 
 pub use naive::{Belief, NaiveResult};
 pub use report::{Figures, Report, WebhookFigures};
+pub use wallet::{WALLET_SHARE_PERCENT, WalletFigures, WalletPart};
 
 use crate::config::ConfigError;
 use crate::{Server, StartError};
@@ -86,6 +88,14 @@ pub enum DemoError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A wallet's top-up was refused (its transfer id given).
+    #[error("cannot top up a wallet: transfer {id} refused: {reason}")]
+    TopUp {
+        /// The top-up's transfer id.
+        id: String,
+        /// Why the ledger refused it.
+        reason: failwell_store::TransferRefusal,
+    },
 }
 
 /// Demo settings.
@@ -106,6 +116,9 @@ pub struct DemoArgs {
     /// The provider's rate limit, requests per second (`None`: only the
     /// profile's random 429s).
     pub rate_limit: Option<u32>,
+    /// Each order pays [`WALLET_SHARE_PERCENT`] % from its customer's
+    /// wallet (a ledger hold tied to the card charge) and the rest by card.
+    pub wallet: bool,
 }
 
 /// One order of the demo shop.
@@ -113,10 +126,13 @@ pub struct DemoArgs {
 pub struct Order {
     /// Our reference, e.g. `order-000042`.
     pub reference: String,
-    /// Amount in minor units (cents).
+    /// Amount charged to the card, in minor units (cents).
     pub amount: u64,
     /// ISO currency code.
     pub currency: &'static str,
+    /// The part paid from the customer's wallet (`--wallet`), on top of
+    /// `amount`.
+    pub wallet: Option<WalletPart>,
 }
 
 /// The per-attempt timeout both clients use, in ms.
@@ -215,14 +231,21 @@ pub fn arrival(n: usize, rate: u32) -> Duration {
     Duration::from_secs_f64(n as f64 / f64::from(rate.max(1)))
 }
 
-/// The demo's orders: deterministic in `seed`.
-pub fn orders(count: usize, seed: u64) -> Vec<Order> {
+/// The demo's orders: deterministic in `seed`. With `wallet`, each
+/// order's total is split into a wallet part and a card amount.
+pub fn orders(count: usize, seed: u64, wallet: bool) -> Vec<Order> {
     let mut rng = StdRng::seed_from_u64(seed);
     (0..count)
-        .map(|i| Order {
-            reference: format!("order-{i:06}"),
-            amount: rng.random_range(100..100_000),
-            currency: "eur",
+        .map(|i| {
+            let total = rng.random_range(100..100_000);
+            let (wallet, amount) = match wallet {
+                true => {
+                    let (part, card) = wallet::split(i, total);
+                    (Some(part), card)
+                }
+                false => (None, total),
+            };
+            Order { reference: format!("order-{i:06}"), amount, currency: "eur", wallet }
         })
         .collect()
 }
@@ -255,7 +278,7 @@ fn bar(multi: &MultiProgress, len: usize, label: &'static str) -> ProgressBar {
 /// Runs the demo and returns the report. Errors: see [`DemoError`]; a
 /// demo whose operations do not all settle still reports (them as unknown).
 pub async fn run(args: DemoArgs) -> Result<Report, DemoError> {
-    let orders = orders(args.orders, args.seed);
+    let orders = orders(args.orders, args.seed, args.wallet);
     let dir = tempfile::tempdir().map_err(DemoError::TempDir)?;
     let database_url = format!("sqlite://{}", dir.path().join("demo.db").display());
     let listener = TcpListener::bind("127.0.0.1:0").await.map_err(DemoError::BindApi)?;
@@ -267,6 +290,12 @@ pub async fn run(args: DemoArgs) -> Result<Report, DemoError> {
          the provider also sends failwell signed webhooks (duplicated, reordered, delayed)",
         args.orders, args.profile, args.seed
     );
+    if args.wallet {
+        eprintln!(
+            "each order pays {WALLET_SHARE_PERCENT} % from its customer's wallet (a hold tied to the card \
+             charge, made in the order's transaction) and the rest by card"
+        );
+    }
     let config =
         crate::config::from_toml(&demo_config(&sim_failwell.base_url(), &database_url, args.concurrency))?;
     let server = Server::start(config, listener).await.map_err(DemoError::Start)?;
@@ -281,6 +310,9 @@ pub async fn run(args: DemoArgs) -> Result<Report, DemoError> {
         return Err(DemoError::NotSqlite);
     };
     shop::create_orders(&store).await.map_err(DemoError::OrdersTable)?;
+    if args.wallet {
+        wallet::open(&store, &orders, start_ms).await?;
+    }
     place_all(&store, &orders, (start, args.arrival_rate), &placed).await?;
     placed.finish();
     let placing = start.elapsed();
@@ -308,6 +340,13 @@ pub async fn run(args: DemoArgs) -> Result<Report, DemoError> {
         eprintln!("some webhooks were still in flight after 60 s");
     }
     let counts = store.counts().await?;
+    let wallet = match args.wallet {
+        true => {
+            wallet::follow(&store).await?;
+            Some(wallet::figures(&store, &orders, &sim_failwell.effects()).await?)
+        }
+        false => None,
+    };
     let mut operations = Vec::with_capacity(orders.len());
     let mut to_outcome_ms = Vec::with_capacity(orders.len());
     for (n, order) in orders.iter().enumerate() {
@@ -352,7 +391,7 @@ pub async fn run(args: DemoArgs) -> Result<Report, DemoError> {
     naive_bar.finish();
     sim_failwell.shutdown().await;
     sim_naive.shutdown().await;
-    Ok(Report { failwell, naive, webhooks })
+    Ok(Report { failwell, naive, webhooks, wallet })
 }
 
 /// Places every order when it arrives ([`arrival`] after `start`, at
@@ -400,6 +439,7 @@ async fn place(store: &failwell_store::SqliteStore, order: &Order) -> Result<(),
     let message = Message {
         idempotency_key: Some(order.reference.clone()),
         reference: Some(order.reference.clone()),
+        hold: wallet::hold(order),
         ..Message::new(
             "payments",
             "charge",

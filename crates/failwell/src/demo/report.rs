@@ -5,6 +5,8 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
+use super::WalletFigures;
+
 /// One client's figures. Definitions (per intent = per order):
 /// - `provider_effects`: charges the provider made;
 /// - `double_effects`: intents the provider charged more than once;
@@ -86,13 +88,20 @@ pub struct Report {
     pub naive: Figures,
     /// The provider's webhooks to failwell.
     pub webhooks: WebhookFigures,
+    /// The wallets, when orders paid partly from them (`--wallet`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wallet: Option<WalletFigures>,
 }
 
 impl Report {
     /// Whether failwell kept its promises: no double effect, nothing lost,
-    /// no unknown outcome left.
+    /// no unknown outcome left, and every wallet followed its card charge
+    /// ([`WalletFigures::held`]).
     pub fn failwell_held(&self) -> bool {
-        self.failwell.double_effects == 0 && self.failwell.lost == 0 && self.failwell.unknown_remaining == 0
+        self.failwell.double_effects == 0
+            && self.failwell.lost == 0
+            && self.failwell.unknown_remaining == 0
+            && self.wallet.as_ref().is_none_or(WalletFigures::held)
     }
 
     /// The side-by-side table printed at the end of the demo.
@@ -124,10 +133,28 @@ impl Report {
              {} operations resolved by webhook",
             w.sent, w.received, w.duplicates_absorbed, w.resolved_by_webhook
         );
-        let verdict = if self.failwell_held() {
-            "failwell: 0 double effects, 0 lost, 0 unknown remaining"
-        } else {
-            "failwell BROKE A PROMISE: see double effects / lost / unknown remaining"
+        if let Some(w) = &self.wallet {
+            let _ = writeln!(
+                out,
+                "wallets: {} holds, {} posted with their charge, {} voided with their failed charge, {} pending; \
+                 {} debited for a failed charge, {} released for a paid charge, {} refunded twice, \
+                 {} balances off",
+                w.holds,
+                w.posted,
+                w.voided,
+                w.pending_remaining,
+                w.debited_for_failed_charge,
+                w.released_for_paid_charge,
+                w.refunded_twice,
+                w.balance_mismatches
+            );
+        }
+        let verdict = match (self.failwell_held(), &self.wallet) {
+            (true, None) => "failwell: 0 double effects, 0 lost, 0 unknown remaining",
+            (true, Some(_)) => {
+                "failwell: 0 double effects, 0 lost, 0 unknown remaining, every wallet followed its charge"
+            }
+            (false, _) => "failwell BROKE A PROMISE: see double effects / lost / unknown remaining / wallets",
         };
         let _ = write!(out, "{verdict}");
         out

@@ -121,6 +121,34 @@ async fn against_a_rate_limit_failwell_slows_down_while_the_naive_client_keeps_h
     assert_eq!(n["paused_s"], 0.0, "the naive client never pauses");
 }
 
+#[tokio::test]
+async fn stormy_demo_with_wallets_leaves_no_wallet_debited_for_a_failed_charge() {
+    let (code, report) = demo(&["--orders", "300", "--seed", "8", "--profile", "stormy", "--wallet"]).await;
+    assert_eq!(code, Some(0), "{report:#}");
+    let (f, w) = (&report["failwell"], &report["wallet"]);
+    let n = |key: &str| w[key].as_u64().unwrap_or_else(|| panic!("{key} in {w:#}"));
+    assert_eq!(n("holds"), 300, "each order held its wallet part: {w:#}");
+    // Each hold followed its charge: posted with the charges the provider
+    // made, voided with the orders that failed for good.
+    assert_eq!(n("posted"), f["provider_effects"].as_u64().unwrap(), "{report:#}");
+    assert_eq!(
+        n("voided"),
+        f["declined"].as_u64().unwrap() + f["dead_letters"].as_u64().unwrap(),
+        "{report:#}"
+    );
+    assert!(n("voided") > 0, "some charges failed: {report:#}");
+    for key in [
+        "pending_remaining",
+        "debited_for_failed_charge",
+        "released_for_paid_charge",
+        "refunded_twice",
+        "balance_mismatches",
+    ] {
+        assert_eq!(n(key), 0, "{key}: {w:#}");
+    }
+    assert_eq!(f["double_effects"], 0);
+}
+
 #[test]
 fn demo_refuses_a_zero_arrival_rate() {
     let out = std::process::Command::new(binary()).args(["demo", "--arrival-rate", "0"]).output().unwrap();

@@ -2,9 +2,7 @@
 //! binary) on SQLite and PostgreSQL, and the dashboard's ledger pages.
 
 use failwell_sim::{Fault, Simulator};
-use failwell_store::{
-    LedgerStore as _, NewHold, NewOperation, OutboxStore as _, Store, StoreOptions, Synchronous,
-};
+use failwell_store::{NewHold, NewOperation, Store, StoreOptions, Synchronous};
 use serde_json::{Value, json};
 
 use crate::helpers::{Gateway, on_database, postgres_schema, simulator};

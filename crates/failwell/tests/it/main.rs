@@ -19,6 +19,7 @@ mod examples;
 mod faults;
 mod hardening;
 mod helpers;
+mod ledger_api;
 mod ledger_cli;
 mod logs;
 mod manifest;
