@@ -56,10 +56,16 @@ pub enum CliError {
     Clients(#[source] failwell_engine::ClientError),
     /// The ledger refused a `failwell ledger` command: nothing was written.
     #[error(transparent)]
-    Ledger(#[from] ledger::LedgerRefused),
+    Ledger(Box<ledger::LedgerRefused>),
     /// The answer could not be written as JSON.
     #[error("cannot write the answer as JSON")]
     Json(#[from] serde_json::Error),
+}
+
+impl From<ledger::LedgerRefused> for CliError {
+    fn from(refused: ledger::LedgerRefused) -> Self {
+        Self::Ledger(Box::new(refused))
+    }
 }
 
 /// Where the configuration comes from, and the output format.

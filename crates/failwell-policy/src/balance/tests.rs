@@ -10,9 +10,19 @@ fn sides(debit: Balance) -> Sides {
     Sides { debit, credit: Balance::new(Some(0)) }
 }
 
+/// A transfer case: name, debit account, amount, pending, and the debit's
+/// `(posted, debits_pending)` and the credit's posted after it (or the
+/// refusal).
+type TransferCase = (&'static str, Balance, i64, bool, Result<(i64, i64, i64), Refused>);
+
+/// A hold's end: name, its state, the action, and its state with the
+/// debit's `(posted, debits_pending)` and the credit's posted after it (or
+/// the refusal).
+type EndCase = (&'static str, HoldState, HoldAction, Result<(HoldState, i64, i64, i64), Refused>);
+
 #[test]
 fn transfers_move_money_or_are_refused_as_the_table_says() {
-    let cases: &[(&str, Balance, i64, bool, Result<(i64, i64, i64), Refused>)] = &[
+    let cases: &[TransferCase] = &[
         ("posted within the balance", account(Some(0), 100, 0), 60, false, Ok((40, 0, 60))),
         ("posted to exactly zero", account(Some(0), 100, 0), 100, false, Ok((0, 0, 100))),
         (
@@ -81,7 +91,7 @@ fn holds_end_once_as_the_table_says() {
         debit: Balance { floor: Some(0), posted: 100, debits_pending: 30, credits_pending: 0 },
         credit: Balance { floor: Some(0), posted: 0, debits_pending: 0, credits_pending: 30 },
     };
-    let cases: &[(&str, HoldState, HoldAction, Result<(HoldState, i64, i64, i64), Refused>)] = &[
+    let cases: &[EndCase] = &[
         ("post in full", HoldState::Pending, HoldAction::Post(30), Ok((HoldState::Posted, 70, 0, 30))),
         (
             "post for less releases the rest",

@@ -104,7 +104,7 @@ async fn a_url_without_a_database_is_refused_saying_so() {
     let (base, _) = server.split_once('?').unwrap_or((&server, ""));
     let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
     for url in [format!("{root}/"), root.to_owned()] {
-        let error = MySqlStore::open(&url, 2).await.err().expect("refused");
+        let error = MySqlStore::open(&url, 2).await.expect_err("refused");
         assert!(matches!(error, crate::StoreError::NoDatabase), "{url}: {error:?}");
         assert!(error.to_string().contains("names no database"), "{error}");
     }
