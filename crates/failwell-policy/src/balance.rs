@@ -121,6 +121,10 @@ pub enum Refused {
     /// The hold is no longer pending.
     #[error("the hold is {0} already")]
     NotPending(HoldState),
+    /// A correction that does not fit the hold's state: only a posted
+    /// hold is reversed, only a voided or expired one posted again.
+    #[error("the hold is {0}: nothing to correct")]
+    NothingToCorrect(HoldState),
 }
 
 /// The two accounts of a transfer, before it.
@@ -204,7 +208,7 @@ impl std::fmt::Display for HoldState {
     }
 }
 
-/// What ends a hold.
+/// What ends a hold, or corrects one that ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HoldAction {
     /// Post it, for the amount given (at most the hold's).
@@ -213,6 +217,15 @@ pub enum HoldAction {
     Void,
     /// Its timeout passed: release it as [`HoldState::Expired`].
     Expire,
+    /// Give back the amount posted (the credit account pays it back to
+    /// the debit account, within the credit account's floor): its
+    /// operation, which had succeeded, failed after all. The hold becomes
+    /// [`HoldState::Voided`].
+    Reverse(i64),
+    /// Move the amount after all (within the debit account's floor): its
+    /// operation, which had failed, succeeded after all. The hold becomes
+    /// [`HoldState::Posted`].
+    Repost(i64),
 }
 
 /// Ends a hold of `held` in `state` with `action`: both sides' holds are
@@ -221,23 +234,45 @@ pub enum HoldAction {
 /// the action that ended it is the caller's question: the same post again
 /// is a replay, not an error, to an API).
 ///
+/// A correction ([`HoldAction::Reverse`], [`HoldAction::Repost`]) is a
+/// posted transfer between the two accounts, in one direction or the
+/// other, under [`transfer`]'s rules.
+///
 /// # Errors
 /// [`Refused::NotPending`], [`Refused::NotPositive`] for a post of zero or
-/// less, [`Refused::PostExceedsHold`], [`Refused::Overflow`].
+/// less, [`Refused::PostExceedsHold`], [`Refused::Overflow`]; for a
+/// correction [`Refused::NothingToCorrect`] and [`Refused::InsufficientFunds`]
+/// (the account paying it back would go below its floor).
 pub fn end_hold(
     sides: Sides,
     held: i64,
     state: HoldState,
     action: HoldAction,
 ) -> Result<(HoldState, Applied), Refused> {
-    if state != HoldState::Pending {
-        return Err(Refused::NotPending(state));
+    match (action, state) {
+        (HoldAction::Reverse(amount), HoldState::Posted) => {
+            let swapped = Sides { debit: sides.credit, credit: sides.debit };
+            let back = transfer(swapped, amount, false, false)?;
+            let applied = Applied {
+                debit: back.credit,
+                credit: back.debit,
+                debit_after: back.credit_after,
+                credit_after: back.debit_after,
+            };
+            return Ok((HoldState::Voided, applied));
+        }
+        (HoldAction::Repost(amount), HoldState::Voided | HoldState::Expired) => {
+            return transfer(sides, amount, false, false).map(|applied| (HoldState::Posted, applied));
+        }
+        (HoldAction::Reverse(_) | HoldAction::Repost(_), _) => return Err(Refused::NothingToCorrect(state)),
+        (_, HoldState::Pending) => {}
+        (_, _) => return Err(Refused::NotPending(state)),
     }
     let (posted, next) = match action {
         HoldAction::Post(amount) if amount <= 0 => return Err(Refused::NotPositive(amount)),
         HoldAction::Post(amount) if amount > held => return Err(Refused::PostExceedsHold { held, amount }),
         HoldAction::Post(amount) => (amount, HoldState::Posted),
-        HoldAction::Void => (0, HoldState::Voided),
+        HoldAction::Void | HoldAction::Reverse(_) | HoldAction::Repost(_) => (0, HoldState::Voided),
         HoldAction::Expire => (0, HoldState::Expired),
     };
     let debit = Delta { posted: -posted, debits_pending: -held, credits_pending: 0 };
@@ -245,16 +280,22 @@ pub fn end_hold(
     applied(sides, debit, credit).map(|applied| (next, applied))
 }
 
-/// What an operation's outcome does to the hold tied to it: a success
-/// posts it in full, a failure voids it (a dead letter is a failure), and
-/// an unknown outcome keeps it pending until reconciliation, a webhook or
-/// an operator settles the operation. `None` (still pending or unknown)
-/// keeps it.
-pub fn hold_after(outcome: Option<Outcome>, held: i64) -> Option<HoldAction> {
-    match outcome? {
-        Outcome::Succeeded => Some(HoldAction::Post(held)),
-        Outcome::Failed => Some(HoldAction::Void),
-        Outcome::Unknown => None,
+/// What an operation's outcome does to the hold tied to it, in `state`
+/// (of `held`, `posted` of it moved if it was posted): a success posts a
+/// pending hold in full, a failure voids it (a dead letter is a failure),
+/// and an unknown outcome keeps it pending until reconciliation, a webhook
+/// or an operator settles the operation. When the outcome changes after
+/// the hold ended (a provider's newer event reverses it), the hold follows:
+/// a posted hold whose operation failed is reversed, a voided one whose
+/// operation succeeded is posted again. `None`: nothing to do (the outcome
+/// is not known, or the hold already agrees with it).
+pub fn hold_after(outcome: Option<Outcome>, state: HoldState, held: i64, posted: i64) -> Option<HoldAction> {
+    match (outcome?, state) {
+        (Outcome::Succeeded, HoldState::Pending) => Some(HoldAction::Post(held)),
+        (Outcome::Failed, HoldState::Pending) => Some(HoldAction::Void),
+        (Outcome::Failed, HoldState::Posted) => Some(HoldAction::Reverse(posted)),
+        (Outcome::Succeeded, HoldState::Voided | HoldState::Expired) => Some(HoldAction::Repost(held)),
+        _ => None,
     }
 }
 

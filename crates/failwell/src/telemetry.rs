@@ -134,7 +134,14 @@ pub const SERIES: &[Series] = &[
         "Ledger transfers applied, by result (created, replayed or refused).",
     ),
     counter("failwell_ledger_refused_total", "Ledger transfers refused, by reason (the problem type)."),
-    counter("failwell_ledger_holds_ended_total", "Ledger holds ended, by how (posted, voided or expired)."),
+    counter(
+        "failwell_ledger_holds_ended_total",
+        "Ledger holds ended or corrected, by how (posted, voided, expired, reversed or reposted).",
+    ),
+    counter(
+        "failwell_ledger_holds_refused_total",
+        "Times a hold could not follow its operation's outcome (tried again on the next sweep).",
+    ),
     gauge("failwell_ledger_holds_pending", None, "Ledger holds pending."),
     gauge(
         "failwell_ledger_oldest_hold_age_seconds",
@@ -168,6 +175,7 @@ pub fn start_at_zero<'a>(
         "failwell_alerts_given_up_total",
         "failwell_outbox_deleted_total",
         "failwell_webhook_commits_total",
+        "failwell_ledger_holds_refused_total",
     ] {
         metrics::counter!(name).increment(0);
     }
@@ -177,7 +185,7 @@ pub fn start_at_zero<'a>(
     for reason in failwell_engine::ledger::REFUSAL_REASONS {
         metrics::counter!("failwell_ledger_refused_total", "reason" => reason).increment(0);
     }
-    for how in ["posted", "voided", "expired"] {
+    for how in ["posted", "voided", "expired", "reversed", "reposted"] {
         metrics::counter!("failwell_ledger_holds_ended_total", "how" => how).increment(0);
     }
     for name in ["failwell_ledger_holds_pending", "failwell_ledger_oldest_hold_age_seconds"] {

@@ -11,7 +11,7 @@ mod batcher;
 mod sweep;
 
 use failwell_policy::Refused;
-use failwell_store::{Ended, HoldEnd, Store, StoreError, TransferRefusal, TransferResult};
+use failwell_store::{Ended, HoldEnd, Store, StoreError, Submitted, TransferRefusal, TransferResult};
 
 pub use batcher::{TRANSFER_BATCH, TransferError, Transfers};
 pub use sweep::{SWEEP_INTERVAL, SWEEP_LIMIT, sweep};
@@ -44,18 +44,35 @@ pub async fn apply(
 ) -> Result<Vec<TransferResult>, StoreError> {
     let results = store.transfer(batch, crate::now_ms()).await?;
     for result in &results {
-        let label = match result {
-            TransferResult::Created(_) => "created",
-            TransferResult::Replayed(_) => "replayed",
-            TransferResult::Refused { reason, .. } => {
-                metrics::counter!("failwell_ledger_refused_total", "reason" => refusal_reason(reason))
-                    .increment(1);
-                "refused"
-            }
-        };
-        metrics::counter!("failwell_ledger_transfers_total", "result" => label).increment(1);
+        match result {
+            TransferResult::Created(_) => count("created", None),
+            TransferResult::Replayed(_) => count("replayed", None),
+            TransferResult::Refused { reason, .. } => count("refused", Some(reason)),
+        }
     }
     Ok(results)
+}
+
+/// Counts what submitting an operation with a hold did to its hold, as
+/// [`apply`] counts a transfer: made with a new operation (`created`),
+/// replayed with it (`replayed`), or refused
+/// ([`StoreError::HoldRefused`]); other errors are not the ledger's.
+pub fn count_hold(submitted: &Result<Submitted, StoreError>) {
+    match submitted {
+        Ok(Submitted::Created(_)) => count("created", None),
+        Ok(Submitted::Replayed(_)) => count("replayed", None),
+        Err(StoreError::HoldRefused(reason)) => count("refused", Some(reason)),
+        Err(_) => {}
+    }
+}
+
+/// One transfer in `failwell_ledger_transfers_total{result}`, and its
+/// refusal in `failwell_ledger_refused_total{reason}`.
+fn count(result: &'static str, refused: Option<&TransferRefusal>) {
+    if let Some(reason) = refused {
+        metrics::counter!("failwell_ledger_refused_total", "reason" => refusal_reason(reason)).increment(1);
+    }
+    metrics::counter!("failwell_ledger_transfers_total", "result" => result).increment(1);
 }
 
 /// Posts or voids hold `id` by hand ([`failwell_store::LedgerStore::end_hold`])

@@ -1,6 +1,8 @@
 //! The `ledger` task ([`sweep`]): ends the holds whose time has come —
 //! those whose operation succeeded (posted) or failed (voided), and those
-//! whose timeout passed (expired) — and sets the ledger's gauges.
+//! whose timeout passed (expired) —, corrects those whose operation's
+//! outcome changed after they ended (reversed, reposted), and sets the
+//! ledger's gauges.
 //!
 //! What ends a hold is the store's and the policy's decision
 //! ([`failwell_store::LedgerStore::settle_holds`]); this task only runs it
@@ -23,7 +25,9 @@ pub const SWEEP_LIMIT: u32 = 512;
 
 /// Every [`SWEEP_INTERVAL`] until `shutdown`: ends the holds due, in
 /// rounds of [`SWEEP_LIMIT`] while a round is full, counting them in
-/// `failwell_ledger_holds_ended_total{how}`; then sets
+/// `failwell_ledger_holds_ended_total{how}` (`posted`, `voided`,
+/// `expired`, `reversed`, `reposted`) and each hold that could not follow
+/// in `failwell_ledger_holds_refused_total` (with a warning); then sets
 /// `failwell_ledger_holds_pending` and
 /// `failwell_ledger_oldest_hold_age_seconds` (0 without pending holds).
 /// A store error is logged and the task goes on at the next tick.
@@ -41,8 +45,13 @@ pub async fn sweep(store: Store, shutdown: CancellationToken) {
                     count_ended("posted", swept.posted);
                     count_ended("voided", swept.voided);
                     count_ended("expired", swept.expired);
-                    let ended = swept.posted + swept.voided + swept.expired;
-                    if ended < u64::from(SWEEP_LIMIT) || shutdown.is_cancelled() {
+                    count_ended("reversed", swept.reversed);
+                    count_ended("reposted", swept.reposted);
+                    for (hold, reason) in &swept.refused {
+                        metrics::counter!("failwell_ledger_holds_refused_total").increment(1);
+                        tracing::warn!(hold = %hold, reason = %reason, "a hold could not follow its operation; tried again later");
+                    }
+                    if swept.changed() < u64::from(SWEEP_LIMIT) || shutdown.is_cancelled() {
                         break;
                     }
                 }

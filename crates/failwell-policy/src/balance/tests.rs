@@ -143,11 +143,68 @@ fn holds_end_once_as_the_table_says() {
 }
 
 #[test]
-fn an_operation_outcome_posts_voids_or_keeps_its_hold() {
-    assert_eq!(hold_after(Some(Outcome::Succeeded), 30), Some(HoldAction::Post(30)));
-    assert_eq!(hold_after(Some(Outcome::Failed), 30), Some(HoldAction::Void));
-    assert_eq!(hold_after(Some(Outcome::Unknown), 30), None);
-    assert_eq!(hold_after(None, 30), None);
+fn an_operation_outcome_posts_voids_keeps_or_corrects_its_hold() {
+    use HoldState::{Expired, Pending, Posted, Voided};
+    use Outcome::{Failed, Succeeded, Unknown};
+    let cases = [
+        (Some(Succeeded), Pending, Some(HoldAction::Post(30))),
+        (Some(Failed), Pending, Some(HoldAction::Void)),
+        (Some(Unknown), Pending, None),
+        (None, Pending, None),
+        // Already agrees.
+        (Some(Succeeded), Posted, None),
+        (Some(Failed), Voided, None),
+        (Some(Failed), Expired, None),
+        // The outcome changed after the hold ended: it follows.
+        (Some(Failed), Posted, Some(HoldAction::Reverse(25))),
+        (Some(Succeeded), Voided, Some(HoldAction::Repost(30))),
+        (Some(Succeeded), Expired, Some(HoldAction::Repost(30))),
+        // Not known (again): an ended hold stays as it is.
+        (Some(Unknown), Posted, None),
+        (None, Voided, None),
+    ];
+    for (outcome, state, expected) in cases {
+        assert_eq!(hold_after(outcome, state, 30, 25), expected, "{outcome:?} on a {state} hold");
+    }
+}
+
+#[test]
+fn a_correction_moves_the_amount_back_or_again_within_the_floors() {
+    // A hold of 30 posted for 25: the wallet (debit) has 75, the shop 25.
+    let posted = Sides {
+        debit: Balance { floor: Some(0), posted: 75, debits_pending: 0, credits_pending: 0 },
+        credit: Balance { floor: Some(0), posted: 25, debits_pending: 0, credits_pending: 0 },
+    };
+    let (state, a) = end_hold(posted, 30, HoldState::Posted, HoldAction::Reverse(25)).unwrap();
+    assert_eq!((state, a.debit_after.posted, a.credit_after.posted), (HoldState::Voided, 100, 0));
+    assert_eq!((a.debit.posted, a.credit.posted), (25, -25), "the journal's two entries");
+    // The shop spent it meanwhile: the reversal would take it below its floor.
+    let spent = Sides { credit: Balance { posted: 10, ..posted.credit }, ..posted };
+    assert_eq!(
+        end_hold(spent, 30, HoldState::Posted, HoldAction::Reverse(25)),
+        Err(Refused::InsufficientFunds { available: 10, floor: 0, amount: 25 })
+    );
+    // Voided, then the operation succeeded after all.
+    let voided = Sides {
+        debit: Balance { floor: Some(0), posted: 100, debits_pending: 0, credits_pending: 0 },
+        credit: Balance::new(Some(0)),
+    };
+    let (state, a) = end_hold(voided, 30, HoldState::Voided, HoldAction::Repost(30)).unwrap();
+    assert_eq!((state, a.debit_after.posted, a.credit_after.posted), (HoldState::Posted, 70, 30));
+    let empty = Sides { debit: Balance { posted: 20, ..voided.debit }, ..voided };
+    assert_eq!(
+        end_hold(empty, 30, HoldState::Voided, HoldAction::Repost(30)),
+        Err(Refused::InsufficientFunds { available: 20, floor: 0, amount: 30 })
+    );
+    // Only a posted hold is reversed, only an ended unposted one posted again.
+    for (state, action) in [
+        (HoldState::Pending, HoldAction::Reverse(25)),
+        (HoldState::Voided, HoldAction::Reverse(25)),
+        (HoldState::Pending, HoldAction::Repost(30)),
+        (HoldState::Posted, HoldAction::Repost(30)),
+    ] {
+        assert_eq!(end_hold(posted, 30, state, action), Err(Refused::NothingToCorrect(state)), "{action:?}");
+    }
 }
 
 #[test]

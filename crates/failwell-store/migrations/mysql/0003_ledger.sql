@@ -41,11 +41,19 @@ CREATE TABLE ledger_transfers (
     ended_at_ms BIGINT NULL,
     -- Who ended a hold: 'api', 'app', 'operation', 'expiry'.
     ended_by VARCHAR(32) NULL,
+    -- 1 once the outcome of the hold's operation changed after the hold
+    -- ended: the sweep checks whether the hold must follow.
+    recheck TINYINT NOT NULL DEFAULT 0,
+    -- When the sweep last tried and failed to end or correct it (it then
+    -- goes after the holds not tried yet).
+    follow_tried_at_ms BIGINT NULL,
     CONSTRAINT ledger_transfers_debit FOREIGN KEY (debit_account) REFERENCES ledger_accounts (id),
     CONSTRAINT ledger_transfers_credit FOREIGN KEY (credit_account) REFERENCES ledger_accounts (id),
     CONSTRAINT ledger_transfers_checks CHECK (amount > 0 AND pending IN (0, 1)
-        AND state IN ('pending', 'posted', 'voided', 'expired') AND debit_account <> credit_account),
+        AND state IN ('pending', 'posted', 'voided', 'expired') AND debit_account <> credit_account
+        AND recheck IN (0, 1)),
     INDEX ledger_transfers_pending (state, created_at_ms),
+    INDEX ledger_transfers_recheck (recheck),
     INDEX ledger_transfers_expiring (state, expires_at_ms)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
@@ -61,7 +69,7 @@ CREATE TABLE ledger_entries (
     created_at_ms BIGINT NOT NULL,
     CONSTRAINT ledger_entries_account_fk FOREIGN KEY (account_id) REFERENCES ledger_accounts (id),
     CONSTRAINT ledger_entries_transfer_fk FOREIGN KEY (transfer_id) REFERENCES ledger_transfers (id),
-    CONSTRAINT ledger_entries_event CHECK (event IN ('transfer', 'hold', 'post', 'void', 'expire')),
+    CONSTRAINT ledger_entries_event CHECK (event IN ('transfer', 'hold', 'post', 'void', 'expire', 'reverse', 'repost')),
     INDEX ledger_entries_account (account_id, id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 CREATE TRIGGER ledger_entries_no_update BEFORE UPDATE ON ledger_entries FOR EACH ROW

@@ -58,6 +58,12 @@ main: BEGIN
         UNHEX(LPAD(HEX(LENGTH(NEW.credit_account)), 16, '0')), CAST(NEW.credit_account AS BINARY),
         UNHEX(LPAD(HEX(NEW.amount), 16, '0')), UNHEX(IF(NEW.pending = 1, '01', '00')),
         UNHEX(IF(NEW.timeout_ms IS NULL, 'FFFFFFFFFFFFFFFF', LPAD(HEX(NEW.timeout_ms), 16, '0')))), 256));
+    -- Checked first: the lookup below compares ids with trailing spaces
+    -- ignored (PAD SPACE), and no stored id has any.
+    IF NOT NEW.id REGEXP '^[!-~]{1,255}$' THEN
+        SIGNAL SQLSTATE '45000'
+            SET MESSAGE_TEXT = 'failwell_transfers: id must be 1 to 255 bytes of printable ASCII without spaces';
+    END IF;
     -- The same id: a replay when the content is the same, refused
     -- otherwise. A plain read: a locking one would lock the gap where a
     -- new id goes. One committed meanwhile is found by the insert below.
@@ -69,10 +75,6 @@ main: BEGIN
         END IF;
         SET NEW.replay = 1;
         LEAVE main;
-    END IF;
-    IF NOT NEW.id REGEXP '^[!-~]{1,255}$' THEN
-        SIGNAL SQLSTATE '45000'
-            SET MESSAGE_TEXT = 'failwell_transfers: id must be 1 to 255 bytes of printable ASCII without spaces';
     END IF;
     IF NEW.timeout_ms IS NOT NULL AND NEW.pending = 0 THEN
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failwell_transfers: timeout_ms is for holds (pending transfers) only';

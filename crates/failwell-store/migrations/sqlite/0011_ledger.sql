@@ -39,18 +39,25 @@ CREATE TABLE ledger_transfers (
     ended_at_ms     INTEGER,
     -- Who ended a hold: 'api', 'app', 'operation', 'expiry'.
     ended_by        TEXT,
+    -- 1 once the outcome of the hold's operation changed after the hold
+    -- ended: the sweep checks whether the hold must follow.
+    recheck         INTEGER NOT NULL DEFAULT 0 CHECK (recheck IN (0, 1)),
+    -- When the sweep last tried and failed to end or correct it (it then
+    -- goes after the holds not tried yet).
+    follow_tried_at_ms INTEGER,
     CHECK (debit_account <> credit_account)
 ) STRICT;
 CREATE INDEX ledger_transfers_pending ON ledger_transfers (created_at_ms) WHERE state = 'pending';
 CREATE INDEX ledger_transfers_expiring ON ledger_transfers (expires_at_ms)
     WHERE state = 'pending' AND expires_at_ms IS NOT NULL;
+CREATE INDEX ledger_transfers_recheck ON ledger_transfers (id) WHERE recheck = 1;
 
 -- Append-only: one row per account per change.
 CREATE TABLE ledger_entries (
     id              INTEGER PRIMARY KEY AUTOINCREMENT,
     account_id      TEXT    NOT NULL REFERENCES ledger_accounts (id),
     transfer_id     TEXT    NOT NULL REFERENCES ledger_transfers (id),
-    event           TEXT    NOT NULL CHECK (event IN ('transfer', 'hold', 'post', 'void', 'expire')),
+    event           TEXT    NOT NULL CHECK (event IN ('transfer', 'hold', 'post', 'void', 'expire', 'reverse', 'repost')),
     posted          INTEGER NOT NULL,
     debits_pending  INTEGER NOT NULL,
     credits_pending INTEGER NOT NULL,

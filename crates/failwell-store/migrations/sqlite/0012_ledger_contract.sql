@@ -34,6 +34,12 @@ BEGIN
     WHERE NEW.pending IS NOT NULL AND NEW.pending NOT IN (0, 1);
     SELECT RAISE(ABORT, 'failwell_transfers: timeout_ms must be an integer of milliseconds')
     WHERE NEW.timeout_ms IS NOT NULL AND typeof(NEW.timeout_ms) <> 'integer';
+    -- Checked first: no stored id is out of form. GLOB stops at a U+0000,
+    -- so one is found by the text's length (to its first U+0000) differing
+    -- from its bytes'.
+    SELECT RAISE(ABORT, 'failwell_transfers: id must be 1 to 255 bytes of printable ASCII without spaces')
+    WHERE typeof(NEW.id) <> 'text' OR length(CAST(NEW.id AS BLOB)) NOT BETWEEN 1 AND 255
+       OR length(CAST(NEW.id AS BLOB)) <> length(NEW.id) OR NEW.id GLOB '*[^!-~]*';
     -- The same id: a replay when the content is the same, refused otherwise.
     SELECT RAISE(ABORT, 'failwell_transfers: id was already used with different content')
     FROM ledger_transfers t WHERE t.id = NEW.id
@@ -41,9 +47,6 @@ BEGIN
                AND t.amount IS NEW.amount AND t.pending IS COALESCE(NEW.pending, 0)
                AND t.expires_at_ms - t.created_at_ms IS NEW.timeout_ms);
     SELECT RAISE(IGNORE) WHERE EXISTS (SELECT 1 FROM ledger_transfers WHERE id = NEW.id);
-    SELECT RAISE(ABORT, 'failwell_transfers: id must be 1 to 255 bytes of printable ASCII without spaces')
-    WHERE typeof(NEW.id) <> 'text' OR length(CAST(NEW.id AS BLOB)) NOT BETWEEN 1 AND 255
-       OR NEW.id GLOB '*[^!-~]*';
     SELECT RAISE(ABORT, 'failwell_transfers: timeout_ms is for holds (pending transfers) only')
     WHERE NEW.timeout_ms IS NOT NULL AND COALESCE(NEW.pending, 0) = 0;
     SELECT RAISE(ABORT, 'failwell_transfers: timeout_ms must be more than zero') WHERE NEW.timeout_ms <= 0;

@@ -439,6 +439,19 @@ macro_rules! inbox_statements {
             .execute(&mut *conn)
             .await
             .context("applying events to operations")?;
+            // An operation whose hold ended on its earlier outcome: the
+            // ledger's sweep checks whether the hold must follow the new one.
+            let changed: Vec<i64> = changes.iter().map(|c| c.id).collect();
+            sql::query(concat!(
+                "UPDATE ledger_transfers SET recheck = 1 WHERE state <> 'pending' AND id IN \
+                 (SELECT hold_id FROM operations WHERE hold_id IS NOT NULL AND id IN ",
+                $ids_in,
+                ")"
+            ))
+            .bind_ids(&changed)
+            .execute(&mut *conn)
+            .await
+            .context("marking holds whose operation's outcome changed")?;
             let settled: Vec<i64> = changes.iter().filter(|c| c.settled).map(|c| c.id).collect();
             if settled.is_empty() {
                 return Ok(());

@@ -14,7 +14,7 @@ pub(crate) mod statements;
 
 use std::future::Future;
 
-use failwell_policy::HoldAction;
+use failwell_policy::{HoldAction, HoldState};
 
 pub use model::{
     Account, Ended, Entry, LedgerStats, NewAccount, NewHold, NewTransfer, Opened, Swept, Transfer,
@@ -154,13 +154,16 @@ pub(crate) async fn hold_with<C: LedgerConnection>(
     }
 }
 
-/// What a sweep does to a hold: expire it, or what its operation's status
-/// says (`None`: nothing yet).
-pub(crate) fn sweep_action(status: Option<&str>, expired: bool, held: i64) -> Option<HoldAction> {
+/// What a sweep does to `hold` at `now_ms`: what its operation's status
+/// says (end it, or correct it when the outcome changed after it ended),
+/// or expire it (`None`: nothing now).
+pub(crate) fn sweep_action(status: Option<&str>, hold: &Transfer, now_ms: i64) -> Option<HoldAction> {
     let outcome = match status {
         Some("succeeded") => Some(failwell_policy::Outcome::Succeeded),
         Some("failed") => Some(failwell_policy::Outcome::Failed),
         _ => None,
     };
-    failwell_policy::hold_after(outcome, held).or(expired.then_some(HoldAction::Expire))
+    let expired = hold.state == HoldState::Pending && hold.expires_at_ms.is_some_and(|at| at <= now_ms);
+    failwell_policy::hold_after(outcome, hold.state, hold.amount, hold.posted_amount.unwrap_or(0))
+        .or(expired.then_some(HoldAction::Expire))
 }

@@ -18,7 +18,7 @@ pub struct NewAccount {
     pub unit: String,
     /// The lowest available balance a debit may leave, in minor units:
     /// `0` (the default) never below zero, a negative floor an overdraft
-    /// limit, `null` no limit (a system account).
+    /// limit, `null` no limit (a system account). Never above 0.
     #[serde(default = "zero_floor", deserialize_with = "nullable")]
     #[schema(value_type = Option<i64>)]
     pub floor: Option<i64>,
@@ -272,7 +272,7 @@ pub struct Entry {
 }
 
 /// What a sweep of holds did ([`crate::LedgerStore::settle_holds`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Swept {
     /// Holds posted because their operation succeeded.
     pub posted: u64,
@@ -280,6 +280,21 @@ pub struct Swept {
     pub voided: u64,
     /// Holds whose timeout passed.
     pub expired: u64,
+    /// Posted holds given back because their operation failed after all.
+    pub reversed: u64,
+    /// Voided holds posted because their operation succeeded after all.
+    pub reposted: u64,
+    /// Holds that could not follow their operation now (e.g. the account
+    /// paying a reversal back is below what it must give), with why: tried
+    /// again on every sweep, after the others.
+    pub refused: Vec<(String, TransferRefusal)>,
+}
+
+impl Swept {
+    /// Holds ended or corrected.
+    pub fn changed(&self) -> u64 {
+        self.posted + self.voided + self.expired + self.reversed + self.reposted
+    }
 }
 
 /// The ledger's gauges.

@@ -148,14 +148,12 @@ pub(crate) fn end_hold(
     };
     let (state, applied) =
         failwell_policy::end_hold(Sides { debit, credit }, hold.amount, hold.state, action)?;
-    let posted_amount = match action {
-        HoldAction::Post(amount) => Some(amount),
-        HoldAction::Void | HoldAction::Expire => None,
-    };
-    let event = match action {
-        HoldAction::Post(_) => "post",
-        HoldAction::Void => "void",
-        HoldAction::Expire => "expire",
+    let (posted_amount, event) = match action {
+        HoldAction::Post(amount) => (Some(amount), "post"),
+        HoldAction::Void => (None, "void"),
+        HoldAction::Expire => (None, "expire"),
+        HoldAction::Reverse(_) => (None, "reverse"),
+        HoldAction::Repost(amount) => (Some(amount), "repost"),
     };
     plan.accounts.insert(hold.debit_account.clone(), applied.debit_after);
     plan.accounts.insert(hold.credit_account.clone(), applied.credit_after);

@@ -47,6 +47,9 @@ pub(crate) fn json_rows(rows: &[serde_json::Value]) -> String {
 /// - `lock_transfers`: the same for the transfers (their `id` only);
 /// - `transfer_rows`, `entry_rows`: row sources named `r` of the JSON
 ///   arrays of objects `$1` that [`crate::ledger::plan::Plan`] builds;
+/// - `update_accounts`: one update of the accounts in the JSON array of
+///   objects `$1` (`id`, `posted`, `debits_pending`, `credits_pending`),
+///   `updated_at_ms` set to `$2`;
 /// - `open`: an insert of an account (id, unit, floor, now) that does
 ///   nothing when the id exists.
 macro_rules! ledger_statements {
@@ -58,6 +61,7 @@ macro_rules! ledger_statements {
         lock_transfers = $lock_transfers:expr,
         transfer_rows = $transfer_rows:literal,
         entry_rows = $entry_rows:literal,
+        update_accounts = $update_accounts:literal,
         open = $open:literal $(,)?
     ) => {
         use std::collections::{BTreeSet, HashMap};
@@ -139,8 +143,8 @@ macro_rules! ledger_statements {
                 for (id, state, posted_amount) in &plan.ended {
                     let by = if *state == HoldState::Expired { "expiry" } else { by };
                     sql::query(
-                        "UPDATE ledger_transfers SET state = $2, posted_amount = $3, ended_at_ms = $4, ended_by = $5 \
-                         WHERE id = $1",
+                        "UPDATE ledger_transfers SET state = $2, posted_amount = $3, ended_at_ms = $4, ended_by = $5, \
+                         recheck = 0, follow_tried_at_ms = NULL WHERE id = $1",
                     )
                     .bind(id)
                     .bind(state.as_str())
@@ -151,19 +155,25 @@ macro_rules! ledger_statements {
                     .await
                     .context("ending a hold")?;
                 }
-                for (id, balance) in &plan.accounts {
-                    sql::query(
-                        "UPDATE ledger_accounts SET posted = $2, debits_pending = $3, credits_pending = $4, \
-                         updated_at_ms = $5 WHERE id = $1",
-                    )
-                    .bind(id)
-                    .bind(balance.posted)
-                    .bind(balance.debits_pending)
-                    .bind(balance.credits_pending)
-                    .bind(now_ms)
-                    .execute(&mut *conn)
-                    .await
-                    .context("updating ledger accounts")?;
+                if !plan.accounts.is_empty() {
+                    let accounts: Vec<serde_json::Value> = plan
+                        .accounts
+                        .iter()
+                        .map(|(id, b)| {
+                            serde_json::json!({
+                                "id": id,
+                                "posted": b.posted,
+                                "debits_pending": b.debits_pending,
+                                "credits_pending": b.credits_pending,
+                            })
+                        })
+                        .collect();
+                    sql::query($update_accounts)
+                        .bind(serde_json::Value::Array(accounts).to_string())
+                        .bind(now_ms)
+                        .execute(&mut *conn)
+                        .await
+                        .context("updating ledger accounts")?;
                 }
                 if !plan.entries.is_empty() {
                     sql::query(concat!(
@@ -252,6 +262,11 @@ macro_rules! ledger_statements {
                         return Err(StoreError::InvalidAccount(
                             "a unit is 1 to 16 bytes of printable ASCII without spaces".into(),
                         ));
+                    }
+                    if let Some(floor) = account.floor.filter(|floor| *floor > 0) {
+                        return Err(StoreError::InvalidAccount(format!(
+                            "a floor is at most 0 (an account opens with nothing), not {floor}"
+                        )));
                     }
                     let mut tx = self.begin().await?;
                     let created = sql::query($open)
@@ -346,11 +361,14 @@ macro_rules! ledger_statements {
                 async fn settle_holds(&self, now_ms: i64, limit: u32) -> Result<Swept, StoreError> {
                     // Read without locks first (a locking scan would wait
                     // for holds an application has not committed), then
-                    // lock what was found and read it again.
+                    // lock what was found and read it again. Holds the last
+                    // sweep could not end come after the others.
                     let due: Vec<String> = sql::query_scalar(
                         "SELECT t.id FROM ledger_transfers t LEFT JOIN operations o ON o.hold_id = t.id \
-                         WHERE t.state = 'pending' AND (o.status IN ('succeeded', 'failed') OR t.expires_at_ms <= $1) \
-                         ORDER BY t.id LIMIT $2",
+                         WHERE (t.state = 'pending' AND (o.status IN ('succeeded', 'failed') OR t.expires_at_ms <= $1)) \
+                         OR (t.recheck = 1 AND o.status IN ('succeeded', 'failed')) \
+                         ORDER BY CASE WHEN t.follow_tried_at_ms IS NULL THEN 0 ELSE 1 END, t.follow_tried_at_ms, t.id \
+                         LIMIT $2",
                     )
                     .bind(now_ms)
                     .bind(i64::from(limit))
@@ -364,28 +382,52 @@ macro_rules! ledger_statements {
                     crate::error::retry_conflicts!(async {
                         let mut tx = self.begin().await?;
                         lock_transfers(&mut tx, &due).await?;
+                        let mut settled = Vec::new();
                         let holds: Vec<(Known, Option<HoldAction>)> = read_transfers(&mut tx, &due)
                             .await?
                             .into_iter()
-                            .filter(|(hold, _)| hold.transfer.state == HoldState::Pending)
-                            .map(|(hold, status)| {
-                                let expired = hold.transfer.expires_at_ms.is_some_and(|at| at <= now_ms);
-                                let action = sweep_action(status.as_deref(), expired, hold.transfer.amount);
-                                (hold, action)
+                            .filter_map(|(hold, status)| {
+                                let action = sweep_action(status.as_deref(), &hold.transfer, now_ms);
+                                if action.is_none() && matches!(status.as_deref(), Some("succeeded" | "failed")) {
+                                    // It agrees with its operation's outcome.
+                                    settled.push(hold.transfer.id.clone());
+                                }
+                                action.map(|action| (hold, Some(action)))
                             })
-                            .filter(|(_, action)| action.is_some())
                             .collect();
                         let (_, ended) = end_locked(&mut tx, &holds, now_ms, "operation").await?;
-                        tx.commit().await.context("committing holds ended")?;
                         let mut swept = Swept::default();
-                        for transfer in ended.into_iter().flatten() {
-                            match transfer.state {
-                                HoldState::Posted => swept.posted += 1,
-                                HoldState::Voided => swept.voided += 1,
-                                HoldState::Expired => swept.expired += 1,
-                                HoldState::Pending => {}
+                        let mut tried = Vec::new();
+                        for ((hold, action), result) in holds.iter().zip(ended) {
+                            match (result, action) {
+                                (Ok(_), Some(HoldAction::Post(_))) => swept.posted += 1,
+                                (Ok(_), Some(HoldAction::Void)) => swept.voided += 1,
+                                (Ok(_), Some(HoldAction::Expire)) => swept.expired += 1,
+                                (Ok(_), Some(HoldAction::Reverse(_))) => swept.reversed += 1,
+                                (Ok(_), Some(HoldAction::Repost(_))) => swept.reposted += 1,
+                                (Ok(_), None) => {}
+                                (Err(reason), _) => {
+                                    tried.push(hold.transfer.id.as_str());
+                                    swept.refused.push((hold.transfer.id.clone(), reason));
+                                }
                             }
                         }
+                        if !settled.is_empty() {
+                            sql::query(concat!("UPDATE ledger_transfers SET recheck = 0 WHERE id IN ", $ids))
+                                .bind(serde_json::to_string(&settled).unwrap_or_default())
+                                .execute(&mut *tx)
+                                .await
+                                .context("clearing holds that agree with their operation")?;
+                        }
+                        if !tried.is_empty() {
+                            sql::query(concat!("UPDATE ledger_transfers SET follow_tried_at_ms = $2 WHERE id IN ", $ids))
+                                .bind(serde_json::to_string(&tried).unwrap_or_default())
+                                .bind(now_ms)
+                                .execute(&mut *tx)
+                                .await
+                                .context("noting holds that could not follow their operation")?;
+                        }
+                        tx.commit().await.context("committing holds ended")?;
                         Ok::<_, StoreError>(swept)
                     })
                 }

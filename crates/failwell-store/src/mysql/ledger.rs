@@ -24,6 +24,11 @@ crate::ledger::statements::ledger_statements!(
         transfer_id VARCHAR(255) PATH '$.transfer_id', event VARCHAR(16) PATH '$.event', \
         posted BIGINT PATH '$.posted', debits_pending BIGINT PATH '$.debits_pending', \
         credits_pending BIGINT PATH '$.credits_pending', created_at_ms BIGINT PATH '$.created_at_ms')) AS r",
+    update_accounts = "UPDATE JSON_TABLE($1, '$[*]' COLUMNS (id VARCHAR(255) PATH '$.id', \
+        posted BIGINT PATH '$.posted', debits_pending BIGINT PATH '$.debits_pending', \
+        credits_pending BIGINT PATH '$.credits_pending')) AS r STRAIGHT_JOIN ledger_accounts a FORCE INDEX (PRIMARY) \
+        ON a.id = r.id SET a.posted = r.posted, a.debits_pending = r.debits_pending, \
+        a.credits_pending = r.credits_pending, a.updated_at_ms = $2",
     // Every value is checked first, so `IGNORE` leaves out only the
     // existing id.
     open = "INSERT IGNORE INTO ledger_accounts (id, unit, floor, created_at_ms, updated_at_ms) \

@@ -74,8 +74,8 @@ impl Outbox {
     /// anything is written), [`StoreError::InvalidPayload`] (the payload
     /// is not a JSON object, nests too deep or holds U+0000),
     /// [`StoreError::HoldRefused`] (the message's hold, e.g. insufficient
-    /// funds; a replay must carry the hold it was made with, or it is
-    /// [`StoreError::KeyReused`]), [`StoreError::Database`]. After an
+    /// funds; a replay carries the hold it was made with or none, another
+    /// hold is [`StoreError::KeyReused`]), [`StoreError::Database`]. After an
     /// error, roll the transaction back.
     pub async fn enqueue<C: OutboxConnection>(
         conn: &mut C,

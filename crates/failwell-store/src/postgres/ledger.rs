@@ -18,6 +18,9 @@ crate::ledger::statements::ledger_statements!(
         created_at_ms bigint)",
     entry_rows = "json_to_recordset($1::json) AS r(account_id text, transfer_id text, event text, posted bigint, \
         debits_pending bigint, credits_pending bigint, created_at_ms bigint)",
+    update_accounts = "UPDATE ledger_accounts AS a SET posted = r.posted, debits_pending = r.debits_pending, \
+        credits_pending = r.credits_pending, updated_at_ms = $2 FROM json_to_recordset($1::json) \
+        AS r(id text, posted bigint, debits_pending bigint, credits_pending bigint) WHERE a.id = r.id",
     open = "INSERT INTO ledger_accounts (id, unit, floor, created_at_ms, updated_at_ms) VALUES ($1, $2, $3, $4, $4) \
         ON CONFLICT (id) DO NOTHING",
 );

@@ -24,6 +24,11 @@ crate::ledger::statements::ledger_statements!(
         json_extract(value, '$.posted') AS posted, json_extract(value, '$.debits_pending') AS debits_pending, \
         json_extract(value, '$.credits_pending') AS credits_pending, \
         json_extract(value, '$.created_at_ms') AS created_at_ms FROM json_each($1)) AS r",
+    update_accounts = "UPDATE ledger_accounts SET posted = r.posted, debits_pending = r.debits_pending, \
+        credits_pending = r.credits_pending, updated_at_ms = $2 FROM (SELECT json_extract(value, '$.id') AS id, \
+        json_extract(value, '$.posted') AS posted, json_extract(value, '$.debits_pending') AS debits_pending, \
+        json_extract(value, '$.credits_pending') AS credits_pending FROM json_each($1)) AS r \
+        WHERE ledger_accounts.id = r.id",
     open = "INSERT INTO ledger_accounts (id, unit, floor, created_at_ms, updated_at_ms) VALUES ($1, $2, $3, $4, $4) \
         ON CONFLICT (id) DO NOTHING",
 );

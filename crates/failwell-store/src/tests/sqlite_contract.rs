@@ -159,3 +159,23 @@ async fn ordering_keys_and_available_at_are_kept() {
     let keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
     assert_eq!(keys, ["later-unix"]);
 }
+
+#[tokio::test]
+async fn a_transfer_id_holding_u0000_is_refused() {
+    let (_d, s, app) = store().await;
+    for (id, floor) in [("world", None), ("shop", Some(0))] {
+        s.open_account(crate::NewAccount { id: id.into(), unit: "EUR".into(), floor }, 1).await.unwrap();
+    }
+    let error = sqlx::query(
+        "INSERT INTO failwell_transfers (id, debit_account, credit_account, amount) \
+         VALUES ('t-' || char(0) || 'x', 'world', 'shop', 5)",
+    )
+    .execute(&app)
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("id must be 1 to 255 bytes of printable ASCII"), "{error}");
+    let transfers: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM ledger_transfers").fetch_one(&app).await.unwrap();
+    assert_eq!(transfers, 0);
+}

@@ -193,7 +193,12 @@ pub(crate) async fn submit(
         payload,
         hold: body.hold,
     };
-    let (status, op) = match state.store.submit(op, failwell_engine::now_ms()).await? {
+    let held = op.hold.is_some();
+    let submitted = state.store.submit(op, failwell_engine::now_ms()).await;
+    if held {
+        failwell_engine::ledger::count_hold(&submitted);
+    }
+    let (status, op) = match submitted? {
         Submitted::Created(op) => {
             state.wake.notify_one();
             (if unavailable.is_some() { StatusCode::ACCEPTED } else { StatusCode::CREATED }, op)

@@ -268,6 +268,16 @@ async fn holds_follow_operations(postgres: bool) {
     assert_eq!(body["type"], "urn:failwell:problem:insufficient-funds");
     let r = gw.http.get(format!("{}/v1/operations/too-much", gw.base)).send().await.unwrap();
     problem(r, 404, "operation-not-found").await;
+    // Holds made with operations count as transfers: the top-up and two
+    // holds made, one refused.
+    let metrics = gw.http.get(format!("{}/metrics", gw.base)).send().await.unwrap().text().await.unwrap();
+    for line in [
+        "failwell_ledger_transfers_total{result=\"created\"} 3",
+        "failwell_ledger_transfers_total{result=\"refused\"} 1",
+        "failwell_ledger_refused_total{reason=\"insufficient-funds\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
     // The same key again with a hold that fits goes in.
     assert_eq!(order(&gw, "too-much", 500, 100).await.0, 201);
     assert_eq!(ended(&gw, "too-much-wallet").await["state"], "posted");

@@ -56,23 +56,6 @@ macro_rules! inbox_cases {
             assert!(s.events_after(feed[1].seq, 10, usize::MAX).await.unwrap().is_empty());
         }
 
-        fn reported(event_id: &str, reference: &str, reported: Reported, version: i64) -> NewEvent {
-            NewEvent {
-                integration: "sim".into(),
-                event_id: event_id.into(),
-                payload: event_id.as_bytes().to_vec(),
-                headers: json!({}),
-                report: Some(Ok(EventReport {
-                    provider: "payments".into(),
-                    reference: reference.into(),
-                    reported,
-                    version,
-                    provider_ref: Some(format!("ch_{reference}")),
-                })),
-                forward: false,
-            }
-        }
-
         async fn effects(s: &S, event_id: &str) -> Vec<Option<LedgerEffect>> {
             let record = s.event("sim", event_id).await.unwrap().unwrap();
             record.steps.iter().filter(|step| step.kind == "ledger").map(|step| step.effect).collect()

@@ -70,6 +70,11 @@ macro_rules! ledger_cases {
                 let err = s.open_account(account, 4).await.unwrap_err();
                 assert!(matches!(err, StoreError::InvalidAccount(_)), "{id:?} {unit:?}: {err:?}");
             }
+            // A floor above zero: the account could never hold what it opens with.
+            let above = NewAccount { id: "ok".into(), unit: "EUR".into(), floor: Some(1) };
+            assert!(matches!(s.open_account(above, 4).await.unwrap_err(), StoreError::InvalidAccount(_)));
+            let overdraft = NewAccount { id: "overdraft".into(), unit: "EUR".into(), floor: Some(-500) };
+            assert!(matches!(s.open_account(overdraft, 4).await.unwrap(), Opened::Created(_)));
             assert_eq!(s.account("ok").await.unwrap(), None);
             let a = s.account("wallet:alice").await.unwrap().unwrap();
             assert_eq!((a.unit.as_str(), a.floor, a.posted, a.created_at_ms), ("EUR", Some(0), 0, 1));
@@ -213,7 +218,7 @@ macro_rules! ledger_cases {
                 ("maybe", Transition::Unknown { error: "timeout".into(), reconcile_at_ms: 5_000 }),
             ];
             settle(&s, outcomes, 100).await;
-            assert_eq!(s.settle_holds(200, 10).await.unwrap(), Swept { posted: 1, voided: 1, expired: 0 });
+            assert_eq!(s.settle_holds(200, 10).await.unwrap(), Swept { posted: 1, voided: 1, ..Swept::default() });
             assert_eq!(s.settle_holds(201, 10).await.unwrap(), Swept::default(), "each once");
             let state = |id: &'static str| async { s.transfer_by_id(id).await.unwrap().unwrap() };
             assert_eq!((state("hold-ok").await.state, state("hold-ok").await.ended_by), (HoldState::Posted, Some("operation".into())));
@@ -221,6 +226,76 @@ macro_rules! ledger_cases {
             assert_eq!(state("hold-maybe").await.state, HoldState::Pending, "unknown keeps it");
             assert_eq!(figures(&s, "wallet").await, (70, 30, 40));
             assert_eq!(figures(&s, "shop").await, (30, 0, 30));
+        }
+
+        #[tokio::test]
+        async fn a_hold_follows_an_outcome_the_providers_events_change() {
+            let (_d, s) = store().await;
+            funded(&s, 100).await;
+            s.submit(with_hold("late", 30), 10).await.unwrap();
+            // failwell gives up: the dead letter voids the hold.
+            settle(&s, vec![("late", Transition::DeadLetter { error: "HTTP 503".into() })], 100).await;
+            assert_eq!(s.settle_holds(200, 10).await.unwrap().voided, 1);
+            assert_eq!(figures(&s, "wallet").await, (100, 0, 100));
+            let state = |id: &'static str| async { s.transfer_by_id(id).await.unwrap().unwrap().state };
+            let event = |id: &str, outcome: Outcome, version: i64| reported(id, "ref-late", Reported::Settled(outcome), version);
+            // The provider says it charged after all: the hold is posted.
+            s.receive(vec![event("evt_1", Outcome::Succeeded, 1)], 300).await.unwrap();
+            assert_eq!(s.operation("late").await.unwrap().unwrap().status, OperationStatus::Succeeded);
+            assert_eq!(s.settle_holds(400, 10).await.unwrap(), Swept { reposted: 1, ..Swept::default() });
+            assert_eq!(s.settle_holds(401, 10).await.unwrap(), Swept::default(), "once");
+            assert_eq!((state("hold-late").await, figures(&s, "wallet").await), (HoldState::Posted, (70, 0, 70)));
+            // Then that the charge failed: the shop gives the wallet's part back.
+            s.receive(vec![event("evt_2", Outcome::Failed, 2)], 500).await.unwrap();
+            assert_eq!(s.settle_holds(600, 10).await.unwrap(), Swept { reversed: 1, ..Swept::default() });
+            assert_eq!((state("hold-late").await, figures(&s, "wallet").await), (HoldState::Voided, (100, 0, 100)));
+            assert_eq!(figures(&s, "shop").await, (0, 0, 0));
+            // Succeeded once more, but the wallet was spent meanwhile: the
+            // correction waits (it never overdraws) and is made once the
+            // wallet can pay.
+            assert!(matches!(s.transfer(vec![pay("spend", "wallet", "world", 90)], 650).await.unwrap()[0], TransferResult::Created(_)));
+            s.receive(vec![event("evt_3", Outcome::Succeeded, 3)], 700).await.unwrap();
+            let swept = s.settle_holds(800, 10).await.unwrap();
+            assert_eq!((swept.changed(), swept.refused.len()), (0, 1), "{swept:?}");
+            assert!(matches!(swept.refused[0].1, TransferRefusal::Rule(Refused::InsufficientFunds { .. })), "{swept:?}");
+            assert_eq!((state("hold-late").await, figures(&s, "wallet").await), (HoldState::Voided, (10, 0, 10)));
+            s.transfer(vec![pay("top-up-2", "world", "wallet", 50)], 850).await.unwrap();
+            assert_eq!(s.settle_holds(900, 10).await.unwrap(), Swept { reposted: 1, ..Swept::default() });
+            assert_eq!((state("hold-late").await, figures(&s, "wallet").await), (HoldState::Posted, (30, 0, 30)));
+            // The journal names each step.
+            let events: Vec<String> = s
+                .entries("wallet", 0, 100)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.transfer_id == "hold-late")
+                .map(|e| e.event)
+                .collect();
+            assert_eq!(events, ["hold", "void", "repost", "reverse", "repost"]);
+        }
+
+        #[tokio::test]
+        async fn a_hold_that_cannot_end_does_not_hold_up_the_others() {
+            let (_d, s) = store().await;
+            funded(&s, 100).await;
+            // Posting anything more to `full` would overflow its balance.
+            for (id, floor) in [("full", Some(0)), ("mint", None)] {
+                s.open_account(NewAccount { id: id.into(), unit: "EUR".into(), floor }, 1).await.unwrap();
+            }
+            let filled = s.transfer(vec![pay("fill", "mint", "full", i64::MAX)], 2).await.unwrap();
+            assert!(matches!(filled[0], TransferResult::Created(_)), "{filled:?}");
+            let stuck = NewHold { id: "hold-a".into(), debit_account: "wallet".into(), credit_account: "full".into(), amount: 50 };
+            s.submit(NewOperation { hold: Some(stuck), ..new_op("a", 70) }, 10).await.unwrap();
+            s.submit(with_hold("b", 30), 10).await.unwrap();
+            let done = |key| (key, Transition::Succeeded { provider_ref: None, response: None });
+            settle(&s, vec![done("a"), done("b")], 100).await;
+            // One hold a round: the first cannot be posted, the next round
+            // takes the other.
+            let first = s.settle_holds(200, 1).await.unwrap();
+            assert_eq!((first.changed(), first.refused[0].0.as_str()), (0, "hold-a"), "{first:?}");
+            assert_eq!(s.settle_holds(201, 1).await.unwrap(), Swept { posted: 1, ..Swept::default() });
+            assert_eq!(s.transfer_by_id("hold-b").await.unwrap().unwrap().state, HoldState::Posted);
+            assert_eq!(s.transfer_by_id("hold-a").await.unwrap().unwrap().state, HoldState::Pending);
         }
 
         #[tokio::test]

@@ -36,6 +36,25 @@ macro_rules! store_tests {
             }
         }
 
+        /// A webhook event of the `sim` integration reporting `reported`
+        /// about the `payments` operation with `reference`.
+        fn reported(event_id: &str, reference: &str, reported: Reported, version: i64) -> NewEvent {
+            NewEvent {
+                integration: "sim".into(),
+                event_id: event_id.into(),
+                payload: event_id.as_bytes().to_vec(),
+                headers: json!({}),
+                report: Some(Ok(EventReport {
+                    provider: "payments".into(),
+                    reference: reference.into(),
+                    reported,
+                    version,
+                    provider_ref: Some(format!("ch_{reference}")),
+                })),
+                forward: false,
+            }
+        }
+
         fn record(outcome: Outcome) -> AttemptRecord {
             AttemptRecord {
                 kind: AttemptKind::Call,
