@@ -249,6 +249,12 @@ async fn holds_follow_operations(postgres: bool) {
     open(&gw, "wallet", json!(0)).await;
     open(&gw, "shop", json!(0)).await;
     post(&gw, "/v1/ledger/transfers", Some("top-up"), &transfer("world", "wallet", 1000)).await;
+    // A floor above zero could never hold: refused, nothing opened.
+    let (status, body) =
+        post(&gw, "/v1/ledger/accounts", None, &json!({"id": "rich", "unit": "EUR", "floor": 100})).await;
+    assert_eq!((status, &body["type"]), (422, &json!("urn:failwell:problem:invalid-account")), "{body:#}");
+    let r = gw.http.get(format!("{}/v1/ledger/accounts/rich", gw.base)).send().await.unwrap();
+    problem(r, 404, "unknown-account").await;
 
     // Succeeds: posted in full. Declined (…02): voided.
     assert_eq!(order(&gw, "paid", 700, 300).await.0, 201);
