@@ -23,6 +23,7 @@
 /// (configuration, what was observed, now), tested as plain tables.
 const POLICY_DECISIONS: &[&str] = &[
     "backoff",
+    "balance",
     "classify",
     "compare",
     "decision",
