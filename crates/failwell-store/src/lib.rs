@@ -51,8 +51,8 @@ pub use inbox::{
 };
 pub use inspect::{Inspection, Location, Server};
 pub use ledger::{
-    Account, Ended, Entry, HoldEnd, Ledger, LedgerConnection, LedgerStats, LedgerStore, NewAccount, NewHold,
-    NewTransfer, Opened, Swept, Transfer, TransferRefusal, TransferResult,
+    Account, Ended, Entry, FOLLOW_RETRY_MS, HoldEnd, Ledger, LedgerConnection, LedgerStats, LedgerStore,
+    NewAccount, NewHold, NewTransfer, Opened, Swept, Transfer, TransferRefusal, TransferResult,
 };
 pub use mysql::MySqlStore;
 pub use open::{Database, StoreOptions};

@@ -27,7 +27,8 @@ pub const SWEEP_LIMIT: u32 = 512;
 /// rounds of [`SWEEP_LIMIT`] while a round is full, counting them in
 /// `failwell_ledger_holds_ended_total{how}` (`posted`, `voided`,
 /// `expired`, `reversed`, `reposted`) and each hold that could not follow
-/// in `failwell_ledger_holds_refused_total` (with a warning); then sets
+/// in `failwell_ledger_holds_refused_total` (one warning a round; each such
+/// hold waits [`failwell_store::FOLLOW_RETRY_MS`]); then sets
 /// `failwell_ledger_holds_pending` and
 /// `failwell_ledger_oldest_hold_age_seconds` (0 without pending holds).
 /// A store error is logged and the task goes on at the next tick.
@@ -47,9 +48,16 @@ pub async fn sweep(store: Store, shutdown: CancellationToken) {
                     count_ended("expired", swept.expired);
                     count_ended("reversed", swept.reversed);
                     count_ended("reposted", swept.reposted);
-                    for (hold, reason) in &swept.refused {
-                        metrics::counter!("failwell_ledger_holds_refused_total").increment(1);
-                        tracing::warn!(hold = %hold, reason = %reason, "a hold could not follow its operation; tried again later");
+                    if let Some((hold, reason)) = swept.refused.first() {
+                        let count = swept.refused.len();
+                        metrics::counter!("failwell_ledger_holds_refused_total").increment(count as u64);
+                        tracing::warn!(
+                            count,
+                            hold = %hold,
+                            reason = %reason,
+                            retry_ms = failwell_store::FOLLOW_RETRY_MS,
+                            "holds could not follow their operation (the first named); each is tried again later"
+                        );
                     }
                     if swept.changed() < u64::from(SWEEP_LIMIT) || shutdown.is_cancelled() {
                         break;

@@ -439,11 +439,14 @@ macro_rules! inbox_statements {
             .execute(&mut *conn)
             .await
             .context("applying events to operations")?;
-            // An operation whose hold ended on its earlier outcome: the
-            // ledger's sweep checks whether the hold must follow the new one.
+            // The operation's hold may have ended (or be ending now, in a
+            // sweep that read the earlier outcome) on the earlier outcome: the
+            // ledger's sweep checks it again. Every state is marked, so this
+            // waits for a sweep that holds the hold's lock, and marks what it
+            // wrote.
             let changed: Vec<i64> = changes.iter().map(|c| c.id).collect();
             sql::query(concat!(
-                "UPDATE ledger_transfers SET recheck = 1 WHERE state <> 'pending' AND id IN \
+                "UPDATE ledger_transfers SET recheck = 1 WHERE id IN \
                  (SELECT hold_id FROM operations WHERE hold_id IS NOT NULL AND id IN ",
                 $ids_in,
                 ")"

@@ -54,7 +54,11 @@ pub trait LedgerStore {
 
     /// Ends up to `limit` holds whose time has come: those whose operation
     /// succeeded (posted in full) or failed (voided), and those whose
-    /// timeout passed (expired); see [`failwell_policy::hold_after`].
+    /// timeout passed (expired); and corrects those whose operation's
+    /// outcome changed after they ended (reversed, reposted); see
+    /// [`failwell_policy::hold_after`]. A hold that cannot end or be
+    /// corrected now is in [`Swept::refused`] and waits [`FOLLOW_RETRY_MS`]
+    /// before the next try.
     async fn settle_holds(&self, now_ms: i64, limit: u32) -> Result<Swept, StoreError>;
 
     /// Account `id`, if it exists.
@@ -153,6 +157,10 @@ pub(crate) async fn hold_with<C: LedgerConnection>(
         (crate::Submitted::Replayed(_), _) | (_, None) => Err(reused()),
     }
 }
+
+/// How long a hold the sweep could not end or correct waits before the
+/// sweep tries it again, in ms ([`LedgerStore::settle_holds`]).
+pub const FOLLOW_RETRY_MS: i64 = 30_000;
 
 /// What a sweep does to `hold` at `now_ms`: what its operation's status
 /// says (end it, or correct it when the outcome changed after it ended),

@@ -361,17 +361,20 @@ macro_rules! ledger_statements {
                 async fn settle_holds(&self, now_ms: i64, limit: u32) -> Result<Swept, StoreError> {
                     // Read without locks first (a locking scan would wait
                     // for holds an application has not committed), then
-                    // lock what was found and read it again. Holds the last
-                    // sweep could not end come after the others.
+                    // lock what was found and read it again. A hold a sweep
+                    // could not end waits FOLLOW_RETRY_MS, then comes after
+                    // the others.
                     let due: Vec<String> = sql::query_scalar(
                         "SELECT t.id FROM ledger_transfers t LEFT JOIN operations o ON o.hold_id = t.id \
-                         WHERE (t.state = 'pending' AND (o.status IN ('succeeded', 'failed') OR t.expires_at_ms <= $1)) \
-                         OR (t.recheck = 1 AND o.status IN ('succeeded', 'failed')) \
+                         WHERE ((t.state = 'pending' AND (o.status IN ('succeeded', 'failed') OR t.expires_at_ms <= $1)) \
+                         OR (t.recheck = 1 AND o.status IN ('succeeded', 'failed'))) \
+                         AND (t.follow_tried_at_ms IS NULL OR t.follow_tried_at_ms <= $3) \
                          ORDER BY CASE WHEN t.follow_tried_at_ms IS NULL THEN 0 ELSE 1 END, t.follow_tried_at_ms, t.id \
                          LIMIT $2",
                     )
                     .bind(now_ms)
                     .bind(i64::from(limit))
+                    .bind(now_ms.saturating_sub(crate::ledger::FOLLOW_RETRY_MS))
                     .fetch_all(self.read_pool())
                     .await
                     .context("finding holds to end")?;

@@ -200,6 +200,71 @@ macro_rules! concurrent_cases {
                 let (a, b) = (s.account("a").await.unwrap().unwrap(), s.account("b").await.unwrap().unwrap());
                 assert_eq!(a.posted + b.posted, accepted + 20);
             }
+
+            /// Webhooks that change operations' outcomes while sweeps end
+            /// their holds: a hold ends on the status its sweep read, and the
+            /// webhook's mark (which waits for the sweep's lock) makes a later
+            /// sweep correct it. None is left against its operation.
+            #[tokio::test]
+            async fn webhooks_racing_the_sweep_leave_no_hold_against_its_operation() {
+                use crate::{NewAccount, NewHold, NewOperation, NewTransfer};
+                use failwell_policy::{HoldState, Reported};
+
+                const N: usize = 100;
+                let (_d, s) = store().await;
+                for (id, floor) in [("world", None), ("wallet", Some(0)), ("shop", Some(0))] {
+                    s.open_account(NewAccount { id: id.into(), unit: "EUR".into(), floor }, 1).await.unwrap();
+                }
+                let fund = NewTransfer {
+                    id: "fund".into(),
+                    debit_account: "world".into(),
+                    credit_account: "wallet".into(),
+                    amount: 10_000,
+                    pending: false,
+                    timeout_ms: None,
+                };
+                s.transfer(vec![fund], 2).await.unwrap();
+                for i in 0..N {
+                    let hold = NewHold { id: format!("h-{i}"), debit_account: "wallet".into(), credit_account: "shop".into(), amount: 7 };
+                    s.submit(NewOperation { hold: Some(hold), ..super::new_op(&format!("k-{i}"), 70) }, 3).await.unwrap();
+                }
+                // failwell gives every one up: failed, its hold still pending.
+                let claimed = s.claim(10, N as u32, 60_000, &ClaimScope::All).await.unwrap();
+                let dead = claimed
+                    .iter()
+                    .map(|c| Completion {
+                        outbox_id: c.outbox_id,
+                        lease_token: c.lease_token,
+                        operation_id: c.operation.id,
+                        attempt: Some(super::record(Outcome::Failed)),
+                        transition: Transition::DeadLetter { error: "HTTP 503".into() },
+                    })
+                    .collect();
+                s.complete(dead, 20).await.unwrap();
+                // The provider reports each one charged, while sweeps run.
+                let sweeper = {
+                    let s = s.clone();
+                    tokio::spawn(async move {
+                        for _ in 0..300 {
+                            s.settle_holds(100, 5).await.unwrap();
+                        }
+                    })
+                };
+                for i in 0..N {
+                    let event = super::reported(&format!("e-{i}"), &format!("ref-k-{i}"), Reported::Settled(Outcome::Succeeded), 1);
+                    s.receive(vec![event], 50).await.unwrap();
+                }
+                sweeper.await.unwrap();
+                while s.settle_holds(200, 512).await.unwrap().changed() > 0 {}
+                for i in 0..N {
+                    let op = s.operation(&format!("k-{i}")).await.unwrap().unwrap();
+                    let hold = s.transfer_by_id(&format!("h-{i}")).await.unwrap().unwrap();
+                    assert_eq!(op.status, crate::OperationStatus::Succeeded);
+                    assert_eq!(hold.state, HoldState::Posted, "h-{i} against its operation: {hold:?}");
+                }
+                let wallet = s.account("wallet").await.unwrap().unwrap();
+                assert_eq!((wallet.posted, wallet.debits_pending), (10_000 - 7 * N as i64, 0));
+            }
         }
     };
 }
