@@ -249,10 +249,10 @@ pub fn end_hold(
     state: HoldState,
     action: HoldAction,
 ) -> Result<(HoldState, Applied), Refused> {
-    match (action, state) {
+    let (posted, next) = match (action, state) {
         (HoldAction::Reverse(amount), HoldState::Posted) => {
-            let swapped = Sides { debit: sides.credit, credit: sides.debit };
-            let back = transfer(swapped, amount, false, false)?;
+            // The posted transfer again, the other way.
+            let back = transfer(Sides { debit: sides.credit, credit: sides.debit }, amount, false, false)?;
             let applied = Applied {
                 debit: back.credit,
                 credit: back.debit,
@@ -265,15 +265,16 @@ pub fn end_hold(
             return transfer(sides, amount, false, false).map(|applied| (HoldState::Posted, applied));
         }
         (HoldAction::Reverse(_) | HoldAction::Repost(_), _) => return Err(Refused::NothingToCorrect(state)),
-        (_, HoldState::Pending) => {}
-        (_, _) => return Err(Refused::NotPending(state)),
-    }
-    let (posted, next) = match action {
-        HoldAction::Post(amount) if amount <= 0 => return Err(Refused::NotPositive(amount)),
-        HoldAction::Post(amount) if amount > held => return Err(Refused::PostExceedsHold { held, amount }),
-        HoldAction::Post(amount) => (amount, HoldState::Posted),
-        HoldAction::Void | HoldAction::Reverse(_) | HoldAction::Repost(_) => (0, HoldState::Voided),
-        HoldAction::Expire => (0, HoldState::Expired),
+        (_, HoldState::Posted | HoldState::Voided | HoldState::Expired) => {
+            return Err(Refused::NotPending(state));
+        }
+        (HoldAction::Post(amount), _) if amount <= 0 => return Err(Refused::NotPositive(amount)),
+        (HoldAction::Post(amount), _) if amount > held => {
+            return Err(Refused::PostExceedsHold { held, amount });
+        }
+        (HoldAction::Post(amount), _) => (amount, HoldState::Posted),
+        (HoldAction::Void, _) => (0, HoldState::Voided),
+        (HoldAction::Expire, _) => (0, HoldState::Expired),
     };
     let debit = Delta { posted: -posted, debits_pending: -held, credits_pending: 0 };
     let credit = Delta { posted, debits_pending: 0, credits_pending: -held };

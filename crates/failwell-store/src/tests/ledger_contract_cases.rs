@@ -18,7 +18,7 @@ macro_rules! ledger_contract_cases {
 
             use super::store;
             use crate::{
-                Account, ClaimScope, Completion, LedgerStore, Message, NewAccount, NewHold, NewTransfer, Outbox,
+                Account, LedgerStore, Message, NewAccount, NewHold, NewTransfer, Outbox,
                 StoreError, Submitted, Swept, Transfer, TransferRefusal, TransferResult, Transition,
             };
 
@@ -312,24 +312,7 @@ macro_rules! ledger_contract_cases {
                 }
             }
 
-            /// Claims what is due and completes each `(key, transition)`.
-            async fn settle<S: crate::OutboxStore>(s: &S, outcomes: Vec<(&str, Transition)>, at: i64) {
-                let claimed = s.claim(at, 10, 60_000, &ClaimScope::All).await.unwrap();
-                let done = outcomes
-                    .into_iter()
-                    .map(|(key, transition)| {
-                        let c = claimed.iter().find(|c| c.operation.idempotency_key == key).expect("claimed");
-                        Completion {
-                            outbox_id: c.outbox_id,
-                            lease_token: c.lease_token,
-                            operation_id: c.operation.id,
-                            attempt: None,
-                            transition,
-                        }
-                    })
-                    .collect();
-                s.complete(done, at + 1).await.unwrap();
-            }
+            use crate::tests::settle;
 
             /// Inserts a message of key `key` into failwell_outbox, tied to
             /// hold `hold`.

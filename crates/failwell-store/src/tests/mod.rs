@@ -11,6 +11,30 @@ mod sqlite_contract;
 
 use cases::store_tests;
 
+/// Claims what is due at `at` and completes each `(idempotency key,
+/// transition)` at `at + 1`, without an attempt record.
+pub(crate) async fn settle<S: crate::OutboxStore + ?Sized>(
+    s: &S,
+    outcomes: Vec<(&str, crate::Transition)>,
+    at: i64,
+) {
+    let claimed = s.claim(at, outcomes.len() as u32, 60_000, &crate::ClaimScope::All).await.unwrap();
+    let done = outcomes
+        .into_iter()
+        .map(|(key, transition)| {
+            let c = claimed.iter().find(|c| c.operation.idempotency_key == key).expect("claimed");
+            crate::Completion {
+                outbox_id: c.outbox_id,
+                lease_token: c.lease_token,
+                operation_id: c.operation.id,
+                attempt: None,
+                transition,
+            }
+        })
+        .collect();
+    s.complete(done, at + 1).await.unwrap();
+}
+
 mod sqlite {
     use crate::{SqliteStore, Synchronous};
 

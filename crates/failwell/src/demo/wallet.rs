@@ -60,13 +60,19 @@ fn hold_id(order: &Order) -> String {
     format!("{}-wallet", order.reference)
 }
 
-/// Opens the shop's, the world's and every customer's account, and tops
-/// each wallet up with exactly the wallet parts of its orders (one batch).
-pub(super) async fn open(store: &SqliteStore, orders: &[Order], now_ms: i64) -> Result<(), DemoError> {
+/// Each wallet's top-up: exactly the wallet parts of its orders.
+fn top_ups(orders: &[Order]) -> BTreeMap<&str, u64> {
     let mut top_ups: BTreeMap<&str, u64> = BTreeMap::new();
     for part in orders.iter().filter_map(|o| o.wallet.as_ref()) {
         *top_ups.entry(&part.account).or_default() += part.amount;
     }
+    top_ups
+}
+
+/// Opens the shop's, the world's and every customer's account, and tops
+/// each wallet up ([`top_ups`], one batch).
+pub(super) async fn open(store: &SqliteStore, orders: &[Order], now_ms: i64) -> Result<(), DemoError> {
+    let top_ups = top_ups(orders);
     let accounts =
         [(WORLD, None), (SHOP, Some(0))].into_iter().chain(top_ups.keys().map(|id| (*id, Some(0))));
     for (id, floor) in accounts {
@@ -175,6 +181,7 @@ pub(super) async fn figures(
             HoldState::Pending => f.pending_remaining += 1,
         }
     }
+    let top_ups = top_ups(orders);
     let mut total = 0;
     let mut after = String::new();
     loop {
@@ -188,12 +195,7 @@ pub(super) async fn figures(
             }
             let (sum, twice) = journal(store, &account.id).await?;
             f.refunded_twice += twice;
-            let top_up: i64 = orders
-                .iter()
-                .filter_map(|o| o.wallet.as_ref())
-                .filter(|p| p.account == account.id)
-                .map(|p| p.amount as i64)
-                .sum();
+            let top_up = top_ups.get(account.id.as_str()).copied().unwrap_or(0) as i64;
             let expected = top_up - posted_from.get(&account.id).copied().unwrap_or(0);
             f.balance_mismatches += u64::from(account.posted != expected || account.posted != sum);
         }

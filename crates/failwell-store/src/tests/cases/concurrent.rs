@@ -229,18 +229,9 @@ macro_rules! concurrent_cases {
                     s.submit(NewOperation { hold: Some(hold), ..super::new_op(&format!("k-{i}"), 70) }, 3).await.unwrap();
                 }
                 // failwell gives every one up: failed, its hold still pending.
-                let claimed = s.claim(10, N as u32, 60_000, &ClaimScope::All).await.unwrap();
-                let dead = claimed
-                    .iter()
-                    .map(|c| Completion {
-                        outbox_id: c.outbox_id,
-                        lease_token: c.lease_token,
-                        operation_id: c.operation.id,
-                        attempt: Some(super::record(Outcome::Failed)),
-                        transition: Transition::DeadLetter { error: "HTTP 503".into() },
-                    })
-                    .collect();
-                s.complete(dead, 20).await.unwrap();
+                let keys: Vec<String> = (0..N).map(|i| format!("k-{i}")).collect();
+                let dead = keys.iter().map(|k| (k.as_str(), Transition::DeadLetter { error: "HTTP 503".into() })).collect();
+                crate::tests::settle(&s, dead, 10).await;
                 // The provider reports each one charged, while sweeps run.
                 let sweeper = {
                     let s = s.clone();

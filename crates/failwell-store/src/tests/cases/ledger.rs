@@ -171,24 +171,7 @@ macro_rules! ledger_cases {
             NewOperation { hold: Some(hold), ..new_op(key, 70) }
         }
 
-        /// Claims the due messages and completes each `(key, transition)`.
-        async fn settle(s: &S, outcomes: Vec<(&str, Transition)>, at: i64) {
-            let claimed = s.claim(at, 10, 1_000, &ClaimScope::All).await.unwrap();
-            let done = outcomes
-                .into_iter()
-                .map(|(key, transition)| {
-                    let c = claimed.iter().find(|c| c.operation.idempotency_key == key).expect("claimed");
-                    Completion {
-                        outbox_id: c.outbox_id,
-                        lease_token: c.lease_token,
-                        operation_id: c.operation.id,
-                        attempt: Some(record(Outcome::Succeeded)),
-                        transition,
-                    }
-                })
-                .collect();
-            s.complete(done, at + 1).await.unwrap();
-        }
+        use crate::tests::settle;
 
         #[tokio::test]
         async fn an_operations_hold_follows_its_outcome() {
