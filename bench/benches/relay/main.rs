@@ -146,6 +146,9 @@ struct Run {
     drain_msgs_s: f64,
     /// CPU time per delivered message during the drain (µs).
     cpu: Cpu,
+    /// WAL bytes per message written by the enqueue and by the drain
+    /// (PostgreSQL only).
+    wal: Option<(f64, f64)>,
     latency: Histogram<u64>,
 }
 
@@ -196,9 +199,11 @@ async fn run(
     let db = server.connect().await;
     sink.reset();
 
+    let wal_at_start = db.wal_position().await;
     let enqueue_started = Instant::now();
     db.enqueue(0, n).await;
     let enqueue = enqueue_started.elapsed();
+    let wal_enqueued = db.wal_position().await;
     let started = Instant::now();
     let cpu_at_start = cpu_now(&db, &processes, &sink_pids).await;
     while nginx.is_none() && sink.requests.load(Ordering::Relaxed) < n {
@@ -211,6 +216,12 @@ async fn run(
     }
     let drain = started.elapsed();
     let cpu = Cpu::between(&cpu_at_start, &cpu_now(&db, &processes, &sink_pids).await, n);
+    let wal = match (wal_at_start, wal_enqueued, db.wal_position().await) {
+        (Some(start), Some(enqueued), Some(end)) => {
+            Some(((enqueued - start) as f64 / n as f64, (end - enqueued) as f64 / n as f64))
+        }
+        _ => None,
+    };
     check(&db, nginx.is_none().then_some(&**sink), n, "the drain").await;
     let mut latency = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).unwrap();
     if nginx.is_none() {
@@ -225,6 +236,7 @@ async fn run(
         enqueue_msgs_s: n as f64 / enqueue.as_secs_f64(),
         drain_msgs_s: n as f64 / drain.as_secs_f64(),
         cpu,
+        wal,
         latency,
     }
 }
@@ -349,9 +361,12 @@ async fn main() {
     // Every (server, configuration), in the order each repetition runs them.
     let runs: Vec<(&Server, Config)> =
         configs.iter().flat_map(|config| servers.iter().map(move |server| (server, *config))).collect();
-    let mut results: Vec<(Vec<f64>, Histogram<u64>, Vec<Cpu>)> = runs
+    // Per (server, configuration): drain rates, latency, CPU, and per run
+    // [enqueue msgs/s, enqueue WAL bytes/msg, drain WAL bytes/msg].
+    #[allow(clippy::type_complexity)]
+    let mut results: Vec<(Vec<f64>, Histogram<u64>, Vec<Cpu>, Vec<[f64; 3]>)> = runs
         .iter()
-        .map(|_| (Vec::new(), Histogram::new_with_bounds(1, 600_000_000, 3).unwrap(), Vec::new()))
+        .map(|_| (Vec::new(), Histogram::new_with_bounds(1, 600_000_000, 3).unwrap(), Vec::new(), Vec::new()))
         .collect();
     let mut limits: HashMap<String, Vec<f64>> = HashMap::new();
     // Peer name → its drain rate in each repetition.
@@ -374,7 +389,8 @@ async fn main() {
             let r = run(&binary, server, (&sink, &sink_url), nginx.as_ref(), *config, n).await;
             println!(
                 "rep={rep} store={} failwell config={config} enqueue_msgs_s={:.0} drain_msgs_s={:.0} \
-                 latency_p50_ms={:.2} latency_p99_ms={:.2} cpu_us_per_msg failwell={:.0} database={:.0} sink={:.0}",
+                 latency_p50_ms={:.2} latency_p99_ms={:.2} cpu_us_per_msg failwell={:.0} database={:.0} sink={:.0} \
+                 wal_bytes_per_msg enqueue={:.0} drain={:.0}",
                 server.name(),
                 r.enqueue_msgs_s,
                 r.drain_msgs_s,
@@ -383,6 +399,8 @@ async fn main() {
                 r.cpu.failwell,
                 r.cpu.database,
                 r.cpu.sink,
+                r.wal.map_or(f64::NAN, |w| w.0),
+                r.wal.map_or(f64::NAN, |w| w.1),
             );
             if matches!(server, Server::Postgres(_)) {
                 best = best.max(r.drain_msgs_s);
@@ -390,6 +408,8 @@ async fn main() {
             results[i].0.push(r.drain_msgs_s);
             results[i].1.add(&r.latency).unwrap();
             results[i].2.push(r.cpu);
+            let (wal_enqueue, wal_drain) = r.wal.unwrap_or((f64::NAN, f64::NAN));
+            results[i].3.push([r.enqueue_msgs_s, wal_enqueue, wal_drain]);
         }
         if !peers_first && let Some(dir) = &peers_dir {
             rep_peers = run_peers(dir, &sink_url, &admin_url, n).await;
@@ -409,16 +429,19 @@ async fn main() {
 
     println!(
         "\nsummary, messages/s delivered end to end (median of {reps}, range), commit-to-delivery latency, \
-         CPU per message in the drain (median µs: failwell, database server, sink):"
+         CPU per message in the drain (median µs: failwell, database server, sink), \
+         enqueue through the contract (median msgs/s) and WAL per message (median bytes: enqueue, drain):"
     );
-    for ((server, config), (rates, latency, cpu)) in runs.iter().zip(results.iter_mut()) {
-        let median = |of: fn(&Cpu) -> f64| {
-            let mut values: Vec<f64> = cpu.iter().map(of).collect();
-            values.sort_by(f64::total_cmp);
-            values[values.len() / 2]
-        };
+    fn middle(mut values: Vec<f64>) -> f64 {
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    }
+    for ((server, config), (rates, latency, cpu, more)) in runs.iter().zip(results.iter_mut()) {
+        let median = |of: fn(&Cpu) -> f64| middle(cpu.iter().map(of).collect());
+        let more_median = |i: usize| middle(more.iter().map(|m| m[i]).collect());
         println!(
-            "failwell {config} on {:<8}: {} msgs/s   p50 {:.2} ms  p99 {:.2} ms   cpu {:.0} / {:.0} / {:.0} µs",
+            "failwell {config} on {:<8}: {} msgs/s   p50 {:.2} ms  p99 {:.2} ms   cpu {:.0} / {:.0} / {:.0} µs   \
+             enqueue {:.0} msgs/s   wal {:.0} / {:.0} B",
             server.name(),
             median_range(rates),
             latency.value_at_quantile(0.5) as f64 / 1000.0,
@@ -426,6 +449,9 @@ async fn main() {
             median(|c| c.failwell),
             median(|c| c.database),
             median(|c| c.sink),
+            more_median(0),
+            more_median(1),
+            more_median(2),
         );
     }
     let mut limits: Vec<_> = limits.into_iter().collect();

@@ -239,6 +239,23 @@ impl Db {
         }
     }
 
+    /// PostgreSQL's WAL position (bytes since the start of its WAL;
+    /// `pg_current_wal_lsn`), for the WAL written per message; `None` on
+    /// MySQL. It counts the whole server's writes: nothing else should run
+    /// on it during a drain.
+    pub async fn wal_position(&self) -> Option<u64> {
+        match self {
+            Self::Postgres(pool) => {
+                let bytes: i64 = sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")
+                    .fetch_one(pool)
+                    .await
+                    .unwrap();
+                Some(bytes as u64)
+            }
+            Self::MySql(_) => None,
+        }
+    }
+
     pub async fn close(self) {
         match self {
             Self::Postgres(pool) => pool.close().await,

@@ -169,4 +169,72 @@ async fn the_provider_key_in_sql_is_the_rust_one() {
             .unwrap();
         assert_eq!(sql, failwell_policy::derive_key(provider, operation, intent, group));
     }
+    // A NULL part gives NULL, as it did when the functions were STRICT.
+    let nulls: (Option<String>, Option<String>, Option<String>) = sqlx::query_as(
+        "SELECT failwell_provider_key('p', NULL, 'i', 0), failwell_provider_key('p', 'o', 'i', NULL), \
+         failwell_request_hash('p', 'o', NULL)",
+    )
+    .fetch_one(s.pool())
+    .await
+    .unwrap();
+    assert_eq!(nulls, (None, None, None));
+}
+
+/// However an intent comes in — the view, `Outbox::enqueue`, the view again
+/// after a refused insert rolled back to a savepoint, all in one transaction —
+/// each operation gets exactly one message and one `created` history row
+/// (the view writes them itself; the `operations_created` trigger writes
+/// the others, and leaves only the view's own statement to it), and each
+/// committing transaction wakes the relays once (`LISTEN failwell_outbox`).
+#[tokio::test]
+async fn every_way_in_writes_one_message_one_history_row_and_a_notice() {
+    let (schema, s) = store().await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(s.pool()).await.unwrap();
+    listener.listen("failwell_outbox").await.unwrap();
+    let view = "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference) \
+                VALUES ('payments', 'charge', '{\"amount\": 1}', $1, $2)";
+    let mut tx = s.pool().begin().await.unwrap();
+    sqlx::query(view).bind("view-1").bind("r1").execute(&mut *tx).await.unwrap();
+    // The setting that spares the trigger does not outlive the view's statement.
+    let setting: Option<String> = sqlx::query_scalar("SELECT current_setting('failwell.enqueue', true)")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(setting.as_deref().unwrap_or(""), "");
+    Outbox::enqueue(&mut *tx, &charge("api-1"), 1).await.unwrap();
+    sqlx::query("SAVEPOINT bad").execute(&mut *tx).await.unwrap();
+    let refused = sqlx::query(view).bind("view-bad").bind(" ").execute(&mut *tx).await.unwrap_err();
+    assert!(refused.to_string().contains("operations_reference_not_blank"), "{refused}");
+    sqlx::query("ROLLBACK TO SAVEPOINT bad").execute(&mut *tx).await.unwrap();
+    Outbox::enqueue(&mut *tx, &charge("api-2"), 1).await.unwrap();
+    sqlx::query(view).bind("view-2").bind("r2").execute(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    let notice =
+        tokio::time::timeout(std::time::Duration::from_secs(5), listener.recv()).await.unwrap().unwrap();
+    assert_eq!(notice.payload(), schema.name);
+
+    let rows: Vec<(String, i64, i64, String)> = sqlx::query_as(
+        "SELECT o.idempotency_key, \
+           (SELECT count(*) FROM outbox x WHERE x.operation_id = o.id AND x.state = 'pending'), \
+           (SELECT count(*) FROM history h WHERE h.operation_id = o.id AND h.change = 'created'), \
+           (SELECT string_agg(h.actor, ',') FROM history h WHERE h.operation_id = o.id) \
+         FROM operations o ORDER BY o.id",
+    )
+    .fetch_all(s.pool())
+    .await
+    .unwrap();
+    let keys: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(keys, ["view-1", "api-1", "api-2", "view-2"]);
+    for (key, messages, created, actors) in &rows {
+        assert_eq!((*messages, *created), (1, 1), "{key}");
+        assert_eq!(actors, "app", "{key}");
+    }
+
+    // A transaction that only calls the Rust API wakes the relays as well.
+    let mut tx = s.pool().begin().await.unwrap();
+    Outbox::enqueue(&mut *tx, &charge("api-3"), 1).await.unwrap();
+    tx.commit().await.unwrap();
+    let notice =
+        tokio::time::timeout(std::time::Duration::from_secs(5), listener.recv()).await.unwrap().unwrap();
+    assert_eq!(notice.payload(), schema.name);
 }
