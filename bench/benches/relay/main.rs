@@ -40,6 +40,10 @@
 //!   ends when no message is pending, and is checked in the database (every
 //!   operation succeeded with exactly one call); there is no latency phase,
 //!   and the sink's CPU is nginx's.
+//! - `INSERT_LATENCY=N`: after each drain on PostgreSQL, N single-row
+//!   transactions through the outbox contract alternating with N into a
+//!   plain queue table (pgmq's layout), each timed from `BEGIN` to its
+//!   `COMMIT`'s return: p50 and p99 of both.
 //! - `LATENCY_RATE` messages/s and `LATENCY_SECONDS` of the latency phase
 //!   (default 1000 for 5 s), `FAILWELL_BIN` (default
 //!   `target/release/failwell`).
@@ -65,6 +69,9 @@
 //! (PostgreSQL's backends serving them; MySQL's whole server process) and by this process (the sink), read from
 //! `/proc/PID/stat` at the drain's start and end: it moves far less than
 //! the rate with what else the machine is doing.
+//! On PostgreSQL it also reports the WAL written per message by the
+//! enqueue and by the drain (`pg_current_wal_lsn` before and after each:
+//! the whole server's WAL, so nothing else should write to it meanwhile).
 
 mod cpu;
 mod process;
@@ -149,6 +156,9 @@ struct Run {
     /// WAL bytes per message written by the enqueue and by the drain
     /// (PostgreSQL only).
     wal: Option<(f64, f64)>,
+    /// With `INSERT_LATENCY`: single-row transactions' latency (µs) through
+    /// the contract and into a plain queue table.
+    inserts: Option<(Histogram<u64>, Histogram<u64>)>,
     latency: Histogram<u64>,
 }
 
@@ -227,6 +237,10 @@ async fn run(
     if nginx.is_none() {
         latency_phase(&db, sink, n, &mut latency).await;
     }
+    let inserts = match env_or("INSERT_LATENCY", 0usize) {
+        0 => None,
+        count => db.insert_latency(count).await,
+    };
     db.close().await;
     for process in processes {
         process.stop().await;
@@ -238,6 +252,7 @@ async fn run(
         cpu,
         wal,
         latency,
+        inserts,
     }
 }
 
@@ -402,6 +417,21 @@ async fn main() {
                 r.wal.map_or(f64::NAN, |w| w.0),
                 r.wal.map_or(f64::NAN, |w| w.1),
             );
+            if let Some((contract, plain)) = &r.inserts {
+                let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+                println!(
+                    "rep={rep} store={} single-row transactions ({}): contract p50 {:.3} ms p99 {:.3} ms, \
+                     plain queue table p50 {:.3} ms p99 {:.3} ms, ratio p50 {:.2} p99 {:.2}",
+                    server.name(),
+                    contract.len(),
+                    ms(contract, 0.5),
+                    ms(contract, 0.99),
+                    ms(plain, 0.5),
+                    ms(plain, 0.99),
+                    ms(contract, 0.5) / ms(plain, 0.5),
+                    ms(contract, 0.99) / ms(plain, 0.99),
+                );
+            }
             if matches!(server, Server::Postgres(_)) {
                 best = best.max(r.drain_msgs_s);
             }

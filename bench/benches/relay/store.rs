@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use failwell_store::{Message, MySqlStore, Outbox};
+use hdrhistogram::Histogram;
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{Connection, MySqlConnection, PgConnection};
@@ -254,6 +255,46 @@ impl Db {
             }
             Self::MySql(_) => None,
         }
+    }
+
+    /// Latency (µs) of `count` single-row transactions through the outbox
+    /// contract and as many into a plain queue table (pgmq's layout: an id,
+    /// timestamps, a read count, the message as `jsonb`, an index on the
+    /// visibility time), alternating, each from `BEGIN` to the return of its
+    /// `COMMIT`, on one connection; `None` on MySQL.
+    pub async fn insert_latency(&self, count: usize) -> Option<(Histogram<u64>, Histogram<u64>)> {
+        let Self::Postgres(pool) = self else { return None };
+        let mut conn = pool.acquire().await.unwrap();
+        sqlx::raw_sql(
+            "CREATE TABLE plain_queue (msg_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, \
+               read_ct integer NOT NULL DEFAULT 0, enqueued_at timestamptz NOT NULL DEFAULT now(), \
+               vt timestamptz NOT NULL DEFAULT now(), message jsonb); \
+             CREATE INDEX plain_queue_vt ON plain_queue (vt)",
+        )
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        let contract = PG_ENQUEUE;
+        let plain = "INSERT INTO plain_queue (message) \
+            SELECT jsonb_build_object('order_id', 'ORD-0000000001', 'customer', 'C-12345', \
+              'amount_cents', 129900, 'currency', 'EUR', 'note', repeat('y', 40), 'seq', g) \
+            FROM generate_series($1::bigint, $2::bigint - 1) g";
+        let mut latencies = [(); 2].map(|_| Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap());
+        for i in 0..count * 2 {
+            let seq = 1_000_000_000 + i as i64;
+            let started = Instant::now();
+            let mut tx = conn.begin().await.unwrap();
+            sqlx::query(if i % 2 == 0 { contract } else { plain })
+                .bind(seq)
+                .bind(seq + 1)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            latencies[i % 2].record(started.elapsed().as_micros().max(1) as u64).unwrap();
+        }
+        let [contract, plain] = latencies;
+        Some((contract, plain))
     }
 
     pub async fn close(self) {

@@ -83,7 +83,10 @@ pub trait OperatorStore: Send + Sync {
 
     /// Everything that happened to one operation, oldest first: its state
     /// changes and its message's (with who made them), every attempt, what
-    /// webhook events did, and the discrepancies reports found.
+    /// webhook events did, and the discrepancies reports found. A plain
+    /// success's two changes (`message pending -> done`, `operation … ->
+    /// succeeded`) come from its attempt row where the relay marked it
+    /// (`attempts.settled_from`), at the attempt's end, right after it.
     async fn history(&self, operation_id: i64) -> Result<Vec<HistoryEntry>, StoreError>;
 }
 

@@ -419,7 +419,7 @@ macro_rules! operator_statements {
                 operation_id: i64,
             ) -> Result<Vec<crate::operator::HistoryEntry>, crate::error::StoreError> {
                 let rows = sql::query(
-                    "SELECT at_ms, subject, actor, \"change\", detail, 0 AS source, id FROM history \
+                    "SELECT at_ms, subject, actor, \"change\", detail, 0 AS source, id, 0 AS part FROM history \
                      WHERE operation_id = $1 \
                      UNION ALL \
                      SELECT started_at_ms, 'attempt', \
@@ -428,19 +428,26 @@ macro_rules! operator_statements {
                        COALESCE('HTTP ' || status_code, error_kind, 'no answer') || \
                        COALESCE(' (' || classification || ')', '') || ', ' || outcome || ', ' || \
                        duration_ms || ' ms', \
-                       decision, 1, id \
+                       decision, 1, id, 0 \
                      FROM attempts WHERE operation_id = $1 \
                      UNION ALL \
+                     SELECT started_at_ms + duration_ms, 'message', 'relay', 'pending -> done', NULL, 1, id, 1 \
+                     FROM attempts WHERE operation_id = $1 AND settled_from IS NOT NULL \
+                     UNION ALL \
+                     SELECT started_at_ms + duration_ms, 'operation', 'relay', settled_from || ' -> succeeded', \
+                       NULL, 1, id, 2 \
+                     FROM attempts WHERE operation_id = $1 AND settled_from <> 'succeeded' \
+                     UNION ALL \
                      SELECT s.at_ms, 'event', 'webhook', 'event ' || e.event_id || ': ' || s.effect, \
-                       s.detail, 2, s.id \
+                       s.detail, 2, s.id, 0 \
                      FROM inbox_steps s JOIN inbox_events e ON e.seq = s.event_seq \
                      WHERE s.operation_id = $1 AND s.kind = 'ledger' \
                      UNION ALL \
                      SELECT r.finished_at_ms, 'report', 'comparison', \
-                       'discrepancy ' || d.kind || ' (report ' || r.id || ')', d.detail, 3, d.id \
+                       'discrepancy ' || d.kind || ' (report ' || r.id || ')', d.detail, 3, d.id, 0 \
                      FROM discrepancies d JOIN reconciliation_reports r ON r.id = d.report_id \
                      WHERE d.operation_id = $1 \
-                     ORDER BY 1, 6, 7",
+                     ORDER BY 1, 6, 7, 8",
                 )
                 .bind(operation_id)
                 .fetch_all(self.read_pool())

@@ -6,7 +6,7 @@ use sqlx::Row;
 use sqlx::postgres::PgConnection;
 
 use super::PostgresStore;
-use super::writes::{count_attempt, not_applied};
+use super::writes::not_applied;
 use crate::AttemptRecord;
 use crate::outbox::changes::{MessageChange, OperationChange};
 use crate::outbox::{CLAIMED_COLUMNS, DUE};
@@ -164,14 +164,16 @@ async fn renew_leases(
     Ok(done.rows_affected())
 }
 
-/// Records a batch of results in one statement: the history rows, the
-/// compare-and-set of every message on `(id, lease_token)` (the messages
-/// locked first, in id order, as every writer locks them), and the new
-/// state of the operations whose message moved. Results whose lease did
-/// not hold (a newer claim took it over, or an event settled the
-/// operation) are then looked at one by one: a call still counts on its
-/// operation ([`count_attempt`]), and [`not_applied`] says what became of
-/// it. They are rare.
+/// Records a batch of results in one statement: the compare-and-set of
+/// every message on `(id, lease_token)` (the messages locked first, in id
+/// order, as every writer locks them), their attempt rows, the new state
+/// of the operations whose message moved, and the history rows of those
+/// changes, except a plain success's: its attempt row says it
+/// (`settled_from`, migration `0017_history_from_attempts.sql`). Results
+/// whose lease did not hold (a newer claim took it over, or an event
+/// settled the operation) are then looked at one by one: the attempt is
+/// written and a call still counts on its operation ([`insert_attempt`]),
+/// and [`not_applied`] says what became of it. They are rare.
 async fn complete_batch(
     conn: &mut PgConnection,
     completions: &[Completion],
@@ -198,7 +200,7 @@ async fn complete_batch(
                     writes_history = false;
                 }
                 if let Some(attempt) = &c.attempt {
-                    count_attempt(conn, c.operation_id, attempt).await?;
+                    insert_attempt(conn, c.operation_id, attempt).await?;
                 }
                 not_applied(conn, c, now_ms).await?
             });
@@ -246,23 +248,26 @@ async fn settle(
              updated_at_ms = $24, attempts = x.attempts - i.given_back, changed_by = 'relay' \
            FROM i WHERE x.id = i.outbox_id AND x.lease_token = i.token AND x.state = 'pending' \
              AND (SELECT count(*) FROM locked) >= 0 \
-           RETURNING x.id, i.operation_id, i.kind, i.started_at_ms, i.maybe_acted, i.state, i.error, i.status, \
-             i.provider_ref, i.response, i.op_error, i.reconcile_at_ms), \
+           RETURNING x.id, i.operation_id, i.kind, i.started_at_ms, i.duration_ms, i.status_code, i.error_kind, \
+             i.classification, i.outcome, i.decision, i.maybe_acted, i.state, i.error, i.status, \
+             i.provider_ref, i.response, i.op_error, i.reconcile_at_ms, \
+             (i.kind IS NOT NULL AND i.state = 'done' AND i.status = 'succeeded' AND i.error IS NULL \
+               AND i.op_error IS NULL) AS on_attempt), \
          history AS (INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, duration_ms, \
-             status_code, error_kind, classification, outcome, decision) \
-           SELECT o.id, i.kind, o.attempts + CASE WHEN i.kind = 'call' THEN 1 ELSE 0 END, \
-             CASE WHEN i.kind = 'call' THEN o.provider_key END, i.started_at_ms, i.duration_ms, i.status_code, \
-             i.error_kind, i.classification, i.outcome, i.decision \
-           FROM i JOIN operations o ON o.id = i.operation_id WHERE i.kind IS NOT NULL), \
+             status_code, error_kind, classification, outcome, decision, settled_from) \
+           SELECT o.id, m.kind, o.attempts + CASE WHEN m.kind = 'call' THEN 1 ELSE 0 END, \
+             CASE WHEN m.kind = 'call' THEN o.provider_key END, m.started_at_ms, m.duration_ms, m.status_code, \
+             m.error_kind, m.classification, m.outcome, m.decision, CASE WHEN m.on_attempt THEN o.status END \
+           FROM moved m JOIN operations o ON o.id = m.operation_id WHERE m.kind IS NOT NULL), \
          logged AS (INSERT INTO history (subject, subject_id, operation_id, at_ms, actor, change, detail) \
            SELECT h.subject, h.subject_id, h.operation_id, $24, 'relay', h.change, h.detail FROM ( \
              SELECT m.id AS sort, 0 AS part, 'message' AS subject, m.id AS subject_id, m.operation_id, \
                'pending -> ' || m.state AS change, m.error AS detail \
-             FROM moved m WHERE m.state <> 'pending' \
+             FROM moved m WHERE m.state <> 'pending' AND NOT m.on_attempt \
              UNION ALL \
              SELECT m.id, 1, 'operation', m.operation_id, m.operation_id, b.status || ' -> ' || m.status, m.op_error \
              FROM moved m JOIN operations b ON b.id = m.operation_id \
-             WHERE b.status IS DISTINCT FROM m.status) h ORDER BY h.sort, h.part), \
+             WHERE b.status IS DISTINCT FROM m.status AND NOT m.on_attempt) h ORDER BY h.sort, h.part), \
          settled AS (UPDATE operations o SET \
              attempts = o.attempts + CASE WHEN m.kind = 'call' THEN 1 ELSE 0 END, \
              effect_possible = CASE WHEN m.maybe_acted THEN 1 ELSE o.effect_possible END, \

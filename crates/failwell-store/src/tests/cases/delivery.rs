@@ -84,6 +84,43 @@ macro_rules! delivery_cases {
             assert_eq!(rest.len(), 17, "the rest of the backlog");
         }
 
+        /// A success's history reads the same on every store: created, the
+        /// call, then the message done and the operation succeeded. A store
+        /// writes those two changes as history rows or marks the attempt row
+        /// with them (`settled_from`, PostgreSQL's relay), never both, never
+        /// neither.
+        #[tokio::test]
+        async fn a_success_reads_created_the_call_then_done_and_succeeded() {
+            let (_d, s) = store().await;
+            s.submit(new_op("ok", 100), 0).await.unwrap();
+            let c = s.claim(0, 1, 1_000, &ClaimScope::All).await.unwrap().remove(0);
+            let success = Transition::Succeeded { provider_ref: None, response: None };
+            let completion = Completion { attempt: Some(record(Outcome::Succeeded)), ..ended(&c, success) };
+            s.complete(vec![completion], 10).await.unwrap();
+            let history = s.history(c.operation.id).await.unwrap();
+            let changes: Vec<(&str, &str, &str)> =
+                history.iter().map(|h| (h.subject, h.actor.as_str(), h.change.as_str())).collect();
+            assert_eq!(
+                changes,
+                vec![
+                    ("operation", "api", "created"),
+                    ("attempt", "relay", "call 1: HTTP 200, succeeded, 2 ms"),
+                    ("message", "relay", "pending -> done"),
+                    ("operation", "relay", "pending -> succeeded"),
+                ]
+            );
+            let id = c.operation.id;
+            let mut counts = Vec::new();
+            for sql in [
+                format!("SELECT count(*) FROM history WHERE operation_id = {id}"),
+                format!("SELECT count(*) FROM attempts WHERE operation_id = {id} AND settled_from IS NOT NULL"),
+            ] {
+                let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(s.pool()).await.unwrap();
+                counts.push(n);
+            }
+            assert!(counts == [1, 1] || counts == [3, 0], "history rows, attempts marked: {counts:?}");
+        }
+
         #[tokio::test]
         async fn retention_deletes_delivered_messages_in_batches_and_keeps_open_work() {
             let (_d, s) = store().await;

@@ -1,0 +1,8 @@
+-- The column PostgreSQL's relay marks when an attempt's result settled its
+-- message and operation without writing their history rows (see
+-- migrations/postgres/0017_history_from_attempts.sql). On MySQL and MariaDB
+-- those rows are still written, so it stays NULL; an operation's history
+-- reads it on every store.
+ALTER TABLE attempts ADD COLUMN settled_from VARCHAR(16) NULL,
+    ADD CONSTRAINT attempts_settled_from_check
+        CHECK (settled_from IN ('pending', 'succeeded', 'failed', 'unknown', 'needs_human'));
