@@ -31,9 +31,9 @@
 //!   `batch_size`), and calls the sink's provider takes at once (its
 //!   `bulkhead.max_concurrent`; `max_waiting` is the concurrency, so no
 //!   claimed message is deferred for want of a place to wait). failwell's
-//!   own defaults are `1x64/64/64`. Without `CONFIGS`: `WORKERS` process
+//!   own defaults are `1x128/128/64`. Without `CONFIGS`: `WORKERS` process
 //!   counts (default `1,2,4`), each with `RELAY_CONCURRENCY`, `RELAY_BATCH`
-//!   and `SINK_BULKHEAD` (default 64 each).
+//!   and `SINK_BULKHEAD` (default 128, 128 and 64, failwell's defaults).
 //! - `SINK=nginx`: deliver to nginx (Debian's `nginx-light`, one worker,
 //!   `return 200`, no access log) instead of this process's own sink, so
 //!   that no sink code of the project is in the comparison. A drain then
@@ -132,8 +132,8 @@ impl Config {
             .split(',')
             .map(|w| Self {
                 processes: w.trim().parse().expect("WORKERS: a comma-separated list of process counts"),
-                concurrency: env_or("RELAY_CONCURRENCY", 64),
-                batch: env_or("RELAY_BATCH", 64),
+                concurrency: env_or("RELAY_CONCURRENCY", 128),
+                batch: env_or("RELAY_BATCH", 128),
                 bulkhead: env_or("SINK_BULKHEAD", 64),
             })
             .collect()

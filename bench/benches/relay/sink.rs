@@ -91,7 +91,8 @@ impl Nginx {
             .arg(dir.path())
             .arg("-c")
             .arg(dir.path().join("nginx.conf"))
-            .kill_on_drop(true)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start /usr/sbin/nginx: {e} (apt-get install nginx-light)"));
         let url = format!("http://127.0.0.1:{port}/hook");
@@ -109,5 +110,15 @@ impl Nginx {
         let children =
             std::fs::read_to_string(format!("/proc/{master}/task/{master}/children")).unwrap_or_default();
         std::iter::once(master).chain(children.split_whitespace().filter_map(|p| p.parse().ok())).collect()
+    }
+}
+
+impl Drop for Nginx {
+    /// Stops nginx as its manual says (`SIGTERM` to the master, which stops
+    /// its workers); killing the master alone would leave the worker running.
+    fn drop(&mut self) {
+        if let Some(pid) = self.master.id() {
+            let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        }
     }
 }
