@@ -40,6 +40,10 @@
 //!   ends when no message is pending, and is checked in the database (every
 //!   operation succeeded with exactly one call); there is no latency phase,
 //!   and the sink's CPU is nginx's.
+//! - `BACKLOG=1`: start failwell's processes only once the messages are
+//!   committed and `ANALYZE` has counted them, as after an outage, instead
+//!   of before the enqueue (a first start and stop migrates the database).
+//!   The drain is timed from the processes' start.
 //! - `INSERT_LATENCY=N`: after each drain on PostgreSQL, N single-row
 //!   transactions through the outbox contract alternating with N into a
 //!   plain queue table (pgmq's layout), each timed from `BEGIN` to its
@@ -202,9 +206,15 @@ async fn run(
     let sink_pids = nginx.map_or(Vec::new(), Nginx::pids);
     server.recreate().await;
     let url = server.database_url();
+    let backlog = env_or("BACKLOG", 0) == 1;
     let mut processes = Vec::new();
-    for _ in 0..config.processes {
-        processes.push(start_process(binary, &url, sink_url, config).await);
+    if backlog {
+        // failwell migrates the database as it starts.
+        start_process(binary, &url, sink_url, config).await.stop().await;
+    } else {
+        for _ in 0..config.processes {
+            processes.push(start_process(binary, &url, sink_url, config).await);
+        }
     }
     let db = server.connect().await;
     sink.reset();
@@ -213,8 +223,16 @@ async fn run(
     let enqueue_started = Instant::now();
     db.enqueue(0, n).await;
     let enqueue = enqueue_started.elapsed();
+    if backlog {
+        db.analyze().await;
+    }
     let wal_enqueued = db.wal_position().await;
     let started = Instant::now();
+    if backlog {
+        for _ in 0..config.processes {
+            processes.push(start_process(binary, &url, sink_url, config).await);
+        }
+    }
     let cpu_at_start = cpu_now(&db, &processes, &sink_pids).await;
     while nginx.is_none() && sink.requests.load(Ordering::Relaxed) < n {
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -240,6 +240,15 @@ impl Db {
         }
     }
 
+    /// Refreshes the planner's statistics of every table (`ANALYZE`).
+    pub async fn analyze(&self) {
+        match self {
+            Self::Postgres(pool) => sqlx::query("ANALYZE").execute(pool).await.map(drop),
+            Self::MySql(store) => sqlx::query("ANALYZE TABLE outbox, operations").execute(store.pool()).await.map(drop),
+        }
+        .unwrap();
+    }
+
     /// PostgreSQL's WAL position (bytes since the start of its WAL;
     /// `pg_current_wal_lsn`), for the WAL written per message; `None` on
     /// MySQL. It counts the whole server's writes: nothing else should run

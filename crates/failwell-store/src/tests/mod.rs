@@ -11,6 +11,37 @@ mod sqlite_contract;
 
 use cases::store_tests;
 
+/// A call's attempt with `outcome`: answered 200, started at 1 ms, 2 ms
+/// long.
+pub(crate) fn record(outcome: failwell_policy::Outcome) -> crate::AttemptRecord {
+    crate::AttemptRecord {
+        kind: crate::AttemptKind::Call,
+        started_at_ms: 1,
+        duration_ms: 2,
+        status_code: Some(200),
+        error_kind: None,
+        classification: None,
+        outcome,
+        decision: "done".into(),
+    }
+}
+
+/// The result of the attempt on claimed message `c`: its `attempt` record
+/// and its operation's `transition`.
+pub(crate) fn completion(
+    c: &crate::Claimed,
+    attempt: Option<crate::AttemptRecord>,
+    transition: crate::Transition,
+) -> crate::Completion {
+    crate::Completion {
+        outbox_id: c.outbox_id,
+        lease_token: c.lease_token,
+        operation_id: c.operation.id,
+        attempt,
+        transition,
+    }
+}
+
 /// Claims what is due at `at` and completes each `(idempotency key,
 /// transition)` at `at + 1`, without an attempt record.
 pub(crate) async fn settle<S: crate::OutboxStore + ?Sized>(

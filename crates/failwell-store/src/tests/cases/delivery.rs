@@ -344,12 +344,9 @@ macro_rules! delivery_cases {
             let claimed = s.claim(0, 10, 1_000, &ClaimScope::All).await.unwrap();
             let unknown = claimed
                 .iter()
-                .map(|c| Completion {
-                    outbox_id: c.outbox_id,
-                    lease_token: c.lease_token,
-                    operation_id: c.operation.id,
-                    attempt: Some(record(Outcome::Unknown)),
-                    transition: Transition::Unknown { error: "timeout".into(), reconcile_at_ms: 100 },
+                .map(|c| {
+                    let unknown = Transition::Unknown { error: "timeout".into(), reconcile_at_ms: 100 };
+                    crate::tests::completion(c, Some(record(Outcome::Unknown)), unknown)
                 })
                 .collect();
             s.complete(unknown, 1).await.unwrap();

@@ -55,18 +55,7 @@ macro_rules! store_tests {
             }
         }
 
-        fn record(outcome: Outcome) -> AttemptRecord {
-            AttemptRecord {
-                kind: AttemptKind::Call,
-                started_at_ms: 1,
-                duration_ms: 2,
-                status_code: Some(200),
-                error_kind: None,
-                classification: None,
-                outcome,
-                decision: "done".into(),
-            }
-        }
+        use crate::tests::record;
 
         crate::tests::cases::intents::intent_cases!();
         crate::tests::cases::delivery::delivery_cases!();

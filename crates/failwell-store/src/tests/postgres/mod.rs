@@ -2,6 +2,7 @@
 //! and what only PostgreSQL has: the outbox in plain SQL and several
 //! processes racing on one database.
 
+mod backlog;
 mod contract;
 mod inbox_races;
 mod outbox;

@@ -1,0 +1,151 @@
+//! PostgreSQL only: a relay that starts on a large backlog works it at the
+//! cost of the rows it takes, not of the tables' size.
+
+use failwell_policy::Outcome;
+use sqlx::Connection;
+
+use super::schema;
+use crate::prelude::*;
+use crate::tests::{completion, record};
+use crate::{ClaimScope, Leased, PostgresStore, Recorded, Transition};
+
+/// Messages waiting when the relay's connections first plan their
+/// statements: enough that reading a whole table costs more than an index
+/// lookup per row, as the planner sees it.
+const BACKLOG: i64 = 20_000;
+
+/// Rows read by sequential scans and index scans started, of `outbox` and
+/// of `operations`, so far, as PostgreSQL's statistics count them once every
+/// connection of the pool has reported what it did.
+async fn reads(s: &PostgresStore) -> [i64; 4] {
+    let mut held = Vec::new();
+    for _ in 0..s.pool().size() {
+        let mut conn = s.pool().acquire().await.unwrap();
+        sqlx::query("SELECT pg_stat_force_next_flush()").execute(&mut *conn).await.unwrap();
+        held.push(conn);
+    }
+    drop(held);
+    let mut conn = s.pool().acquire().await.unwrap();
+    sqlx::query("SELECT pg_stat_force_next_flush()").execute(&mut *conn).await.unwrap();
+    let (outbox_rows, outbox_scans, operations_rows, operations_scans) = sqlx::query_as(
+        "SELECT x.seq_tup_read, x.idx_scan, o.seq_tup_read, o.idx_scan \
+         FROM pg_stat_user_tables x, pg_stat_user_tables o \
+         WHERE x.relid = 'outbox'::regclass AND o.relid = 'operations'::regclass",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    [outbox_rows, outbox_scans, operations_rows, operations_scans]
+}
+
+/// The relay's statements whose plans, kept by a connection of the pool,
+/// are compiled by PostgreSQL's JIT at each execution (the first words of
+/// each). Fails when no such statement was kept at all.
+async fn jit_compiled(s: &PostgresStore) -> Vec<String> {
+    let mut held = Vec::new();
+    let mut compiled = Vec::new();
+    let mut seen = 0;
+    for _ in 0..s.pool().size() {
+        let mut conn = s.pool().acquire().await.unwrap();
+        let kept: Vec<(String, String, i32)> = sqlx::query_as(
+            "SELECT name, left(statement, 60), cardinality(parameter_types) FROM pg_prepared_statements \
+             WHERE generic_plans > 0 AND (statement LIKE 'WITH due AS%' OR statement LIKE 'WITH i AS%')",
+        )
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+        for (name, statement, parameters) in kept {
+            seen += 1;
+            // A plan made now (if the kept one was dropped) is made without
+            // JIT: only one the relay kept can show it.
+            let mut tx = conn.begin().await.unwrap();
+            sqlx::query("SET LOCAL plan_cache_mode = force_generic_plan").execute(&mut *tx).await.unwrap();
+            sqlx::query("SET LOCAL jit_above_cost = -1").execute(&mut *tx).await.unwrap();
+            let nulls = vec!["NULL"; parameters as usize].join(", ");
+            let plan: Vec<String> =
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN EXECUTE {name}({nulls})")))
+                    .fetch_all(&mut *tx)
+                    .await
+                    .unwrap();
+            if plan.iter().any(|line| line.starts_with("JIT:")) {
+                compiled.push(statement);
+            }
+        }
+        held.push(conn);
+    }
+    assert!(seen >= 2, "the claim's and the settle's plans were kept");
+    compiled
+}
+
+/// The relay's statements run with plans made once per connection, from
+/// the statistics of that moment. Made on a backlog of 20,000 messages,
+/// claims, lease renewals and results still reach the rows they need by
+/// key: a thousand messages worked read neither table from end to end,
+/// and look each row up a few times, not once for each row of the batch.
+///
+/// PostgreSQL decides at planning whether a statement is worth compiling
+/// with its JIT, and a plan kept for reuse keeps that decision: here every
+/// statement is worth compiling as the server sees it (`jit_above_cost`
+/// 0), and the plans the relay keeps must still not be compiled.
+#[tokio::test]
+async fn a_relay_planned_on_a_backlog_reads_no_whole_table_and_compiles_nothing() {
+    let (_schema, url) = schema().await;
+    let application = PostgresStore::open(&url, 2).await.unwrap();
+    sqlx::query(
+        "INSERT INTO failwell_outbox (provider, operation, payload) \
+         SELECT 'payments', 'charge', jsonb_build_object('amount', 100, 'seq', g) FROM generate_series(1, $1) g",
+    )
+    .bind(BACKLOG)
+    .execute(application.pool())
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE outbox, operations").execute(application.pool()).await.unwrap();
+    let s = PostgresStore::open(&format!("{url}%20-cjit_above_cost%3D0"), 4).await.unwrap();
+    let now_ms: i64 = sqlx::query_scalar("SELECT (extract(epoch FROM now()) * 1000)::bigint + 1000")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    let before = reads(&s).await;
+
+    let scope = ClaimScope::Providers(vec!["payments".into()]);
+    let mut worked = 0;
+    while worked < 1_000 {
+        let claimed = s.claim(now_ms, 100, 60_000, &scope).await.unwrap();
+        assert_eq!(claimed.len(), 100, "a full claim from the backlog");
+        let leases = claimed.iter().map(|c| (c.outbox_id, c.lease_token)).collect();
+        assert_eq!(s.renew(Leased::Outbox, leases, now_ms + 120_000).await.unwrap(), 100);
+        let completions = claimed
+            .iter()
+            .map(|c| {
+                let succeeded = Transition::Succeeded { provider_ref: None, response: None };
+                completion(c, Some(record(Outcome::Succeeded)), succeeded)
+            })
+            .collect();
+        let recorded = s.complete(completions, now_ms).await.unwrap();
+        assert!(recorded.iter().all(|r| *r == Recorded::Applied), "{recorded:?}");
+        worked += claimed.len();
+    }
+
+    let after = reads(&s).await;
+    let [outbox_rows, outbox_scans, operations_rows, operations_scans] =
+        std::array::from_fn(|i| after[i] - before[i]);
+    let read = format!(
+        "outbox: {outbox_rows} rows by scans, {outbox_scans} index scans; \
+         operations: {operations_rows} rows by scans, {operations_scans} index scans"
+    );
+    assert!(outbox_rows < BACKLOG && operations_rows < BACKLOG, "a whole table read: {read}");
+    // A statement that probes an index once per row of the batch for
+    // each row of the batch (a nested loop over an `= ANY` scan) makes
+    // about a hundred scans a message.
+    assert!(
+        outbox_scans < 10 * 1_000 && operations_scans < 10 * 1_000,
+        "index scans per row per row: {read}"
+    );
+    let compiled = jit_compiled(&s).await;
+    assert!(compiled.is_empty(), "plans kept with JIT compilation: {compiled:?}");
+    let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE state = 'pending'")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(pending, BACKLOG - 1_000, "the thousand messages worked are done");
+}
