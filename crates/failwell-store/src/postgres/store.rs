@@ -47,25 +47,32 @@ fn due_messages(scope: &ClaimScope) -> String {
 /// How the relay's statements of this transaction are planned: with
 /// generic plans, planned once per connection instead of for each batch's
 /// values (their plans do not depend on the ids, tokens and arrays bound,
-/// and planning each execution cost more than running some of them), and
-/// without JIT compilation.
+/// and planning each execution cost more than running some of them),
+/// never reading a whole table, and without JIT compilation.
 ///
 /// A generic plan is made from the table statistics of the moment a
-/// connection first runs the statement, and kept. A relay that starts on a
-/// large backlog would then join a batch to `outbox` or `operations` by
-/// reading the whole table (a hash join over a sequential scan: 17 ms for a
-/// claim of 128 over 50,000 messages, a drain five times slower). So every
-/// statement here reaches `outbox` and `operations` rows through their
-/// primary key with an array of the batch's ids (`id = ANY(...)`), which
-/// the planner turns into an index scan whatever the statistics say.
+/// connection first runs the statement, and kept. Those can be far from the
+/// tables the plan then runs on, both ways. A relay that started on a large
+/// backlog joined each batch to `outbox` by a hash join over a sequential
+/// scan (17 ms for a claim of 128 over 50,000 messages); one that started
+/// on empty tables, with 50,000 messages enqueued a moment later, leased
+/// each claim's messages by reading the whole of `outbox` (a table of a
+/// few pages costs less to read than any index lookup, as the planner
+/// sees it: 20–40 ms a claim). Every statement here reaches `outbox` and
+/// `operations` through an index, by primary key or by the due messages'
+/// index, so sequential scans are off for them (`enable_seqscan`: the
+/// planner then takes an index wherever one serves, whatever the
+/// statistics say).
 ///
 /// Whether a statement is compiled by PostgreSQL's JIT is also decided when
 /// it is planned (its estimated cost above `jit_above_cost`), and a generic
 /// plan keeps that decision: a claim planned over 50,000 messages was
 /// compiled again at every execution (40 ms of a claim's 42; a drain of
-/// 1,200 messages/s instead of 11,600, medians of 5 in docs/BENCHMARKS.md). The relay's statements are short
-/// and run many times, so JIT is off for them.
-const RELAY_PLANNING: [(&str, &str); 2] = [("plan_cache_mode", "force_generic_plan"), ("jit", "off")];
+/// 1,200 messages/s instead of 11,600, medians of 5 in docs/BENCHMARKS.md).
+/// The relay's statements are short and run many times, so JIT is off for
+/// them.
+const RELAY_PLANNING: [(&str, &str); 3] =
+    [("plan_cache_mode", "force_generic_plan"), ("enable_seqscan", "off"), ("jit", "off")];
 
 /// Says whether this transaction's statements write the history rows of
 /// the state changes they make themselves (the batch statement of
@@ -170,9 +177,8 @@ async fn renew_leases(
     let (ids, tokens): (Vec<i64>, Vec<i64>) = leases.iter().copied().unzip();
     let done = sqlx::query(sqlx::AssertSqlSafe(format!(
         "WITH held AS (SELECT x.id FROM {table} x JOIN unnest($1::bigint[], $2::bigint[]) AS l (id, token) \
-           ON l.id = x.id AND l.token = x.lease_token WHERE x.id = ANY($1) AND x.state = 'pending' \
-           ORDER BY x.id FOR UPDATE OF x) \
-         UPDATE {table} SET locked_until_ms = $3 WHERE id = ANY(ARRAY(SELECT id FROM held))"
+           ON l.id = x.id AND l.token = x.lease_token WHERE x.state = 'pending' ORDER BY x.id FOR UPDATE OF x) \
+         UPDATE {table} SET locked_until_ms = $3 WHERE id IN (SELECT id FROM held)"
     )))
     .bind(&ids)
     .bind(&tokens)
@@ -199,7 +205,7 @@ async fn complete_batch(
     now_ms: i64,
 ) -> Result<Vec<Recorded>, StoreError> {
     // Round by round: at most one result per operation in each.
-    set_local(conn, &[RELAY_PLANNING[0], RELAY_PLANNING[1], history_written(true)]).await?;
+    set_local(conn, &[RELAY_PLANNING.as_slice(), &[history_written(true)]].concat()).await?;
     let mut writes_history = true;
     let mut recorded: Vec<Option<Recorded>> = completions.iter().map(|_| None).collect();
     for round in crate::outbox::changes::rounds(completions) {
