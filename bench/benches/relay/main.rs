@@ -238,7 +238,7 @@ async fn run(
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(started.elapsed() < Duration::from_secs(600), "the drain took over 10 minutes");
     }
-    while db.pending().await > 0 {
+    while db.any_pending().await {
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(started.elapsed() < Duration::from_secs(600), "the drain took over 10 minutes");
     }
@@ -305,7 +305,7 @@ async fn latency_phase(db: &Db, sink: &Arc<Sink>, n: u64, latency: &mut Histogra
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     sink.timing.store(false, Ordering::SeqCst);
-    while db.pending().await > 0 {
+    while db.any_pending().await {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     check(db, Some(sink), n + count, "the latency phase").await;
