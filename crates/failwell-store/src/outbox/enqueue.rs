@@ -295,12 +295,21 @@ pub(crate) fn replayed(existing: Option<crate::Operation>) -> Result<Submitted, 
 }
 
 /// The claim condition of an outbox message aliased `x`, at time `$1`: pending,
-/// due, not leased, and (with an ordering key) no earlier message of its
-/// key still pending. The same SQL on both databases.
+/// due, not leased, and (with an ordering key) the first message of its
+/// key still pending. The same SQL on every database.
+///
+/// The first of a key is asked for in the order of the key's index
+/// (`outbox_ordering`, `ordering_key, id`), so that index is the one that
+/// answers it, whatever the statistics. Asked as "no earlier message of
+/// the key" (`NOT EXISTS ... earlier.id < x.id`), PostgreSQL planned it on
+/// an empty table as a walk of the due messages' index for each message
+/// checked (`id < x.id` is a condition on its last column): 200 ms a claim
+/// once 50,000 messages had arrived, in a plan kept for reuse.
 pub(crate) const DUE: &str = "x.state = 'pending' AND x.available_at_ms <= $1 \
      AND (x.locked_until_ms IS NULL OR x.locked_until_ms <= $1) \
-     AND (x.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox earlier \
-     WHERE earlier.ordering_key = x.ordering_key AND earlier.state = 'pending' AND earlier.id < x.id))";
+     AND (x.ordering_key IS NULL OR x.id = (SELECT earlier.id FROM outbox earlier \
+     WHERE earlier.ordering_key = x.ordering_key AND earlier.state = 'pending' \
+     ORDER BY earlier.ordering_key, earlier.id LIMIT 1))";
 
 /// The columns a claim reads of each message it takes.
 pub(crate) const CLAIMED_COLUMNS: &str = "x.id, x.operation_id, x.attempts, x.previous_delay_ms, x.in_flight, \
