@@ -165,7 +165,10 @@ async fn lease_due(
 }
 
 /// Extends the leases `(id, token)` of `queue` still held to `until_ms`,
-/// locking the rows in id order as every writer does.
+/// locking the rows in id order as every writer does. Planned for each
+/// call's values (renewals are rare); the rows are reached by primary key
+/// with the array of ids, so statistics that still count few pending
+/// messages do not turn it into a join over every pending message.
 async fn renew_leases(
     pool: &sqlx::PgPool,
     queue: crate::Leased,
@@ -177,8 +180,9 @@ async fn renew_leases(
     let (ids, tokens): (Vec<i64>, Vec<i64>) = leases.iter().copied().unzip();
     let done = sqlx::query(sqlx::AssertSqlSafe(format!(
         "WITH held AS (SELECT x.id FROM {table} x JOIN unnest($1::bigint[], $2::bigint[]) AS l (id, token) \
-           ON l.id = x.id AND l.token = x.lease_token WHERE x.state = 'pending' ORDER BY x.id FOR UPDATE OF x) \
-         UPDATE {table} SET locked_until_ms = $3 WHERE id IN (SELECT id FROM held)"
+           ON l.id = x.id AND l.token = x.lease_token WHERE x.id = ANY($1) AND x.state = 'pending' \
+           ORDER BY x.id FOR UPDATE OF x) \
+         UPDATE {table} SET locked_until_ms = $3 WHERE id = ANY(ARRAY(SELECT id FROM held))"
     )))
     .bind(&ids)
     .bind(&tokens)
