@@ -147,9 +147,12 @@ async fn lease_due(
     .bind(providers)
     .bind(until_ms)
     .bind(token)
-    .fetch_all(conn)
+    .fetch_all(&mut *conn)
     .await
     .context("claiming outbox messages")?;
+    if rows.len() == limit as usize {
+        refresh_statistics(conn).await?;
+    }
     rows.iter()
         .map(|r| {
             let outbox_id = r.try_get("outbox_id").context("reading a claimed message")?;
@@ -162,6 +165,37 @@ async fn lease_due(
             ))
         })
         .collect()
+}
+
+/// Refreshes the planner's statistics of `outbox` and `operations`
+/// (`ANALYZE`) when `outbox` holds more than twice the rows they count,
+/// and 1,000 more: called after a full claim, a sign of a backlog.
+///
+/// The relay's plans are made from these statistics and kept
+/// ([`RELAY_PLANNING`]). Made while the tables held a few messages, they
+/// can read every pending message for each batch once a backlog arrives
+/// (a drain of 90 messages/s instead of 12,000). `ANALYZE` makes every
+/// connection plan those statements again. PostgreSQL's autovacuum does
+/// the same, but only at its next round (`autovacuum_naptime`, a minute
+/// by default), and not at all where it is off. The check reads two
+/// numbers PostgreSQL keeps (the live rows its statistics system counts,
+/// and `pg_class.reltuples`); a role that does not own the tables gets a
+/// warning from `ANALYZE`, not an error.
+async fn refresh_statistics(conn: &mut PgConnection) -> Result<(), StoreError> {
+    let stale: bool = sqlx::query_scalar(
+        "SELECT pg_stat_get_live_tuples(c.oid) > 2 * greatest(c.reltuples, 0) + 1000 \
+         FROM pg_class c WHERE c.oid = 'outbox'::regclass",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .context("reading the outbox's statistics")?;
+    if stale {
+        sqlx::query("ANALYZE outbox, operations")
+            .execute(&mut *conn)
+            .await
+            .context("refreshing the statistics of outbox and operations")?;
+    }
+    Ok(())
 }
 
 /// Extends the leases `(id, token)` of `queue` still held to `until_ms`,
