@@ -22,15 +22,31 @@ crate::outbox::statements::outbox_statements!(
 /// another process is claiming are skipped, not waited for (`SKIP
 /// LOCKED`). For [`ClaimScope::Providers`], one index range per provider
 /// (`LATERAL`), merged in turns: claim order is `turn, available_at_ms, id`.
+/// [`ClaimScope::Strays`] reads one index range per provider not in the
+/// list: the relay asks for strays every second, and reading past every
+/// known provider's pending message took 62 ms at 200,000 of them.
 fn due_messages(scope: &ClaimScope) -> String {
     match scope {
         ClaimScope::All => format!(
             "SELECT {CLAIMED_COLUMNS}, 1 AS turn FROM outbox x WHERE {DUE} \
              ORDER BY x.available_at_ms, x.id LIMIT $2 FOR UPDATE SKIP LOCKED"
         ),
+        // The providers that have pending messages, one index probe each
+        // (`outbox_provider_due` in provider order, skipping from one
+        // provider to the next), then those not in `$3` as for
+        // `Providers`: the backlog of known providers is never walked.
         ClaimScope::Strays(_) => format!(
-            "SELECT {CLAIMED_COLUMNS}, 1 AS turn FROM outbox x WHERE {DUE} AND NOT (x.provider = ANY($3)) \
-             ORDER BY x.available_at_ms, x.id LIMIT $2 FOR UPDATE SKIP LOCKED"
+            "SELECT c.*, 1 AS turn FROM ( \
+               WITH RECURSIVE present (provider) AS ( \
+                 SELECT min(provider) FROM outbox WHERE state = 'pending' \
+                 UNION ALL \
+                 SELECT (SELECT min(o.provider) FROM outbox o WHERE o.state = 'pending' AND o.provider > p.provider) \
+                 FROM present p WHERE p.provider IS NOT NULL) \
+               SELECT provider FROM present WHERE provider IS NOT NULL AND NOT (provider = ANY($3)) \
+             ) stray CROSS JOIN LATERAL (SELECT {CLAIMED_COLUMNS} FROM outbox x \
+               WHERE x.provider = stray.provider AND {DUE} \
+               ORDER BY x.available_at_ms, x.id LIMIT $2 FOR UPDATE SKIP LOCKED) c \
+             ORDER BY c.available_at_ms, c.id LIMIT $2"
         ),
         ClaimScope::Providers(_) => format!(
             "SELECT * FROM ( \

@@ -258,3 +258,40 @@ async fn a_relay_planned_on_a_trickle_works_a_backlog_at_the_cost_of_its_rows() 
     assert_eq!(work(&s, 100, 100).await, 100);
     assert_worked_at_the_cost_of_its_rows(&s).await;
 }
+
+/// The relay asks every second for messages of providers its
+/// configuration does not know. Beside a backlog of 20,000 at a known
+/// provider, the question reads a few index pages, not the backlog.
+#[tokio::test]
+async fn asking_for_strays_beside_a_backlog_does_not_read_it() {
+    let (_schema, url) = schema().await;
+    let application = PostgresStore::open(&url, 1).await.unwrap();
+    enqueue(&application, 0..BACKLOG).await;
+    sqlx::query(
+        "INSERT INTO failwell_outbox (provider, operation, payload) \
+         VALUES ('retired', 'charge', '{\"seq\": 1}'), ('zeta', 'charge', '{\"seq\": 2}')",
+    )
+    .execute(application.pool())
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE outbox, operations").execute(application.pool()).await.unwrap();
+    let s = PostgresStore::open(&url, 1).await.unwrap();
+    let now_ms: i64 = sqlx::query_scalar("SELECT (extract(epoch FROM now()) * 1000)::bigint + 1000")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    let before = reads(&s).await;
+    let mut strays = Vec::new();
+    for known in [vec!["payments".to_string()], vec!["payments".to_string(), "retired".to_string()]] {
+        for _ in 0..10 {
+            let claimed = s.claim(now_ms, 100, 60_000, &ClaimScope::Strays(known.clone())).await.unwrap();
+            strays.extend(claimed.into_iter().map(|c| c.operation.provider));
+        }
+    }
+    let after = reads(&s).await;
+    assert_eq!(strays, ["retired", "zeta"], "each stray claimed once, oldest first, known ones left");
+    let blocks = after.blocks[0] - before.blocks[0];
+    // Walking the backlog to find them touched over a thousand blocks a
+    // question.
+    assert!(blocks < 20 * 50, "20 questions touched {blocks} blocks of outbox");
+}
