@@ -84,7 +84,7 @@ fn due_messages(scope: &ClaimScope) -> String {
 /// it is planned (its estimated cost above `jit_above_cost`), and a generic
 /// plan keeps that decision: a claim planned over 50,000 messages was
 /// compiled again at every execution (40 ms of a claim's 42; a drain of
-/// 1,300 messages/s instead of 13,000, medians of 5 in docs/BENCHMARKS.md).
+/// 1,600 messages/s instead of 14,700, medians of 5 in docs/BENCHMARKS.md).
 /// The relay's statements are short and run many times, so JIT is off for
 /// them.
 const RELAY_PLANNING: [(&str, &str); 3] =
