@@ -153,7 +153,7 @@ async fn lease_due(
            false AS dead_letter, o.reconcile_attempts, \
            CASE WHEN d.in_flight = 1 THEN 1 ELSE o.effect_possible END AS effect_possible, o.lookup_misses, \
            o.created_at_ms, COALESCE(o.replayed_at_ms, o.not_before_ms, o.created_at_ms) AS delivery_started_at_ms, \
-           o.updated_at_ms \
+           o.updated_at_ms, {STATISTICS_STALE} AS statistics_stale \
          FROM due d CROSS JOIN LATERAL (SELECT * FROM operations o WHERE o.id = d.operation_id OFFSET 0) o \
          ORDER BY d.turn, d.available_at_ms, d.id",
         due = due_messages(scope)
@@ -166,7 +166,8 @@ async fn lease_due(
     .fetch_all(&mut *conn)
     .await
     .context("claiming outbox messages")?;
-    if rows.len() == limit as usize {
+    let full = rows.len() == limit as usize;
+    if full && rows[0].try_get::<bool, _>("statistics_stale").context("reading a claimed message")? {
         refresh_statistics(conn).await?;
     }
     rows.iter()
@@ -183,14 +184,22 @@ async fn lease_due(
         .collect()
 }
 
+/// Says whether `outbox` holds more than twice the rows the planner's
+/// statistics count, and 1,000 more: a boolean column of the claim, read
+/// once per statement (an InitPlan, no round trip of its own), from two
+/// numbers PostgreSQL keeps: the live rows its statistics system counts,
+/// and `pg_class.reltuples` (-1 before the first `ANALYZE`).
+const STATISTICS_STALE: &str = "(SELECT pg_stat_get_live_tuples(c.oid) > 2 * greatest(c.reltuples, 0) + 1000 \
+     FROM pg_class c WHERE c.oid = 'outbox'::regclass)";
+
 /// Refreshes the planner's statistics of `outbox` and `operations`
-/// (`ANALYZE`) when `outbox` holds more than twice the rows they count,
-/// and 1,000 more: called after a full claim, a sign of a backlog. What
-/// the relay's plans need is each table's size: the sample is a tenth of
-/// PostgreSQL's default (`default_statistics_target` 10, 3,000 rows), and
-/// of `operations` only `id` is described (its payloads made an `ANALYZE`
-/// of both tables 240 ms at 50,000 messages; this one takes 20 ms).
-/// Autovacuum's next `ANALYZE` writes the full statistics again.
+/// (`ANALYZE`): called after a full claim, a sign of a backlog, that found
+/// them stale ([`STATISTICS_STALE`]). What the relay's plans need is each
+/// table's size: the sample is a tenth of PostgreSQL's default
+/// (`default_statistics_target` 10, 3,000 rows), and of `operations` only
+/// `id` is described (its payloads made an `ANALYZE` of both tables 240 ms
+/// at 50,000 messages; this one takes 20 ms). Autovacuum's next `ANALYZE`
+/// writes the full statistics again.
 ///
 /// The relay's plans are made from these statistics and kept
 /// ([`RELAY_PLANNING`]). Made while the tables held a few messages, they
@@ -198,25 +207,14 @@ async fn lease_due(
 /// (a drain of 90 messages/s instead of 12,000). `ANALYZE` makes every
 /// connection plan those statements again. PostgreSQL's autovacuum does
 /// the same, but only at its next round (`autovacuum_naptime`, a minute
-/// by default), and not at all where it is off. The check reads two
-/// numbers PostgreSQL keeps (the live rows its statistics system counts,
-/// and `pg_class.reltuples`); a role that does not own the tables gets a
-/// warning from `ANALYZE`, not an error.
+/// by default), and not at all where it is off. A role that does not own
+/// the tables gets a warning from `ANALYZE`, not an error.
 async fn refresh_statistics(conn: &mut PgConnection) -> Result<(), StoreError> {
-    let stale: bool = sqlx::query_scalar(
-        "SELECT pg_stat_get_live_tuples(c.oid) > 2 * greatest(c.reltuples, 0) + 1000 \
-         FROM pg_class c WHERE c.oid = 'outbox'::regclass",
-    )
-    .fetch_one(&mut *conn)
-    .await
-    .context("reading the outbox's statistics")?;
-    if stale {
-        set_local(conn, &[("default_statistics_target", "10")]).await?;
-        sqlx::query("ANALYZE outbox, operations (id)")
-            .execute(&mut *conn)
-            .await
-            .context("refreshing the statistics of outbox and operations")?;
-    }
+    set_local(conn, &[("default_statistics_target", "10")]).await?;
+    sqlx::query("ANALYZE outbox, operations (id)")
+        .execute(&mut *conn)
+        .await
+        .context("refreshing the statistics of outbox and operations")?;
     Ok(())
 }
 
