@@ -14,6 +14,7 @@ crate::outbox::statements::outbox_statements!(
     store = MySqlStore,
     lock = " FOR UPDATE",
     upsert_message = "ON DUPLICATE KEY UPDATE",
+    relay_begin = begin,
 );
 
 /// A JSON array of ids bound as `$1`, as a subquery.

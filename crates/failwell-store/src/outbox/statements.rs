@@ -13,10 +13,18 @@
 /// excludes every other). `upsert_message` is what follows an insert of an
 /// outbox message to update the one its operation has instead
 /// (`ON CONFLICT (operation_id) DO UPDATE SET`, or MySQL's
-/// `ON DUPLICATE KEY UPDATE`). The statements run through the backend's
-/// `sql` module.
+/// `ON DUPLICATE KEY UPDATE`). `relay_begin` names the store's method
+/// that begins the relay's claims and batches of results (`begin`, or
+/// PostgreSQL's `begin_relay`, which sets how their statements are
+/// planned in the same round trip). The statements run through the
+/// backend's `sql` module.
 macro_rules! outbox_statements {
-    (store = $store:ty, lock = $lock:literal, upsert_message = $upsert_message:literal $(,)?) => {
+    (
+        store = $store:ty,
+        lock = $lock:literal,
+        upsert_message = $upsert_message:literal,
+        relay_begin = $relay_begin:ident $(,)?
+    ) => {
         use std::sync::atomic::Ordering;
 
         use super::sql;
@@ -55,7 +63,7 @@ macro_rules! outbox_statements {
                 scope: &ClaimScope,
             ) -> Result<Vec<Claimed>, StoreError> {
                 crate::error::retry_conflicts!(async {
-                    let mut tx = self.begin().await?;
+                    let mut tx = self.$relay_begin().await?;
                     let token = self.tokens.fetch_add(1, Ordering::Relaxed);
                     let until_ms = crate::inbox::lease_until(now_ms, lease_ms);
                     let (claimed, unreadable): (Vec<Claimed>, Vec<Claimed>) =
@@ -78,7 +86,7 @@ macro_rules! outbox_statements {
 
             async fn complete(&self, completions: Vec<Completion>, now_ms: i64) -> Result<Vec<Recorded>, StoreError> {
                 crate::error::retry_conflicts!(async {
-                    let mut tx = self.begin().await?;
+                    let mut tx = self.$relay_begin().await?;
                     let recorded = complete_batch(&mut tx, &completions, now_ms).await?;
                     tx.commit().await.context("committing attempt results")?;
                     Ok::<_, StoreError>(recorded)

@@ -15,7 +15,16 @@ crate::outbox::statements::outbox_statements!(
     store = PostgresStore,
     lock = " FOR UPDATE",
     upsert_message = "ON CONFLICT (operation_id) DO UPDATE SET",
+    relay_begin = begin_relay,
 );
+
+impl PostgresStore {
+    /// Begins a transaction of the relay's: a claim or a batch of results
+    /// ([`RELAY_BEGIN`]). Errors: PostgreSQL cannot be reached.
+    async fn begin_relay(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+        self.pool().begin_with(RELAY_BEGIN).await.context("beginning a relay transaction")
+    }
+}
 
 /// The due messages a claim takes (`$1` now, `$2` the limit, `$3` the
 /// providers of the scope), each locked until the claim commits; rows
@@ -60,11 +69,17 @@ fn due_messages(scope: &ClaimScope) -> String {
     }
 }
 
-/// How the relay's statements of this transaction are planned: with
-/// generic plans, planned once per connection instead of for each batch's
-/// values (their plans do not depend on the ids, tokens and arrays bound,
-/// and planning each execution cost more than running some of them),
-/// never reading a whole table, and without JIT compilation.
+/// How the relay's transactions begin (its claims and its batches of
+/// results): `BEGIN` and the settings of its statements for the rest of
+/// the transaction, in one round trip (one simple query of five
+/// statements; a `set_config` statement of its own was one more round
+/// trip per claim and per batch, a fortieth of failwell's CPU in `perf`).
+///
+/// The relay's statements are planned with generic plans, planned once
+/// per connection instead of for each batch's values (their plans do not
+/// depend on the ids, tokens and arrays bound, and planning each execution
+/// cost more than running some of them), never reading a whole table, and
+/// without JIT compilation.
 ///
 /// A generic plan is made from the table statistics of the moment a
 /// connection first runs the statement, and kept. Those can be far from the
@@ -87,13 +102,19 @@ fn due_messages(scope: &ClaimScope) -> String {
 /// 1,600 messages/s instead of 14,700, medians of 5 in docs/BENCHMARKS.md).
 /// The relay's statements are short and run many times, so JIT is off for
 /// them.
-const RELAY_PLANNING: [(&str, &str); 3] =
-    [("plan_cache_mode", "force_generic_plan"), ("enable_seqscan", "off"), ("jit", "off")];
+///
+/// `failwell.history_written = on` says that this transaction's statements
+/// write the history rows of the state changes they make themselves (the
+/// batch statement of [`complete_batch`]), so the history triggers leave
+/// them out (migration `0008_relay_history.sql`). The claim's own statement
+/// changes no message's state and no operation's status; whatever else
+/// writes in these transactions turns the setting off first
+/// ([`complete_batch`]).
+pub(super) const RELAY_BEGIN: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; \
+     SET LOCAL enable_seqscan = off; SET LOCAL jit = off; SET LOCAL failwell.history_written = on";
 
-/// Says whether this transaction's statements write the history rows of
-/// the state changes they make themselves (the batch statement of
-/// [`complete_batch`]), so the history triggers leave them out (migration
-/// `0008_relay_history.sql`).
+/// Sets `failwell.history_written` (see [`RELAY_BEGIN`]) for the rest of
+/// this transaction.
 fn history_written(on: bool) -> (&'static str, &'static str) {
     ("failwell.history_written", if on { "on" } else { "off" })
 }
@@ -132,7 +153,6 @@ async fn lease_due(
         ClaimScope::All => &[],
         ClaimScope::Strays(providers) | ClaimScope::Providers(providers) => providers,
     };
-    set_local(conn, &RELAY_PLANNING).await?;
     let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
         "WITH due AS MATERIALIZED ({due}), \
          interrupted AS (INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, \
@@ -202,7 +222,7 @@ const STATISTICS_STALE: &str = "(SELECT pg_stat_get_live_tuples(c.oid) > 2 * gre
 /// writes the full statistics again.
 ///
 /// The relay's plans are made from these statistics and kept
-/// ([`RELAY_PLANNING`]). Made while the tables held a few messages, they
+/// ([`RELAY_BEGIN`]). Made while the tables held a few messages, they
 /// can read every pending message for each batch once a backlog arrives
 /// (a drain of 90 messages/s instead of 12,000). `ANALYZE` makes every
 /// connection plan those statements again. PostgreSQL's autovacuum does
@@ -262,8 +282,8 @@ async fn complete_batch(
     completions: &[Completion],
     now_ms: i64,
 ) -> Result<Vec<Recorded>, StoreError> {
-    // Round by round: at most one result per operation in each.
-    set_local(conn, &[RELAY_PLANNING.as_slice(), &[history_written(true)]].concat()).await?;
+    // Round by round: at most one result per operation in each. The
+    // transaction began with `failwell.history_written = on` (RELAY_BEGIN).
     let mut writes_history = true;
     let mut recorded: Vec<Option<Recorded>> = completions.iter().map(|_| None).collect();
     for round in crate::outbox::changes::rounds(completions) {
@@ -303,7 +323,7 @@ async fn complete_batch(
 /// results on (`moved` returns them), so the history rows and the
 /// operations' new state are written from them without looking anything up
 /// by message (a lookup of each in an array of the moved ids was quadratic
-/// in the batch). Tables are reached by primary key (see [`RELAY_PLANNING`]).
+/// in the batch). Tables are reached by primary key (see [`RELAY_BEGIN`]).
 /// An operation's status before the
 /// statement (for its history row) is read from `operations` itself: every
 /// part of one statement sees the snapshot taken at its start, not the

@@ -16,6 +16,7 @@ crate::outbox::statements::outbox_statements!(
     store = SqliteStore,
     lock = "",
     upsert_message = "ON CONFLICT (operation_id) DO UPDATE SET",
+    relay_begin = begin,
 );
 
 // The due messages a claim takes, in claim order; the single writer holds
