@@ -315,12 +315,16 @@ async fn complete_batch(
 /// The batch statement of [`complete_batch`] for results of distinct
 /// operations; returns the ids of the messages whose lease held.
 ///
+/// The messages are updated, and so locked, in id order, as every writer
+/// locks them: the batch is bound sorted by message id and joined to
+/// `outbox` by its primary key, one message after another. (A lock step of
+/// its own, `SELECT … ORDER BY id FOR UPDATE` before the update, wrote a
+/// lock record per message to the WAL, beside the update's own.)
+///
 /// Under generic plans the planner cannot know a batch's size and joins
 /// one CTE to another by nested loops, which is quadratic in the batch: so
-/// no step joins two CTEs by a nested loop. The lock step runs to completion
-/// before any message is updated through a one-time condition (`count(*)`
-/// of the locked rows), and the messages whose lease held carry their
-/// results on (`moved` returns them), so the history rows and the
+/// no step joins two CTEs by a nested loop. The messages whose lease held
+/// carry their results on (`moved` returns them), so the history rows and the
 /// operations' new state are written from them without looking anything up
 /// by message (a lookup of each in an array of the moved ids was quadratic
 /// in the batch). Tables are reached by primary key (see [`RELAY_BEGIN`]).
@@ -333,6 +337,8 @@ async fn settle(
     completions: impl Iterator<Item = &Completion>,
     now_ms: i64,
 ) -> Result<std::collections::HashSet<i64>, StoreError> {
+    let mut completions: Vec<&Completion> = completions.collect();
+    completions.sort_unstable_by_key(|c| c.outbox_id);
     let mut b = CompletionBinds::default();
     for c in completions {
         b.push(c, now_ms);
@@ -345,13 +351,11 @@ async fn settle(
            AS i (outbox_id, token, operation_id, kind, started_at_ms, duration_ms, status_code, error_kind, \
                  classification, outcome, decision, maybe_acted, state, available_at_ms, delay_ms, error, \
                  dead_at_ms, given_back, status, provider_ref, response, op_error, reconcile_at_ms)), \
-         locked AS (SELECT x.id FROM outbox x WHERE x.id = ANY($1) ORDER BY x.id FOR UPDATE), \
          moved AS (UPDATE outbox x SET state = i.state, available_at_ms = COALESCE(i.available_at_ms, x.available_at_ms), \
              previous_delay_ms = COALESCE(i.delay_ms, x.previous_delay_ms), last_error = i.error, \
              dead_at_ms = i.dead_at_ms, in_flight = 0, locked_until_ms = NULL, lease_token = NULL, \
              updated_at_ms = $24, attempts = x.attempts - i.given_back, changed_by = 'relay' \
            FROM i WHERE x.id = i.outbox_id AND x.lease_token = i.token AND x.state = 'pending' \
-             AND (SELECT count(*) FROM locked) >= 0 \
            RETURNING x.id, i.operation_id, i.kind, i.started_at_ms, i.duration_ms, i.status_code, i.error_kind, \
              i.classification, i.outcome, i.decision, i.maybe_acted, i.state, i.error, i.status, \
              i.provider_ref, i.response, i.op_error, i.reconcile_at_ms, \

@@ -49,13 +49,14 @@ async fn reads(s: &PostgresStore) -> Reads {
     Reads { whole_table_rows: pair(|c| c.0), index_scans: pair(|c| c.1), blocks: pair(|c| c.2) }
 }
 
-/// The relay's statements whose plans, kept by a connection of the pool,
-/// are compiled by PostgreSQL's JIT at each execution (the first words of
-/// each). Fails when no such statement was kept at all.
-async fn jit_compiled(s: &PostgresStore) -> Vec<String> {
+/// The plans the connections of the pool keep for the relay's claim
+/// (`WITH due AS …`) and batch of results (`WITH i AS …`): the first
+/// words of each statement and its plan, as `EXPLAIN` prints it, made with
+/// JIT allowed for every statement. Fails when no such statement was kept
+/// at all.
+async fn kept_plans(s: &PostgresStore) -> Vec<(String, Vec<String>)> {
     let mut held = Vec::new();
-    let mut compiled = Vec::new();
-    let mut seen = 0;
+    let mut plans = Vec::new();
     for _ in 0..s.pool().size() {
         let mut conn = s.pool().acquire().await.unwrap();
         let kept: Vec<(String, String, i32)> = sqlx::query_as(
@@ -66,7 +67,6 @@ async fn jit_compiled(s: &PostgresStore) -> Vec<String> {
         .await
         .unwrap();
         for (name, statement, parameters) in kept {
-            seen += 1;
             // A plan made now (if the kept one was dropped) is made without
             // JIT: only one the relay kept can show it.
             let mut tx = conn.begin().await.unwrap();
@@ -78,16 +78,37 @@ async fn jit_compiled(s: &PostgresStore) -> Vec<String> {
                     .fetch_all(&mut *tx)
                     .await
                     .unwrap();
-            if plan.iter().any(|line| line.starts_with("JIT:")) {
-                compiled.push(statement);
-            }
+            plans.push((statement, plan));
         }
         held.push(conn);
     }
-    assert!(seen >= 2, "the claim's and the settle's plans were kept");
-    compiled
+    assert!(plans.len() >= 2, "the claim's and the settle's plans were kept");
+    plans
 }
 
+/// Says whether the batch of results' plan updates the messages one after
+/// another in the order the batch is bound (sorted by id), each reached
+/// by `outbox`'s primary key: the scan of `outbox` under `Update on
+/// outbox` is the inner side of a nested loop over the batch, with no
+/// sort, hash or merge between them. That is the order the update locks
+/// them in.
+fn updates_in_batch_order(plan: &[String]) -> bool {
+    let Some(start) = plan.iter().position(|line| line.contains("Update on outbox x")) else {
+        return false;
+    };
+    let nodes: Vec<&str> = plan[start + 1..]
+        .iter()
+        .filter_map(|line| line.trim_start().strip_prefix("->"))
+        .map(str::trim_start)
+        .take(3)
+        .collect();
+    matches!(
+        nodes.as_slice(),
+        [join, batch, messages] if join.starts_with("Nested Loop")
+            && batch.starts_with("Function Scan on i")
+            && messages.starts_with("Index Scan using outbox_pkey on outbox x")
+    )
+}
 /// Enqueues the messages `seqs` (their payload's `seq`) for `payments`
 /// through the SQL contract, in one statement. Every other message has an
 /// ordering key, one of a thousand, so claims check for earlier messages
@@ -153,8 +174,8 @@ async fn pending(s: &PostgresStore) -> i64 {
 
 /// Works a thousand messages of the backlog and asserts what that cost:
 /// neither table read from end to end, each row looked up a few times,
-/// not once for each row of the batch, no kept plan JIT-compiled, and the
-/// thousand done.
+/// not once for each row of the batch, no kept plan JIT-compiled, the
+/// results' messages locked in id order, and the thousand done.
 async fn assert_worked_at_the_cost_of_its_rows(s: &PostgresStore) {
     let pending_before = pending(s).await;
     let before = reads(s).await;
@@ -177,8 +198,14 @@ async fn assert_worked_at_the_cost_of_its_rows(s: &PostgresStore) {
     // message of the same ordering key, through an index that does not
     // start with the key) made it 200.
     assert!(blocks.iter().all(|&b| b < 100 * 1_000), "blocks per message: {read}");
-    let compiled = jit_compiled(s).await;
-    assert!(compiled.is_empty(), "plans kept with JIT compilation: {compiled:?}");
+    let plans = kept_plans(s).await;
+    let compiled: Vec<_> =
+        plans.iter().filter(|(_, plan)| plan.iter().any(|line| line.starts_with("JIT:"))).collect();
+    assert!(compiled.is_empty(), "plans kept with JIT compilation: {compiled:#?}");
+    // Every writer locks messages in id order (the batch is bound sorted).
+    for (_, plan) in plans.iter().filter(|(statement, _)| statement.starts_with("WITH i AS")) {
+        assert!(updates_in_batch_order(plan), "the results' messages updated out of id order: {plan:#?}");
+    }
     assert_eq!(pending(s).await, pending_before - 1_000, "the thousand messages worked are done");
 }
 

@@ -262,3 +262,68 @@ async fn a_late_forward_result_racing_a_new_claim_is_applied_or_lost_never_both(
     }
     assert_eq!(a.counts().await.unwrap().forwards_pending, 0);
 }
+
+/// A batch of results locks its messages in id order, as every writer
+/// does, whatever order it is given. Another transaction holds the later
+/// message; the batch, given the later one first, waits for it, and by
+/// then has locked the earlier one: the other transaction cannot take it
+/// (`NOWAIT`). Had the batch locked in the order given, it would have
+/// waited first, holding nothing, and the two would deadlock as soon as
+/// the other transaction waited for the earlier message. The batch's plan
+/// is made beside 5,000 messages of another provider: on a table of a few
+/// rows PostgreSQL reads `outbox` in id order whatever order the batch
+/// has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_results_locks_its_messages_in_id_order() {
+    let (_schema, _, relay, other) = two_stores().await;
+    for key in ["first", "second"] {
+        relay.submit(new_op(key), 0).await.unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO failwell_outbox (provider, operation, payload) \
+         SELECT 'elsewhere', 'charge', jsonb_build_object('seq', g) FROM generate_series(1, 5000) g",
+    )
+    .execute(relay.pool())
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE outbox, operations").execute(relay.pool()).await.unwrap();
+    let claimed = relay.claim(0, 2, 60_000, &ClaimScope::Providers(vec!["payments".into()])).await.unwrap();
+    let ids: Vec<i64> = claimed.iter().map(|c| c.outbox_id).collect();
+    let (earlier, later) = (ids[0].min(ids[1]), ids[0].max(ids[1]));
+    let mut holder = other.pool().begin().await.unwrap();
+    let holder_pid: i32 =
+        sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *holder).await.unwrap();
+    sqlx::query("SELECT id FROM outbox WHERE id = $1 FOR UPDATE")
+        .bind(later)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let mut completions: Vec<Completion> = claimed
+        .iter()
+        .map(|c| Completion {
+            outbox_id: c.outbox_id,
+            lease_token: c.lease_token,
+            operation_id: c.operation.id,
+            attempt: None,
+            transition: Transition::Succeeded { provider_ref: Some("ch_call".into()), response: None },
+        })
+        .collect();
+    completions.sort_by_key(|c| std::cmp::Reverse(c.outbox_id));
+    let probing = async {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while blocked_by(other.pool(), holder_pid).await.is_none() {
+            assert!(Instant::now() < deadline, "the batch never waited for the later message");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let taken = sqlx::query("SELECT id FROM outbox WHERE id = $1 FOR UPDATE NOWAIT")
+            .bind(earlier)
+            .execute(&mut *holder)
+            .await;
+        holder.rollback().await.unwrap();
+        taken
+    };
+    let (recorded, taken) = tokio::join!(relay.complete(completions, 1), probing);
+    let error = taken.expect_err("the batch had not locked the earlier message while it waited");
+    assert_eq!(error.as_database_error().and_then(|e| e.code()).as_deref(), Some("55P03"), "{error}");
+    assert_eq!(recorded.unwrap(), [Recorded::Applied, Recorded::Applied]);
+}
