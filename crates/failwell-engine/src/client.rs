@@ -239,12 +239,21 @@ pub enum Attempt {
 /// One call to make through the provider's policy.
 #[derive(Clone, Debug)]
 pub enum CallRequest {
-    /// Send an operation.
+    /// Send an operation, its request made once before the policy's
+    /// layers ([`ProviderClient::call`]): what a retry sends again is
+    /// these bytes.
     Send {
-        /// What to call.
-        operation: OperationSpec,
-        /// The operation to send.
-        op: Box<Operation>,
+        /// The operation's HTTP method.
+        method: reqwest::Method,
+        /// The operation's URL.
+        url: Url,
+        /// The key for the provider's idempotency header, when the
+        /// operation sends one.
+        key: Option<String>,
+        /// The payload, encoded as the operation says.
+        body: bytes::Bytes,
+        /// The body's `Content-Type`.
+        content_type: &'static str,
         /// The most the attempt may take (the time left before its deadline).
         timeout: Duration,
     },
@@ -367,9 +376,16 @@ impl ProviderClient {
         op: &Operation,
         timeout: Duration,
     ) -> Result<CallResult, Rejected> {
+        let (body, content_type) = match sender::encode(operation.encoding, &op.payload) {
+            Ok(encoded) => encoded,
+            Err(why) => return Ok(sender::failed_before_send(why)),
+        };
         self.through_policy(CallRequest::Send {
-            operation: operation.clone(),
-            op: Box::new(op.clone()),
+            method: operation.method.clone(),
+            url: operation.url.clone(),
+            key: operation.send_key.then(|| op.provider_key.clone()),
+            body,
+            content_type,
             timeout,
         })
         .await

@@ -12,14 +12,13 @@ use std::time::Duration;
 use failwell_policy::{
     CallOutcome, Classification, Classifier, Classify, PolicyError, TransportFailure, parse_retry_after,
 };
-use failwell_store::Operation;
 use reqwest::Url;
-use reqwest::header::RETRY_AFTER;
+use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
 use serde_json::Value;
 use tower::Service;
 
 use super::{CallRequest, CallResult, Reply, TransportError};
-use crate::provider::{Encoding, OperationSpec, ProviderSpec};
+use crate::provider::{Encoding, ProviderSpec};
 
 /// Judges a provider's answers for the breaker: only failures that count as
 /// an outage ([`Classifier::counts_as_outage`]) are failures; a declined card
@@ -93,7 +92,11 @@ impl Service<CallRequest> for Sender {
         let sender = self.clone();
         Box::pin(async move {
             Ok(match req {
-                CallRequest::Send { operation, op, timeout } => sender.send(&operation, &op, timeout).await,
+                CallRequest::Send { method, url, key, body, content_type, timeout } => {
+                    let request =
+                        sender.http.request(method, url).header(CONTENT_TYPE, content_type).body(body);
+                    sender.send(request, key, timeout).await
+                }
                 CallRequest::Lookup { reference } => match sender.lookup(&reference).await {
                     Some(result) => result,
                     None => failed_before_send("the provider has no status lookup".into()),
@@ -108,18 +111,18 @@ impl Service<CallRequest> for Sender {
 }
 
 impl Sender {
-    /// Sends `op` once within `min(timeout, provider timeout)`.
-    async fn send(&self, spec: &OperationSpec, op: &Operation, timeout: Duration) -> CallResult {
-        let mut request = self.http.request(spec.method.clone(), spec.url.clone());
-        if spec.send_key
-            && let Some(header) = &self.spec.idempotency.header
-        {
-            request = request.header(header.as_str(), op.provider_key.as_str());
+    /// Sends an operation's `request` once, with `key` in the provider's
+    /// idempotency header (when it has one), within `min(timeout, provider
+    /// timeout)`.
+    async fn send(
+        &self,
+        mut request: reqwest::RequestBuilder,
+        key: Option<String>,
+        timeout: Duration,
+    ) -> CallResult {
+        if let (Some(key), Some(header)) = (key, &self.spec.idempotency.header) {
+            request = request.header(header.as_str(), key);
         }
-        request = match spec.encoding {
-            Encoding::Json => request.json(&op.payload),
-            Encoding::Form => request.form(&form_fields(&op.payload)),
-        };
         self.execute(request, timeout.min(self.spec.timeouts.total)).await
     }
 
@@ -224,6 +227,26 @@ fn far_future() -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_secs(86_400 * 365 * 30)
 }
 
+/// An operation's payload as its request body, with the body's
+/// `Content-Type`: JSON (`application/json`, as serde_json writes it), or
+/// form fields (`application/x-www-form-urlencoded`, see [`form_fields`]),
+/// as reqwest's `json` and `form` encode them. Errors: the payload cannot
+/// be encoded (it is a JSON value, so never in practice), with why.
+pub(super) fn encode(encoding: Encoding, payload: &Value) -> Result<(bytes::Bytes, &'static str), String> {
+    Ok(match encoding {
+        Encoding::Json => {
+            let body =
+                serde_json::to_vec(payload).map_err(|e| format!("encoding the payload as JSON: {e}"))?;
+            (body.into(), "application/json")
+        }
+        Encoding::Form => {
+            let body = serde_urlencoded::to_string(form_fields(payload))
+                .map_err(|e| format!("encoding the payload as form fields: {e}"))?;
+            (body.into(), "application/x-www-form-urlencoded")
+        }
+    })
+}
+
 /// Top-level payload fields as form pairs; nested values are sent as JSON text.
 fn form_fields(payload: &Value) -> Vec<(String, String)> {
     payload
@@ -241,7 +264,7 @@ fn form_fields(payload: &Value) -> Vec<(String, String)> {
 /// had nowhere to go: nothing was sent.
 const NOT_BUILT: &str = "request";
 
-fn failed_before_send(message: String) -> CallResult {
+pub(super) fn failed_before_send(message: String) -> CallResult {
     CallResult {
         started_at_ms: crate::now_ms(),
         duration: Duration::ZERO,

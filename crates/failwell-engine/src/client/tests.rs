@@ -251,6 +251,39 @@ async fn a_normal_answer_is_read_whole() {
     assert!(requests[0].to_lowercase().contains("idempotency-key: fw_key"), "{}", requests[0]);
 }
 
+/// The payload goes out as its operation encodes it, with the matching
+/// `Content-Type`: JSON as written, or top-level form fields with nested
+/// values as JSON text.
+#[tokio::test]
+async fn the_payload_is_sent_as_its_operation_encodes_it() {
+    let server = serve(Behavior::Ok).await;
+    let mut op = operation();
+    op.payload = json!({"amount": 100, "reference": "order 1&2", "metadata": {"tier": "gold"}});
+    for (encoding, content_type, body) in [
+        (
+            Encoding::Json,
+            "application/json",
+            r#"{"amount":100,"reference":"order 1&2","metadata":{"tier":"gold"}}"#,
+        ),
+        (
+            Encoding::Form,
+            "application/x-www-form-urlencoded",
+            "amount=100&reference=order+1%262&metadata=%7B%22tier%22%3A%22gold%22%7D",
+        ),
+    ] {
+        // A client of its own: the server answers one request a connection.
+        let client = provider_client(&server.base_url, ms(300), ms(300), ms(500));
+        let spec = OperationSpec { encoding, ..client.spec().operations["charge"].clone() };
+        let result = client.call(&spec, &op, ms(500)).await.unwrap();
+        assert!(result.is_success(), "{encoding:?}: {result:?}");
+        let request = server.requests.lock().unwrap().pop().unwrap();
+        let (head, sent) = request.split_once("\r\n\r\n").unwrap();
+        assert!(head.to_lowercase().contains(&format!("content-type: {content_type}\r\n")), "{head}");
+        assert!(head.to_lowercase().contains("idempotency-key: fw_key"), "{head}");
+        assert_eq!(sent, body);
+    }
+}
+
 #[tokio::test]
 async fn lookup_uses_the_same_limits() {
     let server = serve(Behavior::StallBody).await;
