@@ -376,19 +376,10 @@ impl ProviderClient {
         op: &Operation,
         timeout: Duration,
     ) -> Result<CallResult, Rejected> {
-        let (body, content_type) = match sender::encode(operation.encoding, &op.payload) {
-            Ok(encoded) => encoded,
-            Err(why) => return Ok(sender::failed_before_send(why)),
-        };
-        self.through_policy(CallRequest::Send {
-            method: operation.method.clone(),
-            url: operation.url.clone(),
-            key: operation.send_key.then(|| op.provider_key.clone()),
-            body,
-            content_type,
-            timeout,
-        })
-        .await
+        match sender::send_request(operation, op, timeout) {
+            Ok(request) => self.through_policy(request).await,
+            Err(unsent) => Ok(unsent),
+        }
     }
 
     /// Looks our reference up at the provider (reconciliation), through the

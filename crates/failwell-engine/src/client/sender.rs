@@ -12,13 +12,14 @@ use std::time::Duration;
 use failwell_policy::{
     CallOutcome, Classification, Classifier, Classify, PolicyError, TransportFailure, parse_retry_after,
 };
+use failwell_store::Operation;
 use reqwest::Url;
 use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
 use serde_json::Value;
 use tower::Service;
 
 use super::{CallRequest, CallResult, Reply, TransportError};
-use crate::provider::{Encoding, ProviderSpec};
+use crate::provider::{Encoding, OperationSpec, ProviderSpec};
 
 /// Judges a provider's answers for the breaker: only failures that count as
 /// an outage ([`Classifier::counts_as_outage`]) are failures; a declined card
@@ -227,12 +228,31 @@ fn far_future() -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_secs(86_400 * 365 * 30)
 }
 
+/// The request of a call of `spec` for `op` within `timeout`, its body
+/// encoded ([`encode`]). Errors with the call's result, nothing sent, when
+/// the payload cannot be encoded.
+pub(super) fn send_request(
+    spec: &OperationSpec,
+    op: &Operation,
+    timeout: Duration,
+) -> Result<CallRequest, CallResult> {
+    let (body, content_type) = encode(spec.encoding, &op.payload).map_err(failed_before_send)?;
+    Ok(CallRequest::Send {
+        method: spec.method.clone(),
+        url: spec.url.clone(),
+        key: spec.send_key.then(|| op.provider_key.clone()),
+        body,
+        content_type,
+        timeout,
+    })
+}
+
 /// An operation's payload as its request body, with the body's
 /// `Content-Type`: JSON (`application/json`, as serde_json writes it), or
 /// form fields (`application/x-www-form-urlencoded`, see [`form_fields`]),
 /// as reqwest's `json` and `form` encode them. Errors: the payload cannot
 /// be encoded (it is a JSON value, so never in practice), with why.
-pub(super) fn encode(encoding: Encoding, payload: &Value) -> Result<(bytes::Bytes, &'static str), String> {
+fn encode(encoding: Encoding, payload: &Value) -> Result<(bytes::Bytes, &'static str), String> {
     Ok(match encoding {
         Encoding::Json => {
             let body =
@@ -264,7 +284,7 @@ fn form_fields(payload: &Value) -> Vec<(String, String)> {
 /// had nowhere to go: nothing was sent.
 const NOT_BUILT: &str = "request";
 
-pub(super) fn failed_before_send(message: String) -> CallResult {
+fn failed_before_send(message: String) -> CallResult {
     CallResult {
         started_at_ms: crate::now_ms(),
         duration: Duration::ZERO,
