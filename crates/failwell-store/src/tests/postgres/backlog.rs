@@ -109,6 +109,7 @@ fn updates_in_batch_order(plan: &[String]) -> bool {
             && messages.starts_with("Index Scan using outbox_pkey on outbox x")
     )
 }
+
 /// Enqueues the messages `seqs` (their payload's `seq`) for `payments`
 /// through the SQL contract, in one statement. Every other message has an
 /// ordering key, one of a thousand, so claims check for earlier messages

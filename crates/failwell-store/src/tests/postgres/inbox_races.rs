@@ -298,16 +298,9 @@ async fn a_batch_of_results_locks_its_messages_in_id_order() {
         .execute(&mut *holder)
         .await
         .unwrap();
-    let mut completions: Vec<Completion> = claimed
-        .iter()
-        .map(|c| Completion {
-            outbox_id: c.outbox_id,
-            lease_token: c.lease_token,
-            operation_id: c.operation.id,
-            attempt: None,
-            transition: Transition::Succeeded { provider_ref: Some("ch_call".into()), response: None },
-        })
-        .collect();
+    let succeeded = || Transition::Succeeded { provider_ref: Some("ch_call".into()), response: None };
+    let mut completions: Vec<Completion> =
+        claimed.iter().map(|c| crate::tests::completion(c, None, succeeded())).collect();
     completions.sort_by_key(|c| std::cmp::Reverse(c.outbox_id));
     let probing = async {
         let deadline = Instant::now() + Duration::from_secs(10);
