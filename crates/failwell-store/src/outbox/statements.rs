@@ -3,7 +3,7 @@
 /// Implements [`OutboxStore`](crate::OutboxStore) for `store` with the same
 /// statements on every database (`$N` parameters, run by the backend's
 /// `sql` module). The invoking module provides what differs: the
-/// claim `lease_due(conn, now_ms, limit, until_ms, token, scope)`, a batch
+/// claim `lease_due(store, conn, now_ms, limit, until_ms, token, scope)`, a batch
 /// of results `complete_batch(conn, completions, now_ms)`,
 /// `renew_leases(pool, queue, leases, until_ms)` and
 /// `operation_by_key(conn, key)`; the store provides `pool()`,
@@ -67,7 +67,7 @@ macro_rules! outbox_statements {
                     let token = self.tokens.fetch_add(1, Ordering::Relaxed);
                     let until_ms = crate::inbox::lease_until(now_ms, lease_ms);
                     let (claimed, unreadable): (Vec<Claimed>, Vec<Claimed>) =
-                        lease_due(&mut tx, now_ms, limit, until_ms, token, scope)
+                        lease_due(self, &mut tx, now_ms, limit, until_ms, token, scope)
                             .await?
                             .into_iter()
                             .partition(|c| c.operation.unreadable.is_none());

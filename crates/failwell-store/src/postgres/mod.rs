@@ -10,6 +10,7 @@
 
 mod alerts;
 mod comparisons;
+mod floors;
 mod inbox;
 mod ledger;
 mod operator;
@@ -37,6 +38,7 @@ use crate::error::{Context, StoreError};
 pub struct PostgresStore {
     pool: PgPool,
     tokens: Arc<AtomicI64>,
+    floors: Arc<floors::ClaimFloors>,
 }
 
 impl PostgresStore {
@@ -71,7 +73,7 @@ impl PostgresStore {
             .context("connecting to PostgreSQL")?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await.map_err(StoreError::Migrate)?;
         let tokens = Arc::new(AtomicI64::new(rand::random::<i64>() >> 1));
-        Ok(Self { pool, tokens })
+        Ok(Self { pool, tokens, floors: Arc::default() })
     }
 
     /// Begins a transaction in which an application can change its own

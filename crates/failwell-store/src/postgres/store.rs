@@ -30,7 +30,9 @@ impl PostgresStore {
 /// providers of the scope), each locked until the claim commits; rows
 /// another process is claiming are skipped, not waited for (`SKIP
 /// LOCKED`). For [`ClaimScope::Providers`], one index range per provider
-/// (`LATERAL`), merged in turns: claim order is `turn, available_at_ms, id`.
+/// (`LATERAL`), merged in turns: claim order is `turn, available_at_ms, id`;
+/// each range starts after the provider's floor (`$6` and `$7`, its
+/// `available_at_ms` and `id`, see [`super::floors`]), an index condition.
 /// [`ClaimScope::Strays`] reads one index range per provider not in the
 /// list: the relay asks for strays every second, and reading past every
 /// known provider's pending message took 62 ms at 200,000 of them.
@@ -60,9 +62,10 @@ fn due_messages(scope: &ClaimScope) -> String {
         ClaimScope::Providers(_) => format!(
             "SELECT * FROM ( \
                SELECT c.*, row_number() OVER (PARTITION BY c.provider ORDER BY c.available_at_ms, c.id) AS turn \
-               FROM unnest($3::text[]) AS wanted (provider) \
+               FROM unnest($3::text[], $6::bigint[], $7::bigint[]) AS wanted (provider, after_at, after_id) \
                CROSS JOIN LATERAL (SELECT {CLAIMED_COLUMNS} FROM outbox x \
-                 WHERE x.provider = wanted.provider AND {DUE} \
+                 WHERE x.provider = wanted.provider \
+                 AND (x.available_at_ms, x.id) > (wanted.after_at, wanted.after_id) AND {DUE} \
                  ORDER BY x.available_at_ms, x.id LIMIT $2 FOR UPDATE SKIP LOCKED) c \
              ) due ORDER BY turn, available_at_ms, id LIMIT $2"
         ),
@@ -140,8 +143,11 @@ async fn set_local(conn: &mut PgConnection, settings: &[(&str, &str)]) -> Result
 /// flight (it may have reached the provider) is written to the history and
 /// counted on its operation, whose key counts as used from that claim.
 /// Only those operations are written: a first claim leaves its operation
-/// untouched until the result is recorded.
+/// untouched until the result is recorded. A claim of
+/// [`ClaimScope::Providers`] reads each provider's messages from its floor
+/// in `store` and moves the floors on ([`super::floors`]).
 async fn lease_due(
+    store: &PostgresStore,
     conn: &mut PgConnection,
     now_ms: i64,
     limit: u32,
@@ -153,7 +159,10 @@ async fn lease_due(
         ClaimScope::All => &[],
         ClaimScope::Strays(providers) | ClaimScope::Providers(providers) => providers,
     };
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+    let floored = matches!(scope, ClaimScope::Providers(_));
+    let (after_at, after_id) =
+        if floored { store.floors.starts(now_ms, providers) } else { Default::default() };
+    let query = sqlx::query(sqlx::AssertSqlSafe(format!(
         "WITH due AS MATERIALIZED ({due}), \
          interrupted AS (INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, \
              duration_ms, status_code, error_kind, classification, outcome, decision) \
@@ -173,7 +182,7 @@ async fn lease_due(
            false AS dead_letter, o.reconcile_attempts, \
            CASE WHEN d.in_flight = 1 THEN 1 ELSE o.effect_possible END AS effect_possible, o.lookup_misses, \
            o.created_at_ms, COALESCE(o.replayed_at_ms, o.not_before_ms, o.created_at_ms) AS delivery_started_at_ms, \
-           o.updated_at_ms, {STATISTICS_STALE} AS statistics_stale \
+           o.updated_at_ms, d.available_at_ms AS due_at_ms, {STATISTICS_STALE} AS statistics_stale \
          FROM due d CROSS JOIN LATERAL (SELECT * FROM operations o WHERE o.id = d.operation_id OFFSET 0) o \
          ORDER BY d.turn, d.available_at_ms, d.id",
         due = due_messages(scope)
@@ -182,10 +191,20 @@ async fn lease_due(
     .bind(i64::from(limit))
     .bind(providers)
     .bind(until_ms)
-    .bind(token)
-    .fetch_all(&mut *conn)
-    .await
-    .context("claiming outbox messages")?;
+    .bind(token);
+    let rows = if floored { query.bind(&after_at).bind(&after_id) } else { query }
+        .fetch_all(&mut *conn)
+        .await
+        .context("claiming outbox messages")?;
+    if floored {
+        let starts: Vec<(i64, i64)> = after_at.into_iter().zip(after_id).collect();
+        let taken = rows
+            .iter()
+            .map(|r| Ok((r.try_get("provider")?, r.try_get("due_at_ms")?, r.try_get("outbox_id")?)))
+            .collect::<Result<Vec<(&str, i64, i64)>, sqlx::Error>>()
+            .context("reading a claimed message")?;
+        store.floors.record(now_ms, providers, &starts, limit, taken.into_iter());
+    }
     let full = rows.len() == limit as usize;
     if full && rows[0].try_get::<bool, _>("statistics_stale").context("reading a claimed message")? {
         refresh_statistics(conn).await?;

@@ -203,6 +203,17 @@ async fn assert_worked_at_the_cost_of_its_rows(s: &PostgresStore) {
     let compiled: Vec<_> =
         plans.iter().filter(|(_, plan)| plan.iter().any(|line| line.starts_with("JIT:"))).collect();
     assert!(compiled.is_empty(), "plans kept with JIT compilation: {compiled:#?}");
+    // A claim of the relay's providers reads from its floor, an index
+    // condition: the messages delivered and leased before it are not
+    // walked (postgres/floors.rs).
+    let from_floor = |plan: &Vec<String>| {
+        plan.iter()
+            .any(|line| line.contains("Index Cond") && line.contains("ROW(available_at_ms, id) > ROW("))
+    };
+    assert!(
+        plans.iter().any(|(statement, plan)| statement.starts_with("WITH due AS") && from_floor(plan)),
+        "no kept claim reads from a floor: {plans:#?}"
+    );
     // Every writer locks messages in id order (the batch is bound sorted).
     for (_, plan) in plans.iter().filter(|(statement, _)| statement.starts_with("WITH i AS")) {
         assert!(updates_in_batch_order(plan), "the results' messages updated out of id order: {plan:#?}");

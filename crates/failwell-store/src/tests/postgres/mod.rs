@@ -4,6 +4,7 @@
 
 mod backlog;
 mod contract;
+mod floors;
 mod inbox_races;
 mod outbox;
 
