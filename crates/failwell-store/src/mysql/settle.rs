@@ -23,7 +23,7 @@ const ROWS: &str = "JSON_TABLE($1, '$[*]' COLUMNS (n FOR ORDINALITY, outbox_id B
      provider_ref LONGTEXT PATH '$.provider_ref', response LONGTEXT PATH '$.response', op_error LONGTEXT PATH '$.op_error', \
      reconcile_at_ms BIGINT PATH '$.reconcile_at_ms')) AS i";
 
-crate::outbox::changes::complete_by_rounds!(sqlx::mysql::MySqlConnection);
+crate::outbox::changes::complete_by_rounds!(super::MySqlStore, sqlx::mysql::MySqlConnection);
 
 /// The statements of one round of results of distinct operations; returns
 /// the ids of the messages whose lease held.

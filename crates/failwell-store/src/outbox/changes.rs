@@ -143,19 +143,22 @@ pub(crate) fn completion_json(c: &Completion, now_ms: i64) -> Value {
     })
 }
 
-/// Defines `complete_batch(conn, completions, now_ms)` for a backend that
+/// Defines `complete_batch(store, conn, completions, now_ms)` for a backend that
 /// records a batch of results round by round ([`rounds`]) from a JSON
 /// array of [`completion_json`] rows (SQLite, MySQL): the invoking module
 /// provides `settle(conn, rows, now_ms)`, which writes one round and
 /// returns the ids of the messages whose lease held, and `not_applied`
 /// (`attempt_writes!`), which says why a result's lease did not hold.
 macro_rules! complete_by_rounds {
-    ($conn:ty) => {
+    ($store:ty, $conn:ty) => {
         /// Records a batch of results, round by round. Per result: the
         /// attempt goes into the history and is counted; the message moves
         /// if its lease held (compare-and-set on id and lease token), and
         /// then its operation; a result whose lease did not hold says why.
+        /// The store is not read (its claims keep no floors, see
+        /// `postgres/floors.rs`).
         pub(super) async fn complete_batch(
+            _store: &$store,
             conn: &mut $conn,
             completions: &[crate::Completion],
             now_ms: i64,

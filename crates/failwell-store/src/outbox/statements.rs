@@ -4,7 +4,7 @@
 /// statements on every database (`$N` parameters, run by the backend's
 /// `sql` module). The invoking module provides what differs: the
 /// claim `lease_due(store, conn, now_ms, limit, until_ms, token, scope)`, a batch
-/// of results `complete_batch(conn, completions, now_ms)`,
+/// of results `complete_batch(store, conn, completions, now_ms)`,
 /// `renew_leases(pool, queue, leases, until_ms)` and
 /// `operation_by_key(conn, key)`; the store provides `pool()`,
 /// `read_pool()`, `begin()` and its lease-token counter `tokens`. `lock` is
@@ -74,7 +74,7 @@ macro_rules! outbox_statements {
                     if !unreadable.is_empty() {
                         let set_aside: Vec<Completion> =
                             unreadable.iter().map(|c| crate::outbox::stored::set_aside(c, now_ms)).collect();
-                        complete_batch(&mut tx, &set_aside, now_ms).await?;
+                        complete_batch(self, &mut tx, &set_aside, now_ms).await?;
                     }
                     // Also when nothing was claimed: SQLite's and MySQL's claims
                     // may have filled rows an application inserted (see
@@ -87,7 +87,7 @@ macro_rules! outbox_statements {
             async fn complete(&self, completions: Vec<Completion>, now_ms: i64) -> Result<Vec<Recorded>, StoreError> {
                 crate::error::retry_conflicts!(async {
                     let mut tx = self.$relay_begin().await?;
-                    let recorded = complete_batch(&mut tx, &completions, now_ms).await?;
+                    let recorded = complete_batch(self, &mut tx, &completions, now_ms).await?;
                     tx.commit().await.context("committing attempt results")?;
                     Ok::<_, StoreError>(recorded)
                 })

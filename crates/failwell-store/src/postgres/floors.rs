@@ -24,16 +24,25 @@
 //!   `a_lower_id_committed_later_is_never_skipped`);
 //! - a result that moved a message back to `pending` with a time that sorts
 //!   before the floor (a retry or a deferral computed at the same
-//!   millisecond).
+//!   millisecond);
+//! - the next message of an ordering key, once the one before it is done
+//!   or dead.
 //!
 //! So a floor is kept for at most [`FULL_SCAN_EVERY_MS`] of the relay's
 //! clock after the claim that last read the provider's messages from the
 //! start, and a claim that comes back with fewer messages than it asked
 //! for (it reached the end of what is due) drops the floors of its
-//! providers: the next claim reads from the start again. Nothing is
+//! providers: the next claim reads from the start again. A message of an
+//! ordering key that leaves `pending` moves its provider's floor back to
+//! it: the next message of its key is due, and sorts after it (unless it
+//! was scheduled earlier than the one before it was last due: then within
+//! the second). Nothing is
 //! skipped; a message that became due behind a floor is claimed at most
 //! [`FULL_SCAN_EVERY_MS`] later, and only while a backlog keeps every claim
-//! full.
+//! full. (A floor is recorded as the claim's statement returns, before its
+//! commit: a claim that is then rolled back, or one that races a batch of
+//! results freeing an ordering key, leaves a floor past messages still due,
+//! for that second at most.)
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -77,6 +86,16 @@ impl ClaimFloors {
                 _ => START,
             })
             .unzip()
+    }
+
+    /// Moves `provider`'s floor back to `key` (`(available_at_ms, id)`) if
+    /// it is past it: a message of an ordering key left `pending` there,
+    /// and the next one of its key, now due, sorts after it.
+    pub(super) fn lower(&self, provider: &str, key: (i64, i64)) {
+        let mut floors = self.by_provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(floor) = floors.get_mut(provider) {
+            floor.after = floor.after.min(key);
+        }
     }
 
     /// Records what a claim at `now_ms` of up to `limit` messages of
@@ -149,6 +168,18 @@ mod tests {
         f.record(10, &p, &[START; 2], 2, [("a", 1, 1), ("b", 1, 2)].into_iter());
         f.record(11, &names(&["a"]), &[(1, 1)], 2, [("a", 1, 3)].into_iter());
         assert_eq!(starts(&f, 12, &p), vec![START, (1, 2)]);
+    }
+
+    #[test]
+    fn a_message_of_an_ordering_key_leaving_pending_moves_its_providers_floor_back_to_it() {
+        let f = ClaimFloors::default();
+        let p = names(&["a", "b"]);
+        f.record(10, &p, &[START; 2], 2, [("a", 5, 7), ("b", 5, 8)].into_iter());
+        f.lower("a", (3, 2));
+        f.lower("a", (4, 1));
+        f.lower("b", (6, 1));
+        f.lower("c", (1, 1));
+        assert_eq!(starts(&f, 11, &names(&["a", "b", "c"])), vec![(3, 2), (5, 8), START]);
     }
 
     #[test]

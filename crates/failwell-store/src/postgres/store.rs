@@ -296,7 +296,12 @@ async fn renew_leases(
 /// settled the operation) are then looked at one by one: the attempt is
 /// written and a call still counts on its operation ([`insert_attempt`]),
 /// and [`not_applied`] says what became of it. They are rare.
+///
+/// A message of an ordering key that leaves `pending` makes the next one of
+/// its key due, further on in the due messages' index: its provider's
+/// claim floor in `store` is moved back to it ([`super::floors`]).
 async fn complete_batch(
+    store: &PostgresStore,
     conn: &mut PgConnection,
     completions: &[Completion],
     now_ms: i64,
@@ -310,7 +315,10 @@ async fn complete_batch(
             set_local(conn, &[history_written(true)]).await?;
             writes_history = true;
         }
-        let moved = settle(conn, round.iter().map(|&i| &completions[i]), now_ms).await?;
+        let (moved, freed) = settle(conn, round.iter().map(|&i| &completions[i]), now_ms).await?;
+        for (provider, at, id) in &freed {
+            store.floors.lower(provider, (*at, *id));
+        }
         for i in round {
             let c = &completions[i];
             recorded[i] = Some(if moved.contains(&c.outbox_id) {
@@ -332,7 +340,9 @@ async fn complete_batch(
 }
 
 /// The batch statement of [`complete_batch`] for results of distinct
-/// operations; returns the ids of the messages whose lease held.
+/// operations; returns the ids of the messages whose lease held, and
+/// `(provider, available_at_ms, id)` of those of an ordering key that left
+/// `pending`.
 ///
 /// The messages are updated, and so locked, in id order, as every writer
 /// locks them: the batch is bound sorted by message id and joined to
@@ -355,14 +365,14 @@ async fn settle(
     conn: &mut PgConnection,
     completions: impl Iterator<Item = &Completion>,
     now_ms: i64,
-) -> Result<std::collections::HashSet<i64>, StoreError> {
+) -> Result<(std::collections::HashSet<i64>, Vec<(String, i64, i64)>), StoreError> {
     let mut completions: Vec<&Completion> = completions.collect();
     completions.sort_unstable_by_key(|c| c.outbox_id);
     let mut b = CompletionBinds::default();
     for c in completions {
         b.push(c, now_ms);
     }
-    let moved: Vec<i64> = sqlx::query_scalar(
+    let moved: Vec<(i64, Option<String>, i64)> = sqlx::query_as(
         "WITH i AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::bigint[], \
            $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[], $12::bool[], $13::text[], \
            $14::bigint[], $15::bigint[], $16::text[], $17::bigint[], $18::bigint[], $19::text[], $20::text[], \
@@ -379,7 +389,9 @@ async fn settle(
              i.classification, i.outcome, i.decision, i.maybe_acted, i.state, i.error, i.status, \
              i.provider_ref, i.response, i.op_error, i.reconcile_at_ms, \
              (i.kind IS NOT NULL AND i.state = 'done' AND i.status = 'succeeded' AND i.error IS NULL \
-               AND i.op_error IS NULL) AS on_attempt), \
+               AND i.op_error IS NULL) AS on_attempt, \
+             CASE WHEN x.ordering_key IS NOT NULL AND i.state <> 'pending' THEN x.provider END AS frees_key, \
+             x.available_at_ms), \
          history AS (INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, duration_ms, \
              status_code, error_kind, classification, outcome, decision, settled_from) \
            SELECT o.id, m.kind, o.attempts + CASE WHEN m.kind = 'call' THEN 1 ELSE 0 END, \
@@ -406,7 +418,7 @@ async fn settle(
              reconcile_attempts = CASE WHEN m.reconcile_at_ms IS NOT NULL THEN 0 ELSE o.reconcile_attempts END, \
              updated_at_ms = $24, changed_by = 'relay' \
            FROM moved m WHERE o.id = m.operation_id) \
-         SELECT id FROM moved",
+         SELECT id, frees_key, available_at_ms FROM moved",
     )
     .bind(&b.outbox_id)
     .bind(&b.token)
@@ -435,7 +447,8 @@ async fn settle(
     .fetch_all(&mut *conn)
     .await
     .context("recording attempt results")?;
-    Ok(moved.into_iter().collect())
+    let freed = moved.iter().filter_map(|(id, key, at)| Some((key.clone()?, *at, *id))).collect();
+    Ok((moved.into_iter().map(|(id, ..)| id).collect(), freed))
 }
 
 /// A batch of [`Completion`]s as one array per column, for `unnest`.

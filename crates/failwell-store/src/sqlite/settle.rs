@@ -24,7 +24,7 @@ const ROWS: &str = "(SELECT key AS n, value ->> 'outbox_id' AS outbox_id, value 
      value ->> 'status' AS status, value ->> 'provider_ref' AS provider_ref, value ->> 'response' AS response, \
      value ->> 'op_error' AS op_error, value ->> 'reconcile_at_ms' AS reconcile_at_ms FROM json_each($1))";
 
-crate::outbox::changes::complete_by_rounds!(sqlx::sqlite::SqliteConnection);
+crate::outbox::changes::complete_by_rounds!(super::SqliteStore, sqlx::sqlite::SqliteConnection);
 
 /// The four statements of one round (`rows`: results of distinct
 /// operations); returns the ids of the messages whose lease held.

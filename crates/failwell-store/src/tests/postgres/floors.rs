@@ -2,11 +2,13 @@
 //! took (`postgres/floors.rs`), and a message that becomes due behind that
 //! point is still claimed.
 
+use failwell_policy::Outcome;
 use serde_json::json;
 
 use super::store;
 use crate::prelude::*;
-use crate::{ClaimScope, Claimed, Message, Outbox};
+use crate::tests::{completion, record};
+use crate::{ClaimScope, Claimed, Message, Outbox, Transition};
 
 fn charge(key: &str) -> Message {
     Message {
@@ -15,21 +17,27 @@ fn charge(key: &str) -> Message {
     }
 }
 
-/// Enqueues and commits `keys`, each due at 1 ms.
+/// Enqueues and commits `keys`, each due at 1 ms; a key that starts with
+/// `k` is of ordering key `K`.
 async fn enqueue(s: &super::S, keys: &[&str]) {
     for key in keys {
+        let message = Message { ordering_key: key.starts_with('k').then(|| "K".into()), ..charge(key) };
         let mut tx = s.begin().await.unwrap();
-        Outbox::enqueue(&mut tx, &charge(key), 1).await.unwrap();
+        Outbox::enqueue(&mut tx, &message, 1).await.unwrap();
         tx.commit().await.unwrap();
     }
 }
 
-/// The idempotency keys of a claim of up to `limit` `payments` messages at
-/// `now_ms`, with leases of `lease_ms`.
-async fn claim(s: &super::S, now_ms: i64, limit: u32, lease_ms: u64) -> Vec<String> {
+/// A claim of up to `limit` `payments` messages at `now_ms`, with leases
+/// of `lease_ms`.
+async fn claimed(s: &super::S, now_ms: i64, limit: u32, lease_ms: u64) -> Vec<Claimed> {
     let scope = ClaimScope::Providers(vec!["payments".into()]);
-    let claimed: Vec<Claimed> = s.claim(now_ms, limit, lease_ms, &scope).await.unwrap();
-    claimed.into_iter().map(|c| c.operation.idempotency_key).collect()
+    s.claim(now_ms, limit, lease_ms, &scope).await.unwrap()
+}
+
+/// The idempotency keys of [`claimed`].
+async fn claim(s: &super::S, now_ms: i64, limit: u32, lease_ms: u64) -> Vec<String> {
+    claimed(s, now_ms, limit, lease_ms).await.into_iter().map(|c| c.operation.idempotency_key).collect()
 }
 
 /// A message committed after a full claim, with an id before the messages
@@ -61,4 +69,19 @@ async fn behind_full_claims_an_expired_lease_is_claimed_again_within_a_second() 
     assert_eq!(claim(&s, 1_009, 1, 60_000).await, ["c"]);
     assert_eq!(claim(&s, 1_010, 1, 60_000).await, ["a"], "a second after the read from the start");
     assert_eq!(claim(&s, 1_020, 1, 60_000).await, ["d"]);
+}
+
+/// The next message of an ordering key, behind a full claim's start while
+/// the one before it was in flight, is claimed by the first claim after
+/// that one's result (in claim order: before the messages that follow).
+#[tokio::test]
+async fn the_next_message_of_an_ordering_key_is_claimed_as_soon_as_the_one_before_is_done() {
+    let (_schema, s) = store().await;
+    enqueue(&s, &["k1", "k2", "u1", "u2", "u3"]).await;
+    let first = claimed(&s, 10, 2, 60_000).await;
+    let keys: Vec<_> = first.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
+    assert_eq!(keys, ["k1", "u1"], "k2 waits for k1");
+    let done = Transition::Succeeded { provider_ref: None, response: None };
+    s.complete(vec![completion(&first[0], Some(record(Outcome::Succeeded)), done)], 15).await.unwrap();
+    assert_eq!(claim(&s, 20, 2, 60_000).await, ["k2", "u2"]);
 }
