@@ -32,19 +32,20 @@
 //! clock after the claim that last read the provider's messages from the
 //! start, and a claim that comes back with fewer messages than it asked
 //! for (it reached the end of what is due) drops the floors of its
-//! providers: the next claim reads from the start again. A message of an
-//! ordering key that leaves `pending` moves its provider's floor back to
-//! it: the next message of its key is due, and sorts after it (unless it
-//! was scheduled earlier than the one before it was last due: then within
-//! the second). Nothing is
-//! skipped; a message that became due behind a floor is claimed at most
-//! [`FULL_SCAN_EVERY_MS`] later, and only while a backlog keeps every claim
-//! full. (A floor is recorded as the claim's statement returns, before its
-//! commit: a claim that is then rolled back, or one that races a batch of
-//! results freeing an ordering key, leaves a floor past messages still due,
-//! for that second at most.)
+//! providers: the next claim reads from the start again. When the relay's
+//! batch of results moves a message of an ordering key out of `pending`,
+//! the next message of its key is pinned: every floor of its provider
+//! stays before it until a claim of this process takes it (or for that
+//! second). Nothing is skipped; a message that became due behind a floor
+//! otherwise (a late commit, an expired lease, a message of a key whose
+//! previous one was settled by an event, an operator or another process)
+//! is claimed at most [`FULL_SCAN_EVERY_MS`] later, and only while a
+//! backlog keeps every claim full. (A floor is recorded as the claim's
+//! statement returns, before its commit: a claim that is then rolled back
+//! leaves a floor past the messages it had taken, for that second at
+//! most.)
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 /// How long (ms, on the clock the relay passes to its claims) a floor is
@@ -55,7 +56,17 @@ pub(super) const FULL_SCAN_EVERY_MS: i64 = 1_000;
 /// process (see the module docs). Shared by the store's clones.
 #[derive(Debug, Default)]
 pub(super) struct ClaimFloors {
-    by_provider: Mutex<HashMap<String, Floor>>,
+    inner: Mutex<Floors>,
+}
+
+#[derive(Debug, Default)]
+struct Floors {
+    by_provider: HashMap<String, Floor>,
+    /// Per provider, messages of an ordering key that became due when the
+    /// one before them left `pending` (`(available_at_ms, id)` → when, on
+    /// the clock of that result): no floor passes them until a claim of
+    /// this process takes them, or for [`FULL_SCAN_EVERY_MS`].
+    pinned: HashMap<String, BTreeMap<(i64, i64), i64>>,
 }
 
 /// A provider's floor: claims read the due messages after `after`
@@ -68,34 +79,58 @@ struct Floor {
     read_from_start_ms: i64,
 }
 
+/// Where one provider's claim reads from ([`ClaimFloors::starts`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Start {
+    /// The claim takes the messages after this `(available_at_ms, id)`.
+    pub(super) after: (i64, i64),
+    /// When the floor it came from was last read from the start; `None`
+    /// when this claim reads from the start.
+    read_from_start_ms: Option<i64>,
+}
+
 /// The key before every message: a claim from it reads from the start.
 const START: (i64, i64) = (i64::MIN, i64::MIN);
 
+/// The key just before `key`: a claim from it takes `key` (ids are whole
+/// numbers, so no key lies between).
+fn just_before((at, id): (i64, i64)) -> (i64, i64) {
+    (at, id.saturating_sub(1))
+}
+
 impl ClaimFloors {
-    /// Where a claim at `now_ms` reads each of `providers` from: one
-    /// `(available_at_ms, id)` per provider, in order, as two arrays; the
-    /// messages claimed are those after it. [`START`] for a provider with
-    /// no floor, or whose floor is older than [`FULL_SCAN_EVERY_MS`] (or
-    /// from a later time: the clock went back).
-    pub(super) fn starts(&self, now_ms: i64, providers: &[String]) -> (Vec<i64>, Vec<i64>) {
-        let floors = self.by_provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        providers
-            .iter()
-            .map(|p| match floors.get(p) {
-                Some(f) if (0..FULL_SCAN_EVERY_MS).contains(&(now_ms - f.read_from_start_ms)) => f.after,
-                _ => START,
-            })
-            .unzip()
+    fn lock(&self) -> std::sync::MutexGuard<'_, Floors> {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Moves `provider`'s floor back to `key` (`(available_at_ms, id)`) if
-    /// it is past it: a message of an ordering key left `pending` there,
-    /// and the next one of its key, now due, sorts after it.
-    pub(super) fn lower(&self, provider: &str, key: (i64, i64)) {
-        let mut floors = self.by_provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(floor) = floors.get_mut(provider) {
-            floor.after = floor.after.min(key);
+    /// Where a claim at `now_ms` reads each of `providers` from, in order:
+    /// the provider's floor, or the start for a provider with none, or
+    /// whose floor is [`FULL_SCAN_EVERY_MS`] old (or from a later time: the
+    /// clock went back).
+    pub(super) fn starts(&self, now_ms: i64, providers: &[String]) -> Vec<Start> {
+        let floors = self.lock();
+        providers
+            .iter()
+            .map(|p| match floors.by_provider.get(p) {
+                Some(f) if (0..FULL_SCAN_EVERY_MS).contains(&(now_ms - f.read_from_start_ms)) => {
+                    Start { after: f.after, read_from_start_ms: Some(f.read_from_start_ms) }
+                }
+                _ => Start { after: START, read_from_start_ms: None },
+            })
+            .collect()
+    }
+
+    /// Notes that the message `key` (`(available_at_ms, id)`) of
+    /// `provider` became due at `now_ms`, wherever the provider's floor is
+    /// (the next message of an ordering key, once the one before it left
+    /// `pending`): the floor moves back before it, and stays there until
+    /// a claim takes it ([`Self::record`]).
+    pub(super) fn pin(&self, provider: &str, key: (i64, i64), now_ms: i64) {
+        let mut floors = self.lock();
+        if let Some(floor) = floors.by_provider.get_mut(provider) {
+            floor.after = floor.after.min(just_before(key));
         }
+        floors.pinned.entry(provider.to_owned()).or_default().insert(key, now_ms);
     }
 
     /// Records what a claim at `now_ms` of up to `limit` messages of
@@ -103,38 +138,43 @@ impl ClaimFloors {
     /// took: `taken` as `(provider, available_at_ms, id)`. A claim that took
     /// fewer than `limit` drops its providers' floors; a full one puts each
     /// provider's floor after the last message it took of it (and drops the
-    /// floor of a provider it took none of).
+    /// floor of a provider it took none of), but before any pinned message
+    /// it did not take.
     pub(super) fn record<'a>(
         &self,
         now_ms: i64,
         providers: &[String],
-        starts: &[(i64, i64)],
+        starts: &[Start],
         limit: u32,
         taken: impl ExactSizeIterator<Item = (&'a str, i64, i64)>,
     ) {
-        let mut floors = self.by_provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if taken.len() < limit as usize {
-            for p in providers {
-                floors.remove(p);
-            }
-            return;
-        }
+        let full = taken.len() >= limit as usize;
+        let mut floors = self.lock();
         let mut last: HashMap<&str, (i64, i64)> = HashMap::new();
         for (provider, at, id) in taken {
+            if let Some(pins) = floors.pinned.get_mut(provider) {
+                pins.remove(&(at, id));
+            }
             let key = last.entry(provider).or_insert((at, id));
             *key = (*key).max((at, id));
         }
         for (provider, start) in providers.iter().zip(starts) {
-            let Some(&after) = last.get(provider.as_str()) else {
-                floors.remove(provider);
-                continue;
+            let pins = floors.pinned.get_mut(provider);
+            let first_pin = pins.and_then(|pins| {
+                pins.retain(|_, at_ms| (0..FULL_SCAN_EVERY_MS).contains(&(now_ms - *at_ms)));
+                pins.keys().next().copied()
+            });
+            let after = match (full, last.get(provider.as_str())) {
+                (true, Some(&after)) => first_pin.map_or(after, |pin| after.min(just_before(pin))),
+                _ => {
+                    floors.by_provider.remove(provider);
+                    continue;
+                }
             };
-            let read_from_start_ms = match floors.get(provider) {
-                Some(f) if *start != START => f.read_from_start_ms,
-                _ => now_ms,
-            };
-            floors.insert(provider.clone(), Floor { after, read_from_start_ms });
+            let read_from_start_ms = start.read_from_start_ms.unwrap_or(now_ms);
+            floors.by_provider.insert(provider.clone(), Floor { after, read_from_start_ms });
         }
+        floors.pinned.retain(|_, pins| !pins.is_empty());
     }
 }
 
@@ -146,56 +186,68 @@ mod tests {
         names.iter().map(|n| (*n).to_owned()).collect()
     }
 
-    fn starts(f: &ClaimFloors, now_ms: i64, providers: &[String]) -> Vec<(i64, i64)> {
-        let (at, id) = f.starts(now_ms, providers);
-        at.into_iter().zip(id).collect()
+    fn afters(f: &ClaimFloors, now_ms: i64, providers: &[&str]) -> Vec<(i64, i64)> {
+        f.starts(now_ms, &names(providers)).iter().map(|s| s.after).collect()
+    }
+
+    /// A claim at `now_ms` of `providers` that took `taken`, asking for
+    /// `limit`, from where [`ClaimFloors::starts`] says.
+    fn claim(f: &ClaimFloors, now_ms: i64, providers: &[&str], limit: u32, taken: &[(&str, i64, i64)]) {
+        let providers = names(providers);
+        let starts = f.starts(now_ms, &providers);
+        f.record(now_ms, &providers, &starts, limit, taken.iter().copied());
     }
 
     #[test]
     fn a_full_claim_starts_the_next_after_the_last_message_it_took_of_each_provider() {
         let f = ClaimFloors::default();
-        let p = names(&["a", "b", "c"]);
-        assert_eq!(starts(&f, 10, &p), vec![START; 3]);
-        let taken = [("a", 5, 1), ("b", 5, 2), ("a", 5, 3), ("a", 4, 9)];
-        f.record(10, &p, &[START; 3], 4, taken.into_iter());
-        assert_eq!(starts(&f, 20, &p), vec![(5, 3), (5, 2), START]);
+        assert_eq!(afters(&f, 10, &["a", "b", "c"]), vec![START; 3]);
+        claim(&f, 10, &["a", "b", "c"], 4, &[("a", 5, 1), ("b", 5, 2), ("a", 5, 3), ("a", 4, 9)]);
+        assert_eq!(afters(&f, 20, &["a", "b", "c"]), vec![(5, 3), (5, 2), START]);
     }
 
     #[test]
     fn a_claim_that_ran_short_drops_its_providers_floors() {
         let f = ClaimFloors::default();
-        let p = names(&["a", "b"]);
-        f.record(10, &p, &[START; 2], 2, [("a", 1, 1), ("b", 1, 2)].into_iter());
-        f.record(11, &names(&["a"]), &[(1, 1)], 2, [("a", 1, 3)].into_iter());
-        assert_eq!(starts(&f, 12, &p), vec![START, (1, 2)]);
+        claim(&f, 10, &["a", "b"], 2, &[("a", 1, 1), ("b", 1, 2)]);
+        claim(&f, 11, &["a"], 2, &[("a", 1, 3)]);
+        assert_eq!(afters(&f, 12, &["a", "b"]), vec![START, (1, 2)]);
     }
 
     #[test]
-    fn a_message_of_an_ordering_key_leaving_pending_moves_its_providers_floor_back_to_it() {
+    fn no_floor_passes_a_pinned_message_until_a_claim_takes_it_or_a_second_has_passed() {
         let f = ClaimFloors::default();
-        let p = names(&["a", "b"]);
-        f.record(10, &p, &[START; 2], 2, [("a", 5, 7), ("b", 5, 8)].into_iter());
-        f.lower("a", (3, 2));
-        f.lower("a", (4, 1));
-        f.lower("b", (6, 1));
-        f.lower("c", (1, 1));
-        assert_eq!(starts(&f, 11, &names(&["a", "b", "c"])), vec![(3, 2), (5, 8), START]);
+        claim(&f, 10, &["a", "b"], 2, &[("a", 5, 7), ("b", 5, 8)]);
+        f.pin("a", (3, 2), 11);
+        f.pin("a", (4, 1), 11);
+        f.pin("c", (1, 1), 11);
+        assert_eq!(afters(&f, 12, &["a", "b", "c"]), vec![(3, 1), (5, 8), START]);
+        // A full claim that did not see (3, 2) due (its snapshot was older).
+        claim(&f, 12, &["a"], 2, &[("a", 6, 1), ("a", 6, 2)]);
+        assert_eq!(afters(&f, 13, &["a"]), vec![(3, 1)]);
+        claim(&f, 13, &["a"], 2, &[("a", 3, 2), ("a", 6, 3)]);
+        assert_eq!(afters(&f, 14, &["a"]), vec![(4, 0)], "(4, 1) is still pinned");
+        f.pin("a", (2, 9), 14);
+        claim(&f, 1_014, &["a"], 1, &[("a", 7, 1)]);
+        assert_eq!(afters(&f, 1_015, &["a"]), vec![(7, 1)], "pins a second old are let go");
     }
 
     #[test]
     fn a_floor_is_read_from_the_start_again_a_second_after_the_last_full_read() {
         let f = ClaimFloors::default();
-        let p = names(&["a"]);
-        f.record(1_000, &p, &[START], 1, [("a", 1, 1)].into_iter());
-        let from = starts(&f, 1_500, &p)[0];
-        assert_eq!(from, (1, 1));
-        // A claim from the floor keeps the time of the last full read.
-        f.record(1_500, &p, &[from], 1, [("a", 1, 2)].into_iter());
-        assert_eq!(starts(&f, 1_999, &p), vec![(1, 2)]);
-        assert_eq!(starts(&f, 2_000, &p), vec![START]);
-        assert_eq!(starts(&f, 999, &p), vec![START], "a clock that went back reads from the start");
-        // A full read restarts the second.
-        f.record(2_000, &p, &[START], 1, [("a", 1, 5)].into_iter());
-        assert_eq!(starts(&f, 2_999, &p), vec![(1, 5)]);
+        claim(&f, 1_000, &["a"], 1, &[("a", 1, 1)]);
+        assert_eq!(afters(&f, 1_500, &["a"]), vec![(1, 1)]);
+        // A claim from the floor keeps the time of the last full read, even
+        // when another claim dropped the floor meanwhile.
+        let providers = names(&["a"]);
+        let from = f.starts(1_500, &providers);
+        claim(&f, 1_500, &["a"], 2, &[("a", 1, 2)]);
+        f.record(1_500, &providers, &from, 1, [("a", 1, 3)].into_iter());
+        assert_eq!(afters(&f, 1_999, &["a"]), vec![(1, 3)]);
+        assert_eq!(afters(&f, 2_000, &["a"]), vec![START]);
+        assert_eq!(afters(&f, 999, &["a"]), vec![START], "a clock that went back reads from the start");
+        // A read from the start restarts the second.
+        claim(&f, 2_000, &["a"], 1, &[("a", 1, 5)]);
+        assert_eq!(afters(&f, 2_999, &["a"]), vec![(1, 5)]);
     }
 }

@@ -160,8 +160,8 @@ async fn lease_due(
         ClaimScope::Strays(providers) | ClaimScope::Providers(providers) => providers,
     };
     let floored = matches!(scope, ClaimScope::Providers(_));
-    let (after_at, after_id) =
-        if floored { store.floors.starts(now_ms, providers) } else { Default::default() };
+    let starts = if floored { store.floors.starts(now_ms, providers) } else { Vec::new() };
+    let (after_at, after_id): (Vec<i64>, Vec<i64>) = starts.iter().map(|s| s.after).unzip();
     let query = sqlx::query(sqlx::AssertSqlSafe(format!(
         "WITH due AS MATERIALIZED ({due}), \
          interrupted AS (INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, \
@@ -182,7 +182,7 @@ async fn lease_due(
            false AS dead_letter, o.reconcile_attempts, \
            CASE WHEN d.in_flight = 1 THEN 1 ELSE o.effect_possible END AS effect_possible, o.lookup_misses, \
            o.created_at_ms, COALESCE(o.replayed_at_ms, o.not_before_ms, o.created_at_ms) AS delivery_started_at_ms, \
-           o.updated_at_ms, d.available_at_ms AS due_at_ms, {STATISTICS_STALE} AS statistics_stale \
+           o.updated_at_ms, d.provider AS due_provider, d.available_at_ms AS due_at_ms, {STATISTICS_STALE} AS statistics_stale \
          FROM due d CROSS JOIN LATERAL (SELECT * FROM operations o WHERE o.id = d.operation_id OFFSET 0) o \
          ORDER BY d.turn, d.available_at_ms, d.id",
         due = due_messages(scope)
@@ -197,10 +197,9 @@ async fn lease_due(
         .await
         .context("claiming outbox messages")?;
     if floored {
-        let starts: Vec<(i64, i64)> = after_at.into_iter().zip(after_id).collect();
         let taken = rows
             .iter()
-            .map(|r| Ok((r.try_get("provider")?, r.try_get("due_at_ms")?, r.try_get("outbox_id")?)))
+            .map(|r| Ok((r.try_get("due_provider")?, r.try_get("due_at_ms")?, r.try_get("outbox_id")?)))
             .collect::<Result<Vec<(&str, i64, i64)>, sqlx::Error>>()
             .context("reading a claimed message")?;
         store.floors.record(now_ms, providers, &starts, limit, taken.into_iter());
@@ -298,8 +297,9 @@ async fn renew_leases(
 /// and [`not_applied`] says what became of it. They are rare.
 ///
 /// A message of an ordering key that leaves `pending` makes the next one of
-/// its key due, further on in the due messages' index: its provider's
-/// claim floor in `store` is moved back to it ([`super::floors`]).
+/// its key due, wherever that one sits in the due messages' index: it is
+/// pinned in the claim floors of `store`, so that no floor passes it
+/// before a claim takes it ([`super::floors`]).
 async fn complete_batch(
     store: &PostgresStore,
     conn: &mut PgConnection,
@@ -317,7 +317,7 @@ async fn complete_batch(
         }
         let (moved, freed) = settle(conn, round.iter().map(|&i| &completions[i]), now_ms).await?;
         for (provider, at, id) in &freed {
-            store.floors.lower(provider, (*at, *id));
+            store.floors.pin(provider, (*at, *id), now_ms);
         }
         for i in round {
             let c = &completions[i];
@@ -341,8 +341,9 @@ async fn complete_batch(
 
 /// The batch statement of [`complete_batch`] for results of distinct
 /// operations; returns the ids of the messages whose lease held, and
-/// `(provider, available_at_ms, id)` of those of an ordering key that left
-/// `pending`.
+/// `(provider, available_at_ms, id)` of the next pending message of the
+/// ordering key of each of them that left `pending` (as the statement's
+/// snapshot sees it, through `outbox_ordering`).
 ///
 /// The messages are updated, and so locked, in id order, as every writer
 /// locks them: the batch is bound sorted by message id and joined to
@@ -372,7 +373,7 @@ async fn settle(
     for c in completions {
         b.push(c, now_ms);
     }
-    let moved: Vec<(i64, Option<String>, i64)> = sqlx::query_as(
+    let moved: Vec<Moved> = sqlx::query_as(
         "WITH i AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::bigint[], \
            $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[], $12::bool[], $13::text[], \
            $14::bigint[], $15::bigint[], $16::text[], $17::bigint[], $18::bigint[], $19::text[], $20::text[], \
@@ -390,8 +391,7 @@ async fn settle(
              i.provider_ref, i.response, i.op_error, i.reconcile_at_ms, \
              (i.kind IS NOT NULL AND i.state = 'done' AND i.status = 'succeeded' AND i.error IS NULL \
                AND i.op_error IS NULL) AS on_attempt, \
-             CASE WHEN x.ordering_key IS NOT NULL AND i.state <> 'pending' THEN x.provider END AS frees_key, \
-             x.available_at_ms), \
+             CASE WHEN i.state <> 'pending' THEN x.ordering_key END AS freed_key), \
          history AS (INSERT INTO attempts (operation_id, kind, attempt_no, provider_key, started_at_ms, duration_ms, \
              status_code, error_kind, classification, outcome, decision, settled_from) \
            SELECT o.id, m.kind, o.attempts + CASE WHEN m.kind = 'call' THEN 1 ELSE 0 END, \
@@ -418,7 +418,10 @@ async fn settle(
              reconcile_attempts = CASE WHEN m.reconcile_at_ms IS NOT NULL THEN 0 ELSE o.reconcile_attempts END, \
              updated_at_ms = $24, changed_by = 'relay' \
            FROM moved m WHERE o.id = m.operation_id) \
-         SELECT id, frees_key, available_at_ms FROM moved",
+         SELECT m.id, n.provider, n.available_at_ms, n.id FROM moved m LEFT JOIN LATERAL ( \
+           SELECT n.provider, n.available_at_ms, n.id FROM outbox n \
+           WHERE m.freed_key IS NOT NULL AND n.ordering_key = m.freed_key AND n.state = 'pending' AND n.id > m.id \
+           ORDER BY n.ordering_key, n.id LIMIT 1) n ON true",
     )
     .bind(&b.outbox_id)
     .bind(&b.token)
@@ -447,9 +450,15 @@ async fn settle(
     .fetch_all(&mut *conn)
     .await
     .context("recording attempt results")?;
-    let freed = moved.iter().filter_map(|(id, key, at)| Some((key.clone()?, *at, *id))).collect();
+    let freed =
+        moved.iter().filter_map(|(_, provider, at, id)| Some((provider.clone()?, (*at)?, (*id)?))).collect();
     Ok((moved.into_iter().map(|(id, ..)| id).collect(), freed))
 }
+
+/// A row of [`settle`]'s statement: the id of a message whose lease held,
+/// then the provider, `available_at_ms` and id of the next pending message
+/// of its ordering key, when it left `pending` and has one.
+type Moved = (i64, Option<String>, Option<i64>, Option<i64>);
 
 /// A batch of [`Completion`]s as one array per column, for `unnest`.
 #[derive(Default)]
