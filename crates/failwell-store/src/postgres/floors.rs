@@ -92,6 +92,17 @@ pub(super) struct Start {
 /// The key before every message: a claim from it reads from the start.
 const START: (i64, i64) = (i64::MIN, i64::MIN);
 
+/// How many providers may have pins before [`ClaimFloors::pin`] lets go
+/// of every provider's old ones.
+const SWEEP_AFTER: usize = 64;
+
+/// Says whether a pin set at `at_ms` still holds at `now_ms`: less than
+/// [`FULL_SCAN_EVERY_MS`] apart either way (a claim's clock can read a
+/// little earlier than that of the result that set the pin).
+fn recent(now_ms: i64, at_ms: i64) -> bool {
+    now_ms.abs_diff(at_ms) < FULL_SCAN_EVERY_MS as u64
+}
+
 /// The key just before `key`: a claim from it takes `key` (ids are whole
 /// numbers, so no key lies between).
 fn just_before((at, id): (i64, i64)) -> (i64, i64) {
@@ -125,12 +136,25 @@ impl ClaimFloors {
     /// (the next message of an ordering key, once the one before it left
     /// `pending`): the floor moves back before it, and stays there until
     /// a claim takes it ([`Self::record`]).
+    ///
+    /// Pins are let go [`FULL_SCAN_EVERY_MS`] after they were set: those
+    /// of `provider` here, those of every provider when more than
+    /// [`SWEEP_AFTER`] have pins (a provider this process never claims for
+    /// would keep its own otherwise), and a claim's own in [`Self::record`].
     pub(super) fn pin(&self, provider: &str, key: (i64, i64), now_ms: i64) {
         let mut floors = self.lock();
         if let Some(floor) = floors.by_provider.get_mut(provider) {
             floor.after = floor.after.min(just_before(key));
         }
-        floors.pinned.entry(provider.to_owned()).or_default().insert(key, now_ms);
+        if floors.pinned.len() > SWEEP_AFTER {
+            floors.pinned.retain(|_, pins| {
+                pins.retain(|_, at_ms| recent(now_ms, *at_ms));
+                !pins.is_empty()
+            });
+        }
+        let pins = floors.pinned.entry(provider.to_owned()).or_default();
+        pins.retain(|_, at_ms| recent(now_ms, *at_ms));
+        pins.insert(key, now_ms);
     }
 
     /// Records what a claim at `now_ms` of up to `limit` messages of
@@ -161,7 +185,7 @@ impl ClaimFloors {
         for (provider, start) in providers.iter().zip(starts) {
             let pins = floors.pinned.get_mut(provider);
             let first_pin = pins.and_then(|pins| {
-                pins.retain(|_, at_ms| (0..FULL_SCAN_EVERY_MS).contains(&(now_ms - *at_ms)));
+                pins.retain(|_, at_ms| recent(now_ms, *at_ms));
                 pins.keys().next().copied()
             });
             let after = match (full, last.get(provider.as_str())) {
@@ -230,6 +254,27 @@ mod tests {
         f.pin("a", (2, 9), 14);
         claim(&f, 1_014, &["a"], 1, &[("a", 7, 1)]);
         assert_eq!(afters(&f, 1_015, &["a"]), vec![(7, 1)], "pins a second old are let go");
+    }
+
+    #[test]
+    fn a_pin_set_by_a_result_whose_clock_read_later_still_holds_a_claim_that_passed_it() {
+        let f = ClaimFloors::default();
+        claim(&f, 10, &["a"], 1, &[("a", 1, 1)]);
+        let providers = names(&["a"]);
+        let from = f.starts(999, &providers);
+        f.pin("a", (1, 2), 1_000);
+        f.record(999, &providers, &from, 1, [("a", 1, 3)].into_iter());
+        assert_eq!(afters(&f, 1_001, &["a"]), vec![(1, 1)]);
+    }
+
+    #[test]
+    fn old_pins_of_providers_never_claimed_are_let_go() {
+        let f = ClaimFloors::default();
+        for n in 0..=SWEEP_AFTER {
+            f.pin(&format!("p{n}"), (1, 1), 0);
+        }
+        f.pin("last", (1, 1), 1_000);
+        assert_eq!(f.lock().pinned.len(), 1);
     }
 
     #[test]

@@ -420,7 +420,7 @@ async fn settle(
            FROM moved m WHERE o.id = m.operation_id) \
          SELECT m.id, n.provider, n.available_at_ms, n.id FROM moved m LEFT JOIN LATERAL ( \
            SELECT n.provider, n.available_at_ms, n.id FROM outbox n \
-           WHERE m.freed_key IS NOT NULL AND n.ordering_key = m.freed_key AND n.state = 'pending' AND n.id > m.id \
+           WHERE m.freed_key IS NOT NULL AND n.ordering_key = m.freed_key AND n.state = 'pending' AND n.id <> m.id \
            ORDER BY n.ordering_key, n.id LIMIT 1) n ON true",
     )
     .bind(&b.outbox_id)
