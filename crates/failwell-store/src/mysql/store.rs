@@ -91,9 +91,9 @@ async fn lock_due(
 /// leased; their operations are read back and paired with them
 /// ([`claims`]).
 ///
-/// The store is not read: InnoDB purges an updated row's old index entries by itself, so a claim
-/// does not walk past delivered messages (PostgreSQL's claim starts from
-/// a floor, `postgres/floors.rs`).
+/// The store is not read: InnoDB purges an updated row's old index entries by itself,
+/// so a claim does not walk past delivered messages (PostgreSQL's claim
+/// starts from a floor, `postgres/floors.rs`).
 async fn lease_due(
     _store: &MySqlStore,
     tx: &mut MySqlConnection,

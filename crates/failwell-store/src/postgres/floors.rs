@@ -45,7 +45,7 @@
 //! leaves a floor past the messages it had taken, for that second at
 //! most.)
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 
 /// How long (ms, on the clock the relay passes to its claims) a floor is
@@ -67,6 +67,9 @@ struct Floors {
     /// the clock of that result): no floor passes them until a claim of
     /// this process takes them, or for [`FULL_SCAN_EVERY_MS`].
     pinned: HashMap<String, BTreeMap<(i64, i64), i64>>,
+    /// Every pin `(when, provider, key)` in the order they were set, so
+    /// that the old ones are let go without reading all of them.
+    pin_order: VecDeque<(i64, String, (i64, i64))>,
 }
 
 /// A provider's floor: claims read the due messages after `after`
@@ -91,10 +94,6 @@ pub(super) struct Start {
 
 /// The key before every message: a claim from it reads from the start.
 const START: (i64, i64) = (i64::MIN, i64::MIN);
-
-/// How many providers may have pins before [`ClaimFloors::pin`] lets go
-/// of every provider's old ones.
-const SWEEP_AFTER: usize = 64;
 
 /// Says whether a pin set at `at_ms` still holds at `now_ms`: less than
 /// [`FULL_SCAN_EVERY_MS`] apart either way (a claim's clock can read a
@@ -137,24 +136,16 @@ impl ClaimFloors {
     /// `pending`): the floor moves back before it, and stays there until
     /// a claim takes it ([`Self::record`]).
     ///
-    /// Pins are let go [`FULL_SCAN_EVERY_MS`] after they were set: those
-    /// of `provider` here, those of every provider when more than
-    /// [`SWEEP_AFTER`] have pins (a provider this process never claims for
-    /// would keep its own otherwise), and a claim's own in [`Self::record`].
+    /// Pins are let go [`FULL_SCAN_EVERY_MS`] after they were set, oldest
+    /// first, as pins are set and claims recorded ([`Floors::let_go`]).
     pub(super) fn pin(&self, provider: &str, key: (i64, i64), now_ms: i64) {
         let mut floors = self.lock();
+        floors.let_go(now_ms);
         if let Some(floor) = floors.by_provider.get_mut(provider) {
             floor.after = floor.after.min(just_before(key));
         }
-        if floors.pinned.len() > SWEEP_AFTER {
-            floors.pinned.retain(|_, pins| {
-                pins.retain(|_, at_ms| recent(now_ms, *at_ms));
-                !pins.is_empty()
-            });
-        }
-        let pins = floors.pinned.entry(provider.to_owned()).or_default();
-        pins.retain(|_, at_ms| recent(now_ms, *at_ms));
-        pins.insert(key, now_ms);
+        floors.pinned.entry(provider.to_owned()).or_default().insert(key, now_ms);
+        floors.pin_order.push_back((now_ms, provider.to_owned(), key));
     }
 
     /// Records what a claim at `now_ms` of up to `limit` messages of
@@ -174,6 +165,7 @@ impl ClaimFloors {
     ) {
         let full = taken.len() >= limit as usize;
         let mut floors = self.lock();
+        floors.let_go(now_ms);
         let mut last: HashMap<&str, (i64, i64)> = HashMap::new();
         for (provider, at, id) in taken {
             if let Some(pins) = floors.pinned.get_mut(provider) {
@@ -183,11 +175,7 @@ impl ClaimFloors {
             *key = (*key).max((at, id));
         }
         for (provider, start) in providers.iter().zip(starts) {
-            let pins = floors.pinned.get_mut(provider);
-            let first_pin = pins.and_then(|pins| {
-                pins.retain(|_, at_ms| recent(now_ms, *at_ms));
-                pins.keys().next().copied()
-            });
+            let first_pin = floors.pinned.get(provider).and_then(|pins| pins.keys().next().copied());
             let after = match (full, last.get(provider.as_str())) {
                 (true, Some(&after)) => first_pin.map_or(after, |pin| after.min(just_before(pin))),
                 _ => {
@@ -198,7 +186,29 @@ impl ClaimFloors {
             let read_from_start_ms = start.read_from_start_ms.unwrap_or(now_ms);
             floors.by_provider.insert(provider.clone(), Floor { after, read_from_start_ms });
         }
-        floors.pinned.retain(|_, pins| !pins.is_empty());
+    }
+}
+
+impl Floors {
+    /// Lets go of the pins set [`FULL_SCAN_EVERY_MS`] or more before
+    /// `now_ms` (or as long after: the clock went back), oldest first; a
+    /// pin a claim has taken is already gone from `pinned`, and one set
+    /// again later keeps its later time.
+    fn let_go(&mut self, now_ms: i64) {
+        while let Some((at_ms, provider, key)) = self.pin_order.front() {
+            if recent(now_ms, *at_ms) {
+                return;
+            }
+            if let Some(pins) = self.pinned.get_mut(provider) {
+                if pins.get(key) == Some(at_ms) {
+                    pins.remove(key);
+                }
+                if pins.is_empty() {
+                    self.pinned.remove(provider);
+                }
+            }
+            self.pin_order.pop_front();
+        }
     }
 }
 
@@ -270,11 +280,16 @@ mod tests {
     #[test]
     fn old_pins_of_providers_never_claimed_are_let_go() {
         let f = ClaimFloors::default();
-        for n in 0..=SWEEP_AFTER {
-            f.pin(&format!("p{n}"), (1, 1), 0);
+        for n in 0..100 {
+            f.pin(&format!("p{n}"), (1, n), n);
         }
-        f.pin("last", (1, 1), 1_000);
-        assert_eq!(f.lock().pinned.len(), 1);
+        f.pin("p1", (1, 1), 500);
+        f.pin("last", (1, 1), 1_050);
+        let floors = f.lock();
+        // Set less than a second before 1,050 ms: p51 to p99, p1 again, last.
+        assert_eq!(floors.pinned.len(), 49 + 2);
+        assert!(floors.pinned.contains_key("p1") && !floors.pinned.contains_key("p2"));
+        assert_eq!(floors.pin_order.len(), 49 + 2);
     }
 
     #[test]

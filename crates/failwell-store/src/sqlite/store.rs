@@ -36,9 +36,9 @@ crate::outbox::statements::due_by_scope!(
 /// lease expired in flight is written to the history (it may have reached
 /// the provider) before its message is leased again.
 ///
-/// The store is not read: SQLite removes an updated row's old index entries at once, so a claim
-/// does not walk past delivered messages (PostgreSQL's claim starts from
-/// a floor, `postgres/floors.rs`).
+/// The store is not read: SQLite removes an updated row's old index entries at once,
+/// so a claim does not walk past delivered messages (PostgreSQL's claim
+/// starts from a floor, `postgres/floors.rs`).
 async fn lease_due(
     _store: &SqliteStore,
     tx: &mut SqliteConnection,
