@@ -13,9 +13,9 @@ use crate::PostgresStore;
 type S = PostgresStore;
 
 /// Statements that switch off the schema's checks of counts.
-const COUNT_CHECKS_OFF: &[&str] = &["ALTER TABLE outbox DROP CONSTRAINT outbox_numbers_in_range"];
+const COUNT_CHECKS_OFF: &[&str] = &["ALTER DOMAIN failwell_count DROP CONSTRAINT failwell_count_in_range"];
 /// What the schema says when it refuses a count out of range.
-const COUNT_CHECK_SAYS: &str = "outbox_numbers_in_range";
+const COUNT_CHECK_SAYS: &str = "failwell_count_in_range";
 /// An application's own table, for the cases that write one.
 const ORDERS_TABLE: &str = "CREATE TABLE orders (id TEXT PRIMARY KEY)";
 
