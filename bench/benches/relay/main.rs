@@ -51,6 +51,11 @@
 //! - `LATENCY_RATE` messages/s and `LATENCY_SECONDS` of the latency phase
 //!   (default 1000 for 5 s), `FAILWELL_BIN` (default
 //!   `target/release/failwell`).
+//! - `AWA_WORKERS=N`: awa 0.6 as a peer (`bench/awa`, a project of its own,
+//!   built by `cargo run` at its first run), its queue running N handlers
+//!   at once, each POSTing a job to this sink with awa's HTTP worker; once
+//!   in every repetition, where the peers harness runs, with its rates, CPU
+//!   per message (awa's process and its PostgreSQL backends) and WAL.
 //! - `PEERS_DIR`: a peers harness directory; without it only failwell is
 //!   measured. Its `run.sh http` runs once in every repetition (`REPS=1`,
 //!   `PEER_SINK_URL` set to this sink, `PEER_PG_URL` to `DATABASE_URL`, the
@@ -78,6 +83,7 @@
 //! the whole server's WAL, so nothing else should write to it meanwhile).
 
 mod cpu;
+mod proc_stat;
 mod process;
 mod sink;
 mod store;
@@ -191,6 +197,39 @@ async fn run_peers(dir: &std::path::Path, sink_url: &str, admin_url: &str, n: u6
             Some((name.to_owned(), rate))
         })
         .collect()
+}
+
+/// The peers of one repetition (the harness in `PEERS_DIR`, awa with
+/// `AWA_WORKERS`), each with its drain rate.
+async fn run_all_peers(
+    rep: usize,
+    peers_dir: Option<&std::path::Path>,
+    (sink_url, admin_url): (&str, &str),
+    n: u64,
+) -> Vec<(String, f64)> {
+    let mut rates = match peers_dir {
+        Some(dir) => run_peers(dir, sink_url, admin_url, n).await,
+        None => Vec::new(),
+    };
+    if let Ok(workers) = std::env::var("AWA_WORKERS") {
+        let output = Command::new("cargo")
+            .args(["run", "--quiet", "--release", "--manifest-path"])
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/awa/Cargo.toml"))
+            .env("DATABASE_URL", admin_url)
+            .env("PEER_SINK_URL", sink_url)
+            .env("N", n.to_string())
+            .env("AWA_WORKERS", &workers)
+            .stderr(Stdio::inherit())
+            .output()
+            .await
+            .unwrap();
+        assert!(output.status.success(), "the awa peer failed");
+        let line = String::from_utf8_lossy(&output.stdout);
+        println!("rep={rep} awa {}", line.trim());
+        let result: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+        rates.push((format!("awa-{workers}"), result["drain_jobs_s"].as_f64().unwrap()));
+    }
+    rates
 }
 
 /// One drain of `n` messages by `config`'s processes on `server`, then
@@ -414,8 +453,8 @@ async fn main() {
         // so that a machine getting faster or slower favours neither.
         let peers_first = rep % 2 == 0;
         let mut rep_peers = Vec::new();
-        if peers_first && let Some(dir) = &peers_dir {
-            rep_peers = run_peers(dir, &sink_url, &admin_url, n).await;
+        if peers_first {
+            rep_peers = run_all_peers(rep, peers_dir.as_deref(), (&sink_url, &admin_url), n).await;
         }
         let mut best = 0f64;
         for (i, (server, config)) in runs.iter().enumerate() {
@@ -459,8 +498,8 @@ async fn main() {
             let (wal_enqueue, wal_drain) = r.wal.unwrap_or((f64::NAN, f64::NAN));
             results[i].3.push([r.enqueue_msgs_s, wal_enqueue, wal_drain]);
         }
-        if !peers_first && let Some(dir) = &peers_dir {
-            rep_peers = run_peers(dir, &sink_url, &admin_url, n).await;
+        if !peers_first {
+            rep_peers = run_all_peers(rep, peers_dir.as_deref(), (&sink_url, &admin_url), n).await;
         }
         let best_peer = rep_peers.iter().map(|(_, rate)| *rate).fold(0f64, f64::max);
         for (name, rate) in rep_peers {
