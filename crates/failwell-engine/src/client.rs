@@ -319,9 +319,13 @@ impl ProviderClient {
         spec: ProviderSpec,
         make: impl FnOnce(&str, BreakerConfig, Option<&Throttle>) -> Result<DynStore, ClientError>,
     ) -> Result<Self, ClientError> {
+        // A redirect is the provider's answer, classified as any other
+        // status: followed, a POST would become a GET elsewhere, and its
+        // 200 would read as the call done.
         let http = reqwest::Client::builder()
             .connect_timeout(spec.timeouts.connect)
             .pool_idle_timeout(Duration::from_secs(30))
+            .redirect(reqwest::redirect::Policy::none())
             .build()?;
         let throttle = spec.throttle.map(|config| Throttle::new(&spec.name, config)).transpose()?;
         let breaker = spec

@@ -32,6 +32,8 @@ enum Behavior {
     Trickle,
     /// Answers 200 with a JSON body.
     Ok,
+    /// Answers 302 to `/elsewhere`, and 200 at `/elsewhere`.
+    Redirect,
 }
 
 /// A loopback HTTP/1.1 server; the raw requests it read are kept.
@@ -57,6 +59,7 @@ async fn serve(behavior: Behavior) -> Server {
 async fn answer(mut stream: TcpStream, behavior: Behavior, seen: Arc<Mutex<Vec<String>>>) {
     stream.set_nodelay(true).unwrap();
     let request = read_request(&mut stream).await;
+    let elsewhere = request.split_whitespace().nth(1) == Some("/elsewhere");
     seen.lock().unwrap().push(request);
     let never = || tokio::time::sleep(Duration::from_secs(3_600));
     match behavior {
@@ -74,7 +77,14 @@ async fn answer(mut stream: TcpStream, behavior: Behavior, seen: Arc<Mutex<Vec<S
                 tokio::time::sleep(ms(50)).await;
             }
         }
-        Behavior::Ok => {
+        Behavior::Redirect if !elsewhere => {
+            stream
+                .write_all(b"HTTP/1.1 302 Found\r\nlocation: /elsewhere\r\ncontent-length: 0\r\n\r\n")
+                .await
+                .unwrap();
+            never().await;
+        }
+        Behavior::Ok | Behavior::Redirect => {
             let body = r#"{"id":"ch_1"}"#;
             let head = format!(
                 "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
@@ -249,6 +259,23 @@ async fn a_normal_answer_is_read_whole() {
     let requests = server.requests.lock().unwrap();
     assert!(requests[0].starts_with("POST /v1/charges HTTP/1.1"), "{}", requests[0]);
     assert!(requests[0].to_lowercase().contains("idempotency-key: fw_key"), "{}", requests[0]);
+}
+
+/// A redirect is the provider's answer, not followed: following it would
+/// turn the POST into a GET elsewhere, whose 200 would read as a charge
+/// made. A 3xx is not a success; by default it is ambiguous.
+#[tokio::test]
+async fn a_redirect_is_an_answer_and_not_followed() {
+    let server = serve(Behavior::Redirect).await;
+    let client = provider_client(&server.base_url, ms(300), ms(300), ms(500));
+    let (result, _) = charge(&client, ms(500)).await;
+    assert_eq!(result.response.as_ref().unwrap().status, 302);
+    assert!(!result.is_success());
+    assert_eq!(
+        client.spec().classifier.classify(result.observed("/error/code")),
+        failwell_policy::Classification::Ambiguous
+    );
+    assert_eq!(server.requests.lock().unwrap().len(), 1, "the redirect was followed");
 }
 
 /// The payload goes out as its operation encodes it, with the matching
