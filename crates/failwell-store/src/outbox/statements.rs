@@ -337,7 +337,7 @@ macro_rules! pair_claims {
                              WHERE id = $1",
                         )
                         .bind(id)
-                        .bind(format!("stored operation_id: {why}; set aside, not sent"))
+                        .bind(crate::outbox::stored::operation_id_set_aside(&why))
                         .bind(now_ms)
                         .execute(&mut *conn)
                         .await

@@ -237,6 +237,13 @@ pub fn reserved_key_in(text: &str) -> Option<String> {
     None
 }
 
+/// The last error of a message set aside by a claim because of its stored
+/// `operation_id`: `why` says what is wrong with it (it cannot be read, or
+/// "N names no operation").
+pub(crate) fn operation_id_set_aside(why: &str) -> String {
+    format!("stored operation_id: {why}; set aside, not sent")
+}
+
 /// What a claim does with a message whose operation cannot be read back
 /// ([`Operation::unreadable`](crate::Operation::unreadable)): it is never
 /// sent. Its message is dead-lettered alone, its operation `failed`, with

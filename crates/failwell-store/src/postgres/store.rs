@@ -182,8 +182,8 @@ async fn lease_due(
            false AS dead_letter, o.reconcile_attempts, \
            CASE WHEN d.in_flight = 1 THEN 1 ELSE o.effect_possible END AS effect_possible, o.lookup_misses, \
            o.created_at_ms, COALESCE(o.replayed_at_ms, o.not_before_ms, o.created_at_ms) AS delivery_started_at_ms, \
-           o.updated_at_ms, d.provider AS due_provider, d.available_at_ms AS due_at_ms, {STATISTICS_STALE} AS statistics_stale \
-         FROM due d CROSS JOIN LATERAL (SELECT * FROM operations o WHERE o.id = d.operation_id OFFSET 0) o \
+           o.updated_at_ms, d.operation_id AS message_operation_id, d.provider AS due_provider, d.available_at_ms AS due_at_ms, {STATISTICS_STALE} AS statistics_stale \
+         FROM due d LEFT JOIN LATERAL (SELECT * FROM operations o WHERE o.id = d.operation_id OFFSET 0) o ON true \
          ORDER BY d.turn, d.available_at_ms, d.id",
         due = due_messages(scope)
     )))
@@ -208,18 +208,57 @@ async fn lease_due(
     if full && rows[0].try_get::<bool, _>("statistics_stale").context("reading a claimed message")? {
         refresh_statistics(conn).await?;
     }
-    rows.iter()
-        .map(|r| {
-            let outbox_id = r.try_get("outbox_id").context("reading a claimed message")?;
-            Ok(crate::outbox::rows::claimed_from_row(
-                r,
-                outbox_id,
-                "message_attempts",
-                token,
-                operation_from_row(r)?,
-            ))
-        })
-        .collect()
+    let mut claimed = Vec::with_capacity(rows.len());
+    let (mut orphans, mut errors) = (Vec::new(), Vec::new());
+    for r in &rows {
+        let outbox_id: i64 = r.try_get("outbox_id").context("reading a claimed message")?;
+        if r.try_get::<Option<i64>, _>("id").context("reading a claimed message")?.is_none() {
+            let operation_id: i64 = r.try_get("message_operation_id").context("reading a claimed message")?;
+            orphans.push(outbox_id);
+            errors.push(crate::outbox::stored::operation_id_set_aside(&format!(
+                "{operation_id} names no operation"
+            )));
+            continue;
+        }
+        claimed.push(crate::outbox::rows::claimed_from_row(
+            r,
+            outbox_id,
+            "message_attempts",
+            token,
+            operation_from_row(r)?,
+        ));
+    }
+    if !orphans.is_empty() {
+        set_aside_orphans(conn, &orphans, &errors, now_ms).await?;
+    }
+    Ok(claimed)
+}
+
+/// Dead-letters the claimed messages `ids` whose operation is gone
+/// (changed behind failwell's back: no foreign key holds a message to its
+/// operation), each alone with its error from `errors`, so they are never
+/// sent and no claim takes them again. Their history rows are written by
+/// the message trigger (`failwell.history_written` is off for this
+/// statement only).
+async fn set_aside_orphans(
+    conn: &mut PgConnection,
+    ids: &[i64],
+    errors: &[String],
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    set_local(conn, &[history_written(false)]).await?;
+    sqlx::query(
+        "UPDATE outbox x SET state = 'dead', last_error = o.error, dead_at_ms = $3, in_flight = 0, \
+         locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $3, changed_by = 'relay' \
+         FROM unnest($1::bigint[], $2::text[]) AS o (id, error) WHERE x.id = o.id",
+    )
+    .bind(ids)
+    .bind(errors)
+    .bind(now_ms)
+    .execute(&mut *conn)
+    .await
+    .context("setting aside messages whose operation is gone")?;
+    set_local(conn, &[history_written(true)]).await
 }
 
 /// Says whether `outbox` holds more than twice the rows the planner's

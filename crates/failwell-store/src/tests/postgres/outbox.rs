@@ -238,3 +238,53 @@ async fn every_way_in_writes_one_message_one_history_row_and_a_notice() {
         tokio::time::timeout(std::time::Duration::from_secs(5), listener.recv()).await.unwrap().unwrap();
     assert_eq!(notice.payload(), schema.name);
 }
+
+/// A message whose operation is gone (changed behind failwell's back: no
+/// foreign key holds a message to its operation) is set aside by the claim
+/// that meets it, with its history row, and never leased again; the
+/// others of that claim are delivered.
+#[tokio::test]
+async fn a_message_whose_operation_is_gone_is_set_aside_alone() {
+    let (_schema, s) = store().await;
+    for key in ["before", "orphan", "after"] {
+        sqlx::query(
+            "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key) \
+             VALUES ('payments', 'charge', '{\"a\": 1}', $1)",
+        )
+        .bind(key)
+        .execute(s.pool())
+        .await
+        .unwrap();
+    }
+    let orphan: i64 = sqlx::query_scalar(
+        "UPDATE outbox SET operation_id = 999999 \
+         WHERE operation_id = (SELECT id FROM operations WHERE idempotency_key = 'orphan') RETURNING id",
+    )
+    .fetch_one(s.pool())
+    .await
+    .unwrap();
+    let later = 4_000_000_000_000;
+    let claimed = s.claim(later, 10, 1_000, &ClaimScope::All).await.unwrap();
+    let keys: Vec<&str> = claimed.iter().map(|c| c.operation.idempotency_key.as_str()).collect();
+    assert_eq!(keys, ["before", "after"]);
+    let (state, error, locked): (String, String, Option<i64>) =
+        sqlx::query_as("SELECT state, last_error, locked_until_ms FROM outbox WHERE id = $1")
+            .bind(orphan)
+            .fetch_one(s.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        (state.as_str(), error.as_str(), locked),
+        ("dead", "stored operation_id: 999999 names no operation; set aside, not sent", None)
+    );
+    let changes: Vec<String> =
+        sqlx::query_scalar("SELECT change FROM history WHERE subject = 'message' AND subject_id = $1")
+            .bind(orphan)
+            .fetch_all(s.pool())
+            .await
+            .unwrap();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    // Leases of the others run out; only they are claimed again.
+    let again = s.claim(later + 10_000, 10, 1_000, &ClaimScope::All).await.unwrap();
+    assert_eq!(again.len(), 2);
+}
