@@ -77,7 +77,7 @@ ALTER DOMAIN failwell_history_subject ADD CONSTRAINT failwell_history_subject_kn
 ALTER DOMAIN failwell_reference ADD CONSTRAINT operations_reference_not_blank
     CHECK (btrim(VALUE) <> '') NOT VALID;
 
--- 0001's and 0017's triggers, unchanged.
+-- 0004's and 0008's triggers, unchanged.
 CREATE TRIGGER outbox_history_purge AFTER DELETE ON outbox
     FOR EACH ROW WHEN (OLD.state <> 'done') EXECUTE FUNCTION failwell_state_changed();
 CREATE TRIGGER outbox_history_state AFTER UPDATE OF state ON outbox
