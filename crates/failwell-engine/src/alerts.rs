@@ -62,7 +62,12 @@ impl AlertSink {
     /// A sink posting to `url`, each attempt limited to `timeout`. Errors:
     /// the HTTP client cannot be built.
     pub fn new(url: Url, timeout: Duration) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder().timeout(timeout).build()?;
+        // A redirect is the sink's answer: followed, the POST would become
+        // a GET elsewhere, whose 200 would mark the alert sent.
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
         Ok(Self { url, http, timeout })
     }
 

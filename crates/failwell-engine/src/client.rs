@@ -319,14 +319,13 @@ impl ProviderClient {
         spec: ProviderSpec,
         make: impl FnOnce(&str, BreakerConfig, Option<&Throttle>) -> Result<DynStore, ClientError>,
     ) -> Result<Self, ClientError> {
-        // A redirect is the provider's answer, classified as any other
-        // status: followed, a POST would become a GET elsewhere, and its
-        // 200 would read as the call done.
-        let http = reqwest::Client::builder()
-            .connect_timeout(spec.timeouts.connect)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()?;
+        let builder = || {
+            reqwest::Client::builder()
+                .connect_timeout(spec.timeouts.connect)
+                .pool_idle_timeout(Duration::from_secs(30))
+        };
+        let http = builder().redirect(reqwest::redirect::Policy::none()).build()?;
+        let reads = builder().build()?;
         let throttle = spec.throttle.map(|config| Throttle::new(&spec.name, config)).transpose()?;
         let breaker = spec
             .breaker
@@ -350,7 +349,7 @@ impl ProviderClient {
             error_code_pointer: spec.error_code_pointer.clone(),
             throttling: spec.throttle.is_some().then(|| spec.pause.clone()),
         };
-        let sender = Sender { spec: Arc::new(spec), http };
+        let sender = Sender { spec: Arc::new(spec), http, reads };
         let policy = Policy::new()
             .bulkhead(guards.bulkhead.clone())
             .classify(classify)

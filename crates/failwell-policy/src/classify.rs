@@ -127,9 +127,9 @@ impl Classifier {
 
     /// Classifies one failed attempt by whether the provider may have acted:
     /// 408, 429 and 503 retryable; 409, 500, 502, 504, other 5xx and any
-    /// other status (a 3xx: failwell follows no redirect) ambiguous; other
-    /// 4xx permanent; a transport failure before sending retryable, after
-    /// sending ambiguous. A `Retry-After` is kept on anything classified
+    /// other status (a 3xx: failwell follows no redirect of a call)
+    /// ambiguous; other 4xx permanent; a transport failure before sending
+    /// retryable, after sending ambiguous. A `Retry-After` is kept on anything classified
     /// retryable.
     pub fn classify(&self, observed: Observed<'_>) -> Classification {
         let (class, retry_after) = match observed {

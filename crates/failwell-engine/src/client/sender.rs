@@ -77,7 +77,13 @@ impl Classify<CallRequest, CallResult, PolicyError<Infallible>> for CallClassifi
 #[derive(Clone, Debug)]
 pub(super) struct Sender {
     pub(super) spec: Arc<ProviderSpec>,
+    /// Sends operations and delivers webhooks. It follows no redirect: a
+    /// 3xx is the answer (followed, a POST would become a GET elsewhere,
+    /// and its 200 would read as the call done).
     pub(super) http: reqwest::Client,
+    /// Status lookups and reads (`GET`s, which a redirect leaves `GET`s):
+    /// follows up to 10 redirects, reqwest's default.
+    pub(super) reads: reqwest::Client,
 }
 
 impl Service<CallRequest> for Sender {
@@ -129,13 +135,13 @@ impl Sender {
 
     async fn lookup(&self, reference: &str) -> Option<CallResult> {
         let lookup = self.spec.lookup.as_ref()?;
-        let request = self.http.get(lookup.url.clone()).query(&[(lookup.query_param.as_str(), reference)]);
+        let request = self.reads.get(lookup.url.clone()).query(&[(lookup.query_param.as_str(), reference)]);
         Some(self.execute(request, self.spec.timeouts.total).await)
     }
 
     async fn read(&self, mut url: Url, query: &str) -> CallResult {
         url.set_query((!query.is_empty()).then_some(query));
-        self.execute(self.http.get(url), self.spec.timeouts.total).await
+        self.execute(self.reads.get(url), self.spec.timeouts.total).await
     }
 
     async fn deliver(

@@ -78,11 +78,9 @@ async fn answer(mut stream: TcpStream, behavior: Behavior, seen: Arc<Mutex<Vec<S
             }
         }
         Behavior::Redirect if !elsewhere => {
-            stream
-                .write_all(b"HTTP/1.1 302 Found\r\nlocation: /elsewhere\r\ncontent-length: 0\r\n\r\n")
-                .await
-                .unwrap();
-            never().await;
+            // Closed after, so a redirect followed opens a connection.
+            let head = "HTTP/1.1 302 Found\r\nlocation: /elsewhere\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+            stream.write_all(head.as_bytes()).await.unwrap();
         }
         Behavior::Ok | Behavior::Redirect => {
             let body = r#"{"id":"ch_1"}"#;
@@ -276,6 +274,19 @@ async fn a_redirect_is_an_answer_and_not_followed() {
         failwell_policy::Classification::Ambiguous
     );
     assert_eq!(server.requests.lock().unwrap().len(), 1, "the redirect was followed");
+}
+
+/// A status lookup (a `GET`, which a redirect leaves a `GET`) follows
+/// the provider's redirect.
+#[tokio::test]
+async fn a_lookup_follows_a_redirect() {
+    let server = serve(Behavior::Redirect).await;
+    let client = provider_client(&server.base_url, ms(300), ms(300), ms(500));
+    let result = client.lookup("order-1").await.unwrap().unwrap();
+    assert_eq!(result.response.as_ref().unwrap().status, 200);
+    let requests = server.requests.lock().unwrap();
+    assert_eq!(requests.len(), 2);
+    assert!(requests[1].starts_with("GET /elsewhere HTTP/1.1"), "{}", requests[1]);
 }
 
 /// The payload goes out as its operation encodes it, with the matching

@@ -17,8 +17,10 @@
 -- changed column are built again (`outbox`'s partial indexes on `state`,
 -- `operations_reference`), which reads those tables once. The view
 -- `failwell_outbox` and the two triggers that name changed columns are made
--- again, the same; the privileges granted on the view are granted again.
--- The view's columns keep their types (`text`, `bigint`).
+-- again, the same; the privileges granted on the view or on some of its
+-- columns are granted again. The view's columns keep their types (`text`,
+-- `bigint`). The changed columns' statistics, which the type change drops,
+-- are read again at the end.
 
 -- The privileges granted on the view, as the statements that grant them.
 CREATE TEMPORARY TABLE failwell_outbox_grants ON COMMIT DROP AS
@@ -26,7 +28,15 @@ SELECT format('GRANT %s ON failwell_outbox TO %s%s', privilege_type,
               CASE WHEN grantee = 'PUBLIC' THEN 'PUBLIC' ELSE quote_ident(grantee) END,
               CASE WHEN is_grantable = 'YES' THEN ' WITH GRANT OPTION' ELSE '' END) AS statement
 FROM information_schema.role_table_grants
-WHERE table_schema = current_schema() AND table_name = 'failwell_outbox' AND grantee <> current_user;
+WHERE table_schema = current_schema() AND table_name = 'failwell_outbox' AND grantee <> current_user
+UNION ALL
+-- Privileges granted on some of its columns only.
+SELECT format('GRANT %s (%I) ON failwell_outbox TO %s%s', a.privilege_type, c.attname,
+              CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END,
+              CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
+FROM pg_attribute c CROSS JOIN LATERAL aclexplode(c.attacl) AS a
+WHERE c.attrelid = 'failwell_outbox'::regclass AND c.attnum > 0
+  AND a.grantee <> (SELECT oid FROM pg_roles WHERE rolname = current_user);
 
 DROP VIEW failwell_outbox;
 DROP TRIGGER outbox_history_purge ON outbox;
@@ -108,3 +118,10 @@ BEGIN
         EXECUTE statement;
     END LOOP;
 END $$;
+
+-- A column's type change drops its statistics: the planner's estimates for
+-- the claims' partial indexes come back now, not at autovacuum's next
+-- ANALYZE.
+ANALYZE outbox (state, attempts, previous_delay_ms, in_flight, updated_at_ms);
+ANALYZE operations (reference, attempts, reconcile_attempts, lookup_misses, effect_possible);
+ANALYZE history (subject);
