@@ -135,17 +135,26 @@ macro_rules! operator_statements {
                 let mut tx = self.begin().await?;
                 if kind == crate::operator::DeadLetterKind::Message {
                     // A payload set aside as never to be sent (an application's
-                    // plain-SQL insert failwell refuses) stays a dead letter.
-                    let payload: Option<String> = sql::query_scalar(
-                        "SELECT CAST(o.payload AS text) FROM outbox x JOIN operations o ON o.id = x.operation_id \
+                    // plain-SQL insert failwell refuses), or gone with its
+                    // operation, stays a dead letter.
+                    let payload: Option<Option<String>> = sql::query_scalar(
+                        "SELECT CAST(o.payload AS text) FROM outbox x LEFT JOIN operations o ON o.id = x.operation_id \
                          WHERE x.id = $1",
                     )
                     .bind(id)
                     .fetch_optional(&mut *tx)
                     .await
                     .context("reading a dead letter's payload")?;
-                    if let Some(payload) = payload {
-                        crate::outbox::stored::sendable(&payload)?;
+                    match payload {
+                        Some(Some(payload)) => {
+                            crate::outbox::stored::sendable(&payload)?;
+                        }
+                        Some(None) => {
+                            return Err(crate::error::StoreError::InvalidPayload {
+                                reason: "is gone with the message's operation".into(),
+                            });
+                        }
+                        None => {}
                     }
                     // A hold its failure voided is gone: sent again, the
                     // operation would take effect without it. Locked, so the

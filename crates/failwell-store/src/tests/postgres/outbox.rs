@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::store;
 use crate::prelude::*;
-use crate::{ClaimScope, Message, Outbox};
+use crate::{Channel, ClaimScope, DeadLetterKind, Message, Outbox};
 
 fn charge(key: &str) -> Message {
     Message {
@@ -287,4 +287,7 @@ async fn a_message_whose_operation_is_gone_is_set_aside_alone() {
     // Leases of the others run out; only they are claimed again.
     let again = s.claim(later + 10_000, 10, 1_000, &ClaimScope::All).await.unwrap();
     assert_eq!(again.len(), 2);
+    // With nothing to send, it cannot be replayed.
+    let refused = s.replay(DeadLetterKind::Message, orphan, Channel::Cli, later).await.unwrap_err();
+    assert_eq!(refused.to_string(), "payload is gone with the message's operation");
 }
