@@ -327,21 +327,16 @@ macro_rules! pair_claims {
                     Err(e) => Err(e.to_string()),
                 };
                 match operation {
-                    Ok(operation) => {
-                        claimed.push(crate::outbox::rows::claimed_from_row(r, id, "attempts", token, operation))
-                    }
+                    Ok(operation) => claimed
+                        .push(crate::outbox::rows::claimed_from_row(r, id, "attempts", token, operation)),
                     Err(why) => {
-                        super::sql::query(
-                            "UPDATE outbox SET state = 'dead', last_error = $2, dead_at_ms = $3, in_flight = 0, \
-                             locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $3, changed_by = 'relay' \
-                             WHERE id = $1",
-                        )
-                        .bind(id)
-                        .bind(crate::outbox::stored::operation_id_set_aside(&why))
-                        .bind(now_ms)
-                        .execute(&mut *conn)
-                        .await
-                        .context("setting a message aside")?;
+                        super::sql::query(crate::outbox::stored::SET_ASIDE_MESSAGE)
+                            .bind(id)
+                            .bind(crate::outbox::stored::operation_id_set_aside(&why))
+                            .bind(now_ms)
+                            .execute(&mut *conn)
+                            .await
+                            .context("setting a message aside")?;
                     }
                 }
             }

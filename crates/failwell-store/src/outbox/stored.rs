@@ -244,6 +244,13 @@ pub(crate) fn operation_id_set_aside(why: &str) -> String {
     format!("stored operation_id: {why}; set aside, not sent")
 }
 
+/// Dead-letters the claimed message `$1` alone, with last error `$2`, at
+/// `$3` (ms): a claim's statement for a message it cannot pair with an
+/// operation ([`operation_id_set_aside`]).
+pub(crate) const SET_ASIDE_MESSAGE: &str = "UPDATE outbox SET state = 'dead', last_error = $2, dead_at_ms = $3, \
+     in_flight = 0, locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $3, changed_by = 'relay' \
+     WHERE id = $1";
+
 /// What a claim does with a message whose operation cannot be read back
 /// ([`Operation::unreadable`](crate::Operation::unreadable)): it is never
 /// sent. Its message is dead-lettered alone, its operation `failed`, with

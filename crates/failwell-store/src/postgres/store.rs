@@ -209,15 +209,12 @@ async fn lease_due(
         refresh_statistics(conn).await?;
     }
     let mut claimed = Vec::with_capacity(rows.len());
-    let (mut orphans, mut errors) = (Vec::new(), Vec::new());
+    let mut orphans = Vec::new();
     for r in &rows {
         let outbox_id: i64 = r.try_get("outbox_id").context("reading a claimed message")?;
         if r.try_get::<Option<i64>, _>("id").context("reading a claimed message")?.is_none() {
             let operation_id: i64 = r.try_get("message_operation_id").context("reading a claimed message")?;
-            orphans.push(outbox_id);
-            errors.push(crate::outbox::stored::operation_id_set_aside(&format!(
-                "{operation_id} names no operation"
-            )));
+            orphans.push((outbox_id, operation_id));
             continue;
         }
         claimed.push(crate::outbox::rows::claimed_from_row(
@@ -229,35 +226,35 @@ async fn lease_due(
         ));
     }
     if !orphans.is_empty() {
-        set_aside_orphans(conn, &orphans, &errors, now_ms).await?;
+        set_aside_orphans(conn, &orphans, now_ms).await?;
     }
     Ok(claimed)
 }
 
-/// Dead-letters the claimed messages `ids` whose operation is gone
-/// (changed behind failwell's back: no foreign key holds a message to its
-/// operation), each alone with its error from `errors`, so they are never
-/// sent and no claim takes them again. Their history rows are written by
-/// the message trigger (`failwell.history_written` is off for this
-/// statement only).
+/// Dead-letters each claimed message whose operation is gone (changed
+/// behind failwell's back: no foreign key holds a message to its
+/// operation), given as `(message id, operation_id)`, alone, so it is never
+/// sent and no claim takes it again; the same statement as SQLite's and
+/// MySQL's claims. Their history rows are written by the message trigger
+/// (`failwell.history_written` is off for these statements only). Rare: one
+/// statement each.
 async fn set_aside_orphans(
     conn: &mut PgConnection,
-    ids: &[i64],
-    errors: &[String],
+    orphans: &[(i64, i64)],
     now_ms: i64,
 ) -> Result<(), StoreError> {
     set_local(conn, &[history_written(false)]).await?;
-    sqlx::query(
-        "UPDATE outbox x SET state = 'dead', last_error = o.error, dead_at_ms = $3, in_flight = 0, \
-         locked_until_ms = NULL, lease_token = NULL, updated_at_ms = $3, changed_by = 'relay' \
-         FROM unnest($1::bigint[], $2::text[]) AS o (id, error) WHERE x.id = o.id",
-    )
-    .bind(ids)
-    .bind(errors)
-    .bind(now_ms)
-    .execute(&mut *conn)
-    .await
-    .context("setting aside messages whose operation is gone")?;
+    for (id, operation_id) in orphans {
+        sqlx::query(crate::outbox::stored::SET_ASIDE_MESSAGE)
+            .bind(id)
+            .bind(crate::outbox::stored::operation_id_set_aside(&format!(
+                "{operation_id} names no operation"
+            )))
+            .bind(now_ms)
+            .execute(&mut *conn)
+            .await
+            .context("setting aside a message whose operation is gone")?;
+    }
     set_local(conn, &[history_written(true)]).await
 }
 
