@@ -502,7 +502,24 @@ impl ProviderClient {
             Rejected::Throttled(throttled) => throttled.retry_in,
             Rejected::DeadlineExceeded(_) | Rejected::TimedOut(_) => return None,
         };
-        Some(wait + rand::rng().random_range(Duration::ZERO..=wait.min(Duration::from_secs(1))))
+        Some(spread(wait))
+    }
+
+    /// How long a retry waits after a call that failed, given its
+    /// backoff `delay`: the backoff, or longer while the breaker refuses
+    /// calls (open, paused, every probe slot taken): until its next probe
+    /// (a second when it gives none), spread as in
+    /// [`wait_after`](Self::wait_after).
+    ///
+    /// A failed half-open probe's message would otherwise come due again
+    /// within its short backoff, before every message deferred while the
+    /// probe was out, and carry each next probe until its attempts ran
+    /// out: one message dead-lettered by an outage the others wait out.
+    pub fn retry_wait(&self, delay: Duration) -> Duration {
+        match self.guards.breaker.as_ref().and_then(CircuitBreaker::peek) {
+            Some(retry_in) => spread(retry_in.unwrap_or(Duration::from_secs(1))).max(delay),
+            None => delay,
+        }
     }
 
     /// Feeds the answer to a call whose turn was booked at `sent_at`
@@ -598,3 +615,9 @@ mod sender;
 use sender::{CallClassifier, Sender};
 #[cfg(test)]
 mod tests;
+
+/// `wait` plus a random share of up to its own length (at most a second
+/// more), so work put back together does not all come due at once.
+fn spread(wait: Duration) -> Duration {
+    wait + rand::rng().random_range(Duration::ZERO..=wait.min(Duration::from_secs(1)))
+}

@@ -277,14 +277,17 @@ async fn deliver(target: &ForwardTarget, forward: &ClaimedForward) -> ForwardCom
     };
     let (detail, transition) =
         match decide(&spec.retry, &keyed(), classification, attempted, &mut rand::rng()) {
-            Decision::Retry { delay } => (
-                format!("{error}: retry in {} ms", delay.as_millis()),
-                ForwardTransition::Retry {
-                    available_at_ms: now + delay.as_millis() as i64,
-                    delay_ms: delay.as_millis() as u64,
-                    error,
-                },
-            ),
+            Decision::Retry { delay } => {
+                let wait = client.retry_wait(delay);
+                (
+                    format!("{error}: retry in {} ms", wait.as_millis()),
+                    ForwardTransition::Retry {
+                        available_at_ms: now + wait.as_millis() as i64,
+                        delay_ms: delay.as_millis() as u64,
+                        error,
+                    },
+                )
+            }
             Decision::Fail => {
                 let error = format!("refused by the application: {error}");
                 (format!("dead letter: {error}"), ForwardTransition::DeadLetter { error })

@@ -275,14 +275,18 @@ fn decide_after(client: &ProviderClient, message: &Claimed, result: &CallResult)
         _ => Outcome::Failed,
     };
     let (text, transition) = match decision {
-        Decision::Retry { delay } => (
-            format!("retry in {} ms", delay.as_millis()),
-            Transition::Retry {
-                available_at_ms: now + delay.as_millis() as i64,
-                delay_ms: delay.as_millis() as u64,
-                error,
-            },
-        ),
+        Decision::Retry { delay } => {
+            // The backoff stays the delay the next one grows from.
+            let wait = client.retry_wait(delay);
+            (
+                format!("retry in {} ms", wait.as_millis()),
+                Transition::Retry {
+                    available_at_ms: now + wait.as_millis() as i64,
+                    delay_ms: delay.as_millis() as u64,
+                    error,
+                },
+            )
+        }
         Decision::Fail => ("failed: permanent".into(), Transition::Failed { error, response: body }),
         Decision::Unknown { reason } => (
             format!("unknown: {reason}"),

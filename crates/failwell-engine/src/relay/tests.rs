@@ -133,6 +133,24 @@ fn timeout_after_send_is_retried_under_a_live_key() {
 }
 
 #[test]
+fn a_retry_waits_for_the_breaker_to_let_a_call_out_and_keeps_its_backoff() {
+    let client = client(true);
+    client.guards().breaker.as_ref().unwrap().force_open();
+    let before = now_ms();
+    let c = decide_after(&client, &claimed(1, 0, false), &reply(503, json!({})));
+    let Transition::Retry { available_at_ms, delay_ms, .. } = c.transition else {
+        panic!("{:?}", c.transition)
+    };
+    // forced open gives no next probe: a second, spread by up to a second
+    let wait = available_at_ms - before;
+    assert!((1_000..=2_100).contains(&wait), "due again in {wait} ms");
+    assert_eq!(delay_ms, 100, "the backoff the next delay grows from");
+    let decision = &c.attempt.as_ref().unwrap().decision;
+    let shown: i64 = decision.trim_start_matches("retry in ").trim_end_matches(" ms").parse().unwrap();
+    assert!(shown >= 1_000, "the history tells the wait: {decision}");
+}
+
+#[test]
 fn timeout_without_keys_goes_to_reconciliation() {
     let c = decide_after(
         &client(false),

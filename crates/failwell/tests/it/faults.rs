@@ -288,8 +288,11 @@ async fn out_of_attempts_a_miss_is_confirmed_before_giving_up_so_a_late_commit_i
 async fn a_dead_provider_opens_the_breaker_and_messages_wait_without_spending_attempts() {
     let sim = simulator(|_| {}).await;
     sim.set_down(true);
+    // Open periods longer than the second a message waits when it is
+    // deferred while a probe is out: by the next probe those messages are
+    // due, and the last probe's message, which waits for the period, is not.
     let breaker =
-        "breaker = { consecutive_failures = 3, failure_rate = 0, open_ms = 400, max_open_ms = 800 }";
+        "breaker = { consecutive_failures = 3, failure_rate = 0, open_ms = 1500, max_open_ms = 1500 }";
     let gw = Gateway::start(&sim.base_url(), breaker).await;
     let keys: Vec<String> = (0..20).map(|i| format!("b{i}")).collect();
     for key in &keys {
@@ -297,29 +300,42 @@ async fn a_dead_provider_opens_the_breaker_and_messages_wait_without_spending_at
         let status = gw.charge(key, 1000).await.status().as_u16();
         assert!(matches!(status, 201 | 202), "{status}");
     }
-    // Down for 3 s: without the breaker, 5 attempts 20-200 ms apart would
+    // Down for 4 s: without the breaker, 5 attempts 20-200 ms apart would
     // have dead-lettered every one of them within about a second.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
     let providers: serde_json::Value =
         gw.http.get(format!("{}/v1/providers", gw.base)).send().await.unwrap().json().await.unwrap();
     let state = providers["providers"][0]["breaker"]["state"].as_str().unwrap().to_owned();
     assert!(state == "open" || state == "half_open", "{providers:#}");
     let requests = sim.effects().requests;
-    // The first wave went out before any failure came back; after that only
-    // probes, one per open period (400, 800, 800, ... ms).
+    // The first wave went out before the breaker opened; after that only
+    // probes, one per open period.
     assert!(requests <= 20 + 8, "{requests} calls reached a dead provider");
     // Only the first calls (before the breaker opened) and the probes are
     // attempts: while the breaker is open the relay does not claim the
     // provider's messages at all, and a deferral (a call the breaker
-    // refused after the claim) gives its attempt back. The probes fall on
-    // messages at random, so most messages made at most one call and then
-    // waited; one that made none was never claimed or only deferred.
-    let mut single = 0;
+    // refused after the claim) gives its attempt back. A failed probe's
+    // message waits behind the others, so no message carries two probes
+    // (calls a second or more after the first wave): one would otherwise
+    // spend its attempts on every probe of an outage and be dead-lettered
+    // by it.
+    let mut ops = Vec::new();
     for key in &keys {
-        let op = gw.operation(key).await;
+        ops.push(gw.operation(key).await);
+    }
+    let started = |op: &serde_json::Value| -> Vec<i64> {
+        calls(op).iter().map(|c| c["started_at_ms"].as_i64().unwrap()).collect()
+    };
+    let first_wave = ops.iter().flat_map(started).min().unwrap();
+    let mut probes = 0;
+    let mut single = 0;
+    for op in &ops {
         assert_eq!(op["status"], "pending", "{op:#}");
-        let made = calls(&op).len();
+        let made = calls(op).len();
         assert_eq!(op["attempts"], made, "a deferral spent an attempt: {op:#}");
+        let carried = started(op).iter().filter(|&&at| at >= first_wave + 1_000).count();
+        assert!(carried <= 1, "one message carried {carried} probes: {op:#}");
+        probes += carried;
         if made == 0 {
             assert!(
                 op["last_error"].is_null() || op["last_error"].as_str().unwrap().starts_with("deferred: "),
@@ -330,6 +346,7 @@ async fn a_dead_provider_opens_the_breaker_and_messages_wait_without_spending_at
             single += 1;
         }
     }
+    assert!(probes >= 1, "no probe in 4 s of 1.5 s open periods");
     assert!(single >= 14, "only {single} of 20 messages waited without spending attempts");
     sim.set_down(false);
     for key in &keys {
