@@ -70,7 +70,7 @@ impl Outbox {
     /// nothing. Errors: [`StoreError::KeyReused`] (the key holds a different
     /// request), [`StoreError::ReferenceReused`] (another operation of the
     /// provider holds the reference), [`StoreError::InvalidMessage`] (an
-    /// empty or blank provider, operation, key or reference; checked before
+    /// empty or blank provider, operation, key, reference or ordering key; checked before
     /// anything is written), [`StoreError::InvalidPayload`] (the payload
     /// is not a JSON object, nests too deep or holds U+0000),
     /// [`StoreError::HoldRefused`] (the message's hold, e.g. insufficient
@@ -87,6 +87,7 @@ impl Outbox {
             ("operation", Some(&message.operation)),
             ("idempotency_key", message.idempotency_key.as_ref()),
             ("reference", message.reference.as_ref()),
+            ("ordering_key", message.ordering_key.as_ref()),
         ] {
             if value.is_some_and(|v| v.trim().is_empty()) {
                 return Err(StoreError::InvalidMessage { field });

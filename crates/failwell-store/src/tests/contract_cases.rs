@@ -19,7 +19,7 @@ macro_rules! contract_cases {
 
         /// Inserts every store refuses the same way: columns, values and
         /// what the refusal says.
-        const REFUSED: [(&str, &str, &str); 5] = [
+        const REFUSED: [(&str, &str, &str); 6] = [
             ("provider, operation, payload", "' ', 'charge', '{}'", "provider must not be empty or blank"),
             ("provider, operation, payload", "'payments', '', '{}'", "operation must not be empty or blank"),
             (
@@ -33,6 +33,11 @@ macro_rules! contract_cases {
                 "reference must not be empty or blank",
             ),
             ("provider, operation, payload", "'payments', 'charge', '[1]'", "payload must be a JSON object"),
+            (
+                "provider, operation, payload, ordering_key",
+                "'payments', 'charge', '{}', ''",
+                "ordering_key must not be empty or blank",
+            ),
         ];
 
         /// The database's clock, which the trigger reads, in ms since the

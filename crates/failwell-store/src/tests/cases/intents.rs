@@ -229,6 +229,7 @@ macro_rules! intent_cases {
                 (Message { idempotency_key: Some(String::new()), ..message("o2", 100) }, "idempotency_key"),
                 (Message { provider: String::new(), ..message("o3", 100) }, "provider"),
                 (Message { operation: "\t".into(), ..message("o4", 100) }, "operation"),
+                (Message { ordering_key: Some(" \n".into()), ..message("o5", 100) }, "ordering_key"),
             ] {
                 let mut tx = s.begin().await.unwrap();
                 let err = Outbox::enqueue(&mut tx, &m, 1).await.unwrap_err();

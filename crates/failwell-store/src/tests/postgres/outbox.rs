@@ -118,14 +118,18 @@ async fn the_sql_contract_stores_the_payload_as_written() {
         .unwrap_err();
         assert!(error.to_string().contains(says), "{error}");
     }
-    let blank = sqlx::query(
-        "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key) \
-         VALUES ('payments', 'charge', '{}', ' \t')",
-    )
-    .execute(s.pool())
-    .await
-    .unwrap_err();
-    assert!(blank.to_string().contains("must not be empty or blank"), "{blank}");
+    for column in ["idempotency_key", "ordering_key"] {
+        let blank = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO failwell_outbox (provider, operation, payload, {column}) \
+             VALUES ('payments', 'charge', '{{}}', ' \t')"
+        )))
+        .execute(s.pool())
+        .await
+        .unwrap_err();
+        let blank = blank.as_database_error().unwrap();
+        assert_eq!(blank.code().as_deref(), Some("23514"), "{blank}");
+        assert!(blank.message().contains(&format!("{column} must not be empty or blank")), "{blank}");
+    }
     let claimed = s.claim(i64::MAX / 2, 10, 1_000, &ClaimScope::All).await.unwrap();
     assert_eq!(claimed.len(), 4, "every stored message reads back");
     assert!(claimed.iter().all(|c| c.operation.unreadable.is_none()));
