@@ -225,7 +225,10 @@ impl<Q: Queue> Claims<Q> {
                 self.held.lock().unwrap_or_else(|e| e.into_inner()).insert(id, token);
                 let (queue, done) = (self.queue.clone(), self.done.clone());
                 tokio::spawn(async move {
-                    let result = queue.work(item).await;
+                    // Boxed: the call's future is kilobytes, and a task
+                    // holding it inline is copied whole when it is spawned
+                    // and again when it finishes.
+                    let result = Box::pin(queue.work(item)).await;
                     let _ = done.send(result).await;
                     drop(permit);
                 });

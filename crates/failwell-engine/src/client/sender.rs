@@ -196,7 +196,10 @@ impl Sender {
 struct Phase {
     until: tokio::time::Instant,
     kind: &'static str,
-    message: String,
+    /// What did not come, and the limit it did not come within: the
+    /// message of an expiry, written only then.
+    what: &'static str,
+    within: Duration,
 }
 
 impl Phase {
@@ -206,10 +209,9 @@ impl Phase {
         let own = tokio::time::Instant::now().checked_add(limit).unwrap_or(deadline);
         if own < deadline {
             let what = if kind == "headers_timeout" { "no response headers" } else { "no body data" };
-            Self { until: own, kind, message: format!("{what} within {} ms", limit.as_millis()) }
+            Self { until: own, kind, what, within: limit }
         } else {
-            let message = format!("no complete response within {} ms", total.as_millis());
-            Self { until: deadline, kind: "timeout", message }
+            Self { until: deadline, kind: "timeout", what: "no complete response", within: total }
         }
     }
 
@@ -223,7 +225,7 @@ impl Phase {
             Err(_) => Err(TransportError {
                 failure: TransportFailure::AfterSend,
                 kind: self.kind,
-                message: self.message,
+                message: format!("{} within {} ms", self.what, self.within.as_millis()),
             }),
         }
     }

@@ -197,6 +197,7 @@ async fn stalled_body_ends_with_body_idle_timeout() {
     let (result, elapsed) = charge(&client, ms(3_000)).await;
     let error = transport(&result);
     assert_eq!((error.kind, error.failure), ("body_idle_timeout", TransportFailure::AfterSend), "{error:?}");
+    assert_eq!(error.message, "no body data within 150 ms");
     assert!(elapsed >= ms(150) && elapsed < ms(1_500), "{elapsed:?}");
     assert_eq!(server.requests.lock().unwrap().len(), 1);
 }
@@ -208,6 +209,7 @@ async fn missing_headers_end_with_headers_timeout() {
     let (result, elapsed) = charge(&client, ms(3_000)).await;
     let error = transport(&result);
     assert_eq!((error.kind, error.failure), ("headers_timeout", TransportFailure::AfterSend), "{error:?}");
+    assert_eq!(error.message, "no response headers within 150 ms");
     assert!(elapsed >= ms(150) && elapsed < ms(1_500), "{elapsed:?}");
 }
 
@@ -219,6 +221,7 @@ async fn trickling_body_ends_with_the_total_timeout() {
     let (result, elapsed) = charge(&client, ms(5_000)).await;
     let error = transport(&result);
     assert_eq!((error.kind, error.failure), ("timeout", TransportFailure::AfterSend), "{error:?}");
+    assert_eq!(error.message, "no complete response within 400 ms");
     assert!(elapsed >= ms(400) && elapsed < ms(800), "{elapsed:?}");
 }
 

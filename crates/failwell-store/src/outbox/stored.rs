@@ -216,6 +216,11 @@ pub(crate) fn hash_form(value: &Value) -> Value {
 /// one), if any. Reads the text as tokens, so a string *value* with that
 /// text is no key. Meant for text serde_json accepted as JSON.
 pub fn reserved_key_in(text: &str) -> Option<String> {
+    // Only a `\u` escape makes a key read as text it does not hold; without
+    // one, such a key holds the prefix as written.
+    if !text.contains(RESERVED_KEY_PREFIX) && !text.contains("\\u") {
+        return None;
+    }
     let bytes = text.as_bytes();
     let mut at = 0;
     while let Some(offset) = bytes[at..].iter().position(|&b| b == b'"') {
@@ -398,6 +403,8 @@ mod tests {
             (r#"{"a":{"\u0024serde_json::private::RawValue" : "{}"}}"#, true),
             (r#"{"note":"$serde_json::private::Number","b":["$serde_json::private::x"]}"#, false),
             (r#"{"a\"b":{"c":"\\"}, "d": 1}"#, false),
+            (r#"{"\u0024serde\u005fjson::private::Number":"1"}"#, true),
+            (r#"{"\\u0024serde_json::private::Number":"1"}"#, false),
         ] {
             assert_eq!(reserved_key_in(text).is_some(), found, "{text}");
         }
