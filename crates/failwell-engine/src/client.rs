@@ -31,9 +31,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use failwell_policy::{
-    BreakerConfig, BreakerConfigError, Bulkhead, BulkheadConfigError, CircuitBreaker, DynStore, InProcess,
-    Observed, Policy, PolicyError, PolicyService, Rejected, RetryBudget, RetryBudgetConfigError, Throttle,
-    ThrottleConfigError, TransportFailure,
+    BreakerConfig, BreakerConfigError, BreakerState, Bulkhead, BulkheadConfigError, CircuitBreaker, DynStore,
+    InProcess, Observed, Policy, PolicyError, PolicyService, Rejected, RetryBudget, RetryBudgetConfigError,
+    Throttle, ThrottleConfigError, TransportFailure,
 };
 use failwell_store::Operation;
 use rand::Rng;
@@ -475,7 +475,7 @@ impl ProviderClient {
         if let Some(breaker) = &self.guards.breaker
             && let Some(retry_in) = breaker.peek()
         {
-            return Some(retry_in.unwrap_or(Duration::from_secs(1)));
+            return Some(retry_in.unwrap_or(NO_PROBE_TIME));
         }
         if let Some(wait) = self.guards.throttle.as_ref().and_then(Throttle::busy_for) {
             return Some(wait);
@@ -497,7 +497,7 @@ impl ProviderClient {
     /// call short after it may have been sent.
     pub fn wait_after(&self, rejected: &Rejected) -> Option<Duration> {
         let wait = match rejected {
-            Rejected::BreakerOpen(open) => open.retry_in.unwrap_or(Duration::from_secs(1)),
+            Rejected::BreakerOpen(open) => open.retry_in.unwrap_or(NO_PROBE_TIME),
             Rejected::BulkheadFull(_) => self.spec().bulkhead.max_wait.max(Duration::from_millis(50)),
             Rejected::Throttled(throttled) => throttled.retry_in,
             Rejected::DeadlineExceeded(_) | Rejected::TimedOut(_) => return None,
@@ -508,18 +508,24 @@ impl ProviderClient {
     /// How long a retry waits after a call that failed, given its
     /// backoff `delay`: the backoff, or longer while the breaker refuses
     /// calls (open, paused, every probe slot taken): until its next probe
-    /// (a second when it gives none), spread as in
+    /// ([`NO_PROBE_TIME`] when it gives none), and while it is open or
+    /// half-open at least twice that, spread as in
     /// [`wait_after`](Self::wait_after).
     ///
     /// A failed half-open probe's message would otherwise come due again
-    /// within its short backoff, before every message deferred while the
-    /// probe was out, and carry each next probe until its attempts ran
-    /// out: one message dead-lettered by an outage the others wait out.
+    /// before the messages deferred while the probe was out (they wait
+    /// [`NO_PROBE_TIME`] spread, so at most twice it) and carry each next
+    /// probe until its attempts ran out: one message dead-lettered by an
+    /// outage the others wait out. In a cluster this process's view is
+    /// still half-open right after its probe failed.
     pub fn retry_wait(&self, delay: Duration) -> Duration {
-        match self.guards.breaker.as_ref().and_then(CircuitBreaker::peek) {
-            Some(retry_in) => spread(retry_in.unwrap_or(Duration::from_secs(1))).max(delay),
-            None => delay,
+        let Some(breaker) = &self.guards.breaker else { return delay };
+        let Some(retry_in) = breaker.peek() else { return delay };
+        let mut wait = retry_in.unwrap_or(NO_PROBE_TIME);
+        if matches!(breaker.state(), BreakerState::Open | BreakerState::HalfOpen) {
+            wait = wait.max(2 * NO_PROBE_TIME);
         }
+        spread(wait).max(delay)
     }
 
     /// Feeds the answer to a call whose turn was booked at `sent_at`
@@ -615,6 +621,10 @@ mod sender;
 use sender::{CallClassifier, Sender};
 #[cfg(test)]
 mod tests;
+
+/// How long work waits for a breaker that gives no time for its next
+/// probe (forced open, or every probe slot taken).
+const NO_PROBE_TIME: Duration = Duration::from_secs(1);
 
 /// `wait` plus a random share of up to its own length (at most a second
 /// more), so work put back together does not all come due at once.

@@ -2,8 +2,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use failwell_policy::{
-    Backoff, BreakerConfig, BulkheadConfig, Classifier, IdempotencyPolicy, Jitter, Manifest, Offers,
-    RetryBudgetConfig, RetryPolicy, Timeouts, TransportFailure,
+    Backoff, BreakerConfig, BulkheadConfig, CallOutcome, Classifier, IdempotencyPolicy, Jitter, Manifest,
+    Offers, RetryBudgetConfig, RetryPolicy, Timeouts, TransportFailure,
 };
 use failwell_store::Operation;
 use serde_json::json;
@@ -13,10 +13,10 @@ use crate::client::{Reply, TransportError};
 use crate::provider::{Encoding, OperationSpec, ProviderSpec};
 
 fn client(keys: bool) -> ProviderClient {
-    client_with(keys, RetryBudgetConfig::default())
+    client_with(keys, RetryBudgetConfig::default(), BreakerConfig::default())
 }
 
-fn client_with(keys: bool, retry_budget: RetryBudgetConfig) -> ProviderClient {
+fn client_with(keys: bool, retry_budget: RetryBudgetConfig, breaker: BreakerConfig) -> ProviderClient {
     let backoff = Backoff::try_new(Duration::from_millis(100), Duration::from_secs(1), Jitter::None).unwrap();
     let retry = RetryPolicy::try_new(3, backoff, Duration::from_secs(60), Duration::from_secs(10)).unwrap();
     let idempotency = IdempotencyPolicy {
@@ -49,7 +49,7 @@ fn client_with(keys: bool, retry_budget: RetryBudgetConfig) -> ProviderClient {
             body_idle: Duration::from_millis(100),
             total: Duration::from_millis(100),
         },
-        breaker: Some(BreakerConfig::default()),
+        breaker: Some(breaker),
         cluster_rule: Default::default(),
         pause: Default::default(),
         throttle: None,
@@ -148,6 +148,31 @@ fn a_retry_waits_for_the_breaker_to_let_a_call_out_and_keeps_its_backoff() {
     let decision = &c.attempt.as_ref().unwrap().decision;
     let shown: i64 = decision.trim_start_matches("retry in ").trim_end_matches(" ms").parse().unwrap();
     assert!(shown >= 1_000, "the history tells the wait: {decision}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_probe_waits_behind_the_messages_deferred_while_it_was_out() {
+    let ms = Duration::from_millis;
+    let breaker = BreakerConfig {
+        consecutive_failures: Some(1),
+        failure_rate: None,
+        open_for: ms(50),
+        max_open_for: ms(50),
+        ..BreakerConfig::default()
+    };
+    let client = client_with(true, RetryBudgetConfig::default(), breaker);
+    let cb = client.guards().breaker.as_ref().unwrap();
+    assert_eq!(client.retry_wait(ms(100)), ms(100), "closed: the backoff alone");
+    cb.try_acquire().unwrap().record(CallOutcome::Failure);
+    tokio::time::advance(ms(60)).await;
+    let probe = cb.try_acquire().unwrap();
+    assert!(probe.is_probe());
+    probe.record(CallOutcome::Failure);
+    // Open again for 50 ms, but the messages deferred while the probe was
+    // out are due up to 2 s after: the probe's message comes after them.
+    let wait = client.retry_wait(ms(10));
+    assert!((ms(2_000)..=ms(3_000)).contains(&wait), "{wait:?}");
+    assert_eq!(client.retry_wait(ms(5_000)), ms(5_000), "a longer backoff stands");
 }
 
 #[test]
@@ -257,7 +282,8 @@ async fn a_full_bulkhead_defers_too() {
 #[tokio::test]
 async fn a_retry_past_the_budget_waits_without_spending_its_attempt() {
     let spent = RetryBudgetConfig { ratio: 0.0, min_per_second: 0, ttl: Duration::from_secs(10) };
-    let providers: Providers = BTreeMap::from([("payments".to_string(), client_with(true, spent))]);
+    let providers: Providers =
+        BTreeMap::from([("payments".to_string(), client_with(true, spent, BreakerConfig::default()))]);
     let before = now_ms();
     let c = attempt(&providers, claimed(2, 0, false)).await;
     assert_eq!(c.attempt, None, "nothing was sent");
@@ -274,7 +300,7 @@ async fn a_retry_past_the_budget_waits_without_spending_its_attempt() {
 #[tokio::test]
 async fn a_retry_refused_by_the_breaker_does_not_spend_the_budget() {
     let budget = RetryBudgetConfig { ratio: 0.0, min_per_second: 1, ttl: Duration::from_secs(10) };
-    let client = client_with(true, budget);
+    let client = client_with(true, budget, BreakerConfig::default());
     let breaker = client.guards().breaker.clone().unwrap();
     let providers: Providers = BTreeMap::from([("payments".to_string(), client.clone())]);
     breaker.force_open();

@@ -106,6 +106,16 @@ macro_rules! contract_cases {
                 let error = insert(&app, columns, values).await.unwrap_err().to_string();
                 assert!(error.contains(says), "{values}: {error}");
             }
+            // A blank ordering key is refused on a replay too.
+            let blank = insert(
+                &app,
+                &format!("{columns}, ordering_key"),
+                "'payments', 'charge', '{\"amount\": 100, \"tags\": [1, 2.5]}', 'k', 'order-1', ' '",
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+            assert!(blank.contains("ordering_key must not be empty or blank"), "{blank}");
             // Without a key, the same request under the same reference is a replay.
             insert(&app, columns, "'payments', 'charge', '{\"tags\": [1, 2.5], \"amount\": 100}', NULL, 'order-1'")
                 .await

@@ -133,6 +133,18 @@ async fn the_sql_contract_stores_the_payload_as_written() {
     let claimed = s.claim(i64::MAX / 2, 10, 1_000, &ClaimScope::All).await.unwrap();
     assert_eq!(claimed.len(), 4, "every stored message reads back");
     assert!(claimed.iter().all(|c| c.operation.unreadable.is_none()));
+    // A replay (the same key and request) with a blank ordering key is refused too.
+    let replay = |ordering_key: &'static str| {
+        sqlx::query(
+            "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, ordering_key) \
+             VALUES ('payments', 'charge', '{}', 'k-replay', $1)",
+        )
+        .bind(ordering_key)
+        .execute(s.pool())
+    };
+    replay("key-1").await.unwrap();
+    let blank = replay(" ").await.unwrap_err();
+    assert!(blank.to_string().contains("ordering_key must not be empty or blank"), "{blank}");
 }
 
 /// A row another program damaged reads through the view as the
