@@ -17,9 +17,9 @@
 //!   MySQL or MariaDB (default `mysql://root@127.0.0.1:3306/test`).
 //! - `STORES`: the databases each configuration drains on, in turn,
 //!   comma-separated: `postgres` (the default), `mysql`. On PostgreSQL the
-//!   messages are committed through the outbox contract's plain SQL, on
-//!   MySQL through failwell's Rust API (`Outbox::enqueue`), each time in
-//!   one transaction.
+//!   messages are committed through the outbox contract's plain SQL
+//!   (`failwell_enqueue`, 50,000 intents a statement), on MySQL through
+//!   failwell's Rust API (`Outbox::enqueue`), each time in one transaction.
 //! - `COMMIT_LIMIT=1`: in every repetition, before the drains, measure each
 //!   store's server's limit for single-row commits (one-row `INSERT`s, each
 //!   its own transaction, for 5 s from 1 and from 16 connections).
@@ -45,7 +45,8 @@
 //!   of before the enqueue (a first start and stop migrates the database).
 //!   The drain is timed from the processes' start.
 //! - `INSERT_LATENCY=N`: after each drain on PostgreSQL, N single-row
-//!   transactions through the outbox contract alternating with N into a
+//!   transactions through the outbox contract (an `INSERT` into the view
+//!   `failwell_outbox`) alternating with N into a
 //!   plain queue table (pgmq's layout), each timed from `BEGIN` to its
 //!   `COMMIT`'s return: p50 and p99 of both.
 //! - `LATENCY_RATE` messages/s and `LATENCY_SECONDS` of the latency phase

@@ -23,11 +23,32 @@ fn payload(seq: u64) -> serde_json::Value {
            "currency": "EUR", "note": "y".repeat(40), "seq": seq})
 }
 
-/// The enqueue of `from..to` as the outbox contract's plain SQL.
-const PG_ENQUEUE: &str = "INSERT INTO failwell_outbox (provider, operation, payload) \
-    SELECT 'sink', 'post', jsonb_build_object('order_id', 'ORD-0000000001', 'customer', 'C-12345', \
-      'amount_cents', 129900, 'currency', 'EUR', 'note', repeat('y', 40), 'seq', g) \
-    FROM generate_series($1::bigint, $2::bigint - 1) g";
+/// The payload of message `g` in SQL, as [`payload`] writes it.
+macro_rules! pg_payload {
+    () => {
+        "jsonb_build_object('order_id', 'ORD-0000000001', 'customer', 'C-12345', \
+         'amount_cents', 129900, 'currency', 'EUR', 'note', repeat('y', 40), 'seq', g)"
+    };
+}
+
+/// The enqueue of `from..to` through the outbox contract's plain SQL, as
+/// an application enqueues in bulk: `failwell_enqueue`, one statement.
+const PG_ENQUEUE: &str = concat!(
+    "SELECT count(*) FROM failwell_enqueue('sink', 'post', ARRAY(SELECT ",
+    pg_payload!(),
+    "::json FROM generate_series($1::bigint, $2::bigint - 1) g))"
+);
+
+/// The same rows inserted into the view `failwell_outbox`, as an
+/// application enqueues one intent in its transaction.
+const PG_INSERT: &str = concat!(
+    "INSERT INTO failwell_outbox (provider, operation, payload) SELECT 'sink', 'post', ",
+    pg_payload!(),
+    " FROM generate_series($1::bigint, $2::bigint - 1) g"
+);
+
+/// Rows per enqueue statement.
+const PG_ENQUEUE_ROWS: u64 = 50_000;
 
 /// A database server a drain can run on, by its admin URL.
 #[derive(Clone, Debug)]
@@ -180,10 +201,10 @@ impl Db {
         match self {
             Self::Postgres(pool) => {
                 let mut tx = pool.begin().await.unwrap();
-                for start in (from..to).step_by(5_000) {
+                for start in (from..to).step_by(PG_ENQUEUE_ROWS as usize) {
                     sqlx::query(PG_ENQUEUE)
                         .bind(start as i64)
-                        .bind((start + 5_000).min(to) as i64)
+                        .bind((start + PG_ENQUEUE_ROWS).min(to) as i64)
                         .execute(&mut *tx)
                         .await
                         .unwrap();
@@ -295,11 +316,12 @@ impl Db {
         .execute(&mut *conn)
         .await
         .unwrap();
-        let contract = PG_ENQUEUE;
-        let plain = "INSERT INTO plain_queue (message) \
-            SELECT jsonb_build_object('order_id', 'ORD-0000000001', 'customer', 'C-12345', \
-              'amount_cents', 129900, 'currency', 'EUR', 'note', repeat('y', 40), 'seq', g) \
-            FROM generate_series($1::bigint, $2::bigint - 1) g";
+        let contract = PG_INSERT;
+        let plain = concat!(
+            "INSERT INTO plain_queue (message) SELECT ",
+            pg_payload!(),
+            " FROM generate_series($1::bigint, $2::bigint - 1) g"
+        );
         let mut latencies = [(); 2].map(|_| Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap());
         for i in 0..count * 2 {
             let seq = 1_000_000_000 + i as i64;

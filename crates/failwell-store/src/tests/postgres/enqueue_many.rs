@@ -1,0 +1,158 @@
+//! PostgreSQL only: `failwell_enqueue`, many intents of one provider
+//! operation in one statement (migration 0021).
+
+use sqlx::PgPool;
+
+use super::store;
+
+/// One row a call returns: the operation's id, its key, whether the call
+/// created it.
+type Written = (i64, String, bool);
+
+/// A batch writes one operation, one message and one `created` history row
+/// per new intent, with ids in the payloads' order, ordering keys and
+/// `available_at` on the messages, and answers one row per intent in order:
+/// a repeat inside the batch and a later call with the same intents are
+/// replays that write nothing. The transaction wakes the relays.
+#[tokio::test]
+async fn a_batch_writes_each_new_intent_once_in_order_and_replays_the_rest() {
+    let (schema, s) = store().await;
+    let pool = s.pool();
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await.unwrap();
+    listener.listen("failwell_outbox").await.unwrap();
+    let call = "SELECT * FROM failwell_enqueue('payments', 'charge', \
+                  ARRAY['{\"n\": 1}', '{\"n\": 2}', '{\"n\": 1}', '{\"n\": 3}']::json[], \
+                  idempotency_keys => ARRAY[NULL, 'k2', NULL, 'k3'], refs => ARRAY[NULL, 'r2', NULL, NULL], \
+                  ordering_keys => ARRAY['acct-1', 'acct-1', 'acct-1', NULL], \
+                  available_at => ARRAY[NULL, NULL, NULL, now() + interval '1 hour'])";
+    let first: Vec<Written> = sqlx::query_as(call).fetch_all(pool).await.unwrap();
+    let notice =
+        tokio::time::timeout(std::time::Duration::from_secs(5), listener.recv()).await.unwrap().unwrap();
+    assert_eq!(notice.payload(), schema.name);
+    let created: Vec<bool> = first.iter().map(|w| w.2).collect();
+    assert_eq!(created, [true, true, false, true]);
+    assert_eq!(first[0].0, first[2].0, "the repeat is the first intent's operation");
+    assert_eq!(first[0].1, first[2].1);
+    assert!(first[0].1.starts_with("sha256:"), "{first:?}");
+    assert_eq!((first[1].1.as_str(), first[3].1.as_str()), ("k2", "k3"));
+    assert!(first[0].0 < first[1].0 && first[1].0 < first[3].0, "{first:?}");
+
+    let rows: Vec<(i64, Option<String>, Option<String>, i64, bool, i64)> = sqlx::query_as(
+        "SELECT o.id, o.reference::text, x.ordering_key, x.available_at_ms - o.created_at_ms, \
+           o.not_before_ms IS NOT NULL, \
+           (SELECT count(*) FROM history h WHERE h.operation_id = o.id AND h.change = 'created') \
+         FROM operations o JOIN outbox x ON x.operation_id = o.id ORDER BY x.id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+    assert_eq!(ids, [first[0].0, first[1].0, first[3].0], "messages follow the payloads' order");
+    assert_eq!((rows[1].1.as_deref(), rows[1].2.as_deref()), (Some("r2"), Some("acct-1")));
+    assert_eq!(rows[0].2.as_deref(), Some("acct-1"));
+    assert_eq!((rows[0].3, rows[0].4), (0, false));
+    assert!(rows[2].3 > 3_500_000 && rows[2].4, "due in an hour: {rows:?}");
+    assert!(rows.iter().all(|r| r.5 == 1), "one created history row each: {rows:?}");
+
+    let again: Vec<Written> = sqlx::query_as(call).fetch_all(pool).await.unwrap();
+    let replayed: Vec<(i64, String, bool)> = first.iter().map(|w| (w.0, w.1.clone(), false)).collect();
+    assert_eq!(again, replayed);
+    assert_eq!(count(pool, "SELECT count(*) FROM outbox").await, 3);
+    let none: Vec<Written> =
+        sqlx::query_as("SELECT * FROM failwell_enqueue('payments', 'charge', ARRAY[]::json[])")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    assert!(none.is_empty());
+}
+
+/// A refused intent refuses the whole batch, with the view's error and the
+/// intent's position, and nothing of the batch is written.
+#[tokio::test]
+async fn one_refused_intent_refuses_the_batch_and_writes_nothing() {
+    let (_schema, s) = store().await;
+    let pool = s.pool();
+    sqlx::query(
+        "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference) \
+                 VALUES ('payments', 'charge', '{\"n\": 0}', 'taken', 'r0')",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    for (arguments, code, says) in [
+        (
+            "ARRAY['{\"n\": 1}', '[1]']::json[]",
+            "23514",
+            "payload must be a JSON object, not array (intent 2)",
+        ),
+        (
+            "ARRAY['{\"n\": 1}', NULL]::json[]",
+            "23502",
+            "provider, operation and payload are required (intent 2)",
+        ),
+        (
+            "ARRAY['{\"n\": 1}', '{\"n\": 2}']::json[], ordering_keys => ARRAY['a', ' ']",
+            "23514",
+            "ordering_key must not be empty or blank (intent 2)",
+        ),
+        (
+            "ARRAY['{\"n\": 1}', '{\"\\u0024serde_json::private::x\": 1}']::json[]",
+            "23514",
+            "which failwell's JSON reader reserves (intent 2)",
+        ),
+        (
+            "ARRAY['{\"n\": 1}', '{\"n\": 2}']::json[], idempotency_keys => ARRAY['new', 'taken']",
+            "23505",
+            "idempotency key taken was already used with a different request (intent 2)",
+        ),
+        (
+            "ARRAY['{\"n\": 1}', '{\"n\": 2}']::json[], idempotency_keys => ARRAY['same', 'same']",
+            "23505",
+            "idempotency key same was already used with a different request (intent 2)",
+        ),
+        (
+            "ARRAY['{\"n\": 1}', '{\"n\": 2}']::json[], refs => ARRAY['r9', 'r0']",
+            "23505",
+            "reference r0 already belongs to another operation of provider payments (intent 2)",
+        ),
+        (
+            "ARRAY['{\"n\": 1}', '{\"n\": 2}']::json[], refs => ARRAY['r9', ' ']",
+            "23514",
+            "operations_reference_not_blank",
+        ),
+        (
+            "ARRAY['{\"n\": 1}', '{\"n\": 2}']::json[], available_at => ARRAY[NULL, 'infinity']::timestamptz[]",
+            "23514",
+            "is not a time within a year from now (intent 2)",
+        ),
+        (
+            "ARRAY['{\"n\": 1}', '{\"n\": 2}']::json[], refs => ARRAY['r9']",
+            "2202E",
+            "refs has a different number of entries than payloads (2)",
+        ),
+        (
+            "ARRAY['{\"n\": 1}']::json[], hold_ids => ARRAY['no-such-hold']",
+            "23514",
+            "hold_id \"no-such-hold\" names no transfer",
+        ),
+    ] {
+        let error = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT * FROM failwell_enqueue('payments', 'charge', {arguments})"
+        )))
+        .execute(pool)
+        .await
+        .unwrap_err();
+        let error = error.as_database_error().unwrap();
+        assert_eq!(error.code().as_deref(), Some(code), "{arguments}: {error}");
+        assert!(error.message().contains(says), "{arguments}: {error}");
+    }
+    assert_eq!(count(pool, "SELECT count(*) FROM operations").await, 1);
+    assert_eq!(count(pool, "SELECT count(*) FROM outbox").await, 1);
+    assert_eq!(count(pool, "SELECT count(*) FROM history").await, 1);
+}
+
+/// The one number `sql` selects.
+async fn count(pool: &PgPool, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
