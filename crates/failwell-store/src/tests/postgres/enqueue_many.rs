@@ -136,6 +136,42 @@ async fn one_refused_intent_refuses_the_batch_and_writes_nothing() {
             "23514",
             "hold_id \"no-such-hold\" names no transfer",
         ),
+        // Holds and references are read by position, whatever the lower bound.
+        (
+            "ARRAY['{\"n\": 1}', '{\"n\": 2}']::json[], hold_ids => '[0:1]={no-such-hold,NULL}'::text[]",
+            "23514",
+            "hold_id \"no-such-hold\" names no transfer (intent 1)",
+        ),
+        (
+            "ARRAY['{\"n\": 1}', '{\"n\": 2}']::json[], refs => '[0:1]={r0,fresh}'::text[]",
+            "23505",
+            "reference r0 already belongs to another operation of provider payments (intent 1)",
+        ),
+        // An intent left out for its reference, although a later one with
+        // its key was written: with a key, without one, and inside the batch.
+        (
+            "ARRAY['{\"p\": 1}', '{\"p\": 2}']::json[], idempotency_keys => ARRAY['dup', 'dup'], \
+             refs => ARRAY['r0', 'r-free']",
+            "23505",
+            "reference r0 already belongs to another operation of provider payments (intent 1)",
+        ),
+        (
+            "ARRAY['{\"p\": 1}', '{\"p\": 1}']::json[], refs => ARRAY['r0', 'r-free']",
+            "23505",
+            "reference r0 already belongs to another operation of provider payments (intent 1)",
+        ),
+        (
+            "ARRAY['{\"q\": 1}', '{\"q\": 2}', '{\"q\": 2}']::json[], idempotency_keys => ARRAY['a', 'b', 'b'], \
+             refs => ARRAY['in', 'in', 'in-2']",
+            "23505",
+            "reference in already belongs to another operation of provider payments (intent 2)",
+        ),
+        // The payload is parsed only after the checks that read it as text.
+        (
+            "ARRAY['{\"a\": \"\\u0000\"}']::json[], idempotency_keys => ARRAY[' ']",
+            "23514",
+            "provider, operation and idempotency_key must not be empty or blank",
+        ),
     ] {
         let error = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT * FROM failwell_enqueue('payments', 'charge', {arguments})"
