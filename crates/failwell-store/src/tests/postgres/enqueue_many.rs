@@ -188,6 +188,84 @@ async fn one_refused_intent_refuses_the_batch_and_writes_nothing() {
     assert_eq!(count(pool, "SELECT count(*) FROM history").await, 1);
 }
 
+/// The view and `failwell_enqueue` check one intent alike: each refusal
+/// has the same SQLSTATE and message on both ways in, and an intent both
+/// accept is written alike (ordering key, `available_at`, history).
+#[tokio::test]
+async fn the_view_and_failwell_enqueue_refuse_and_write_one_intent_alike() {
+    let (_schema, s) = store().await;
+    let pool = s.pool();
+    sqlx::query(
+        "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference) \
+         VALUES ('payments', 'charge', '{\"n\": 0}', 'taken', 'r0')",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    // payload, idempotency_key, reference, ordering_key, available_at
+    let refused = [
+        ["NULL", "NULL", "NULL", "NULL", "NULL"],
+        ["'{\"a\": \"\\u0000\"}'", "' '", "NULL", "NULL", "NULL"],
+        ["'[1]'", "NULL", "NULL", "NULL", "NULL"],
+        ["'{\"a\": 1}'", "NULL", "NULL", "E'\\t'", "NULL"],
+        ["'{\"a\": \"' || repeat('x', 1048576) || '\"}'", "NULL", "NULL", "NULL", "NULL"],
+        ["'{\"a\": ' || repeat('[', 127) || repeat(']', 127) || '}'", "NULL", "NULL", "NULL", "NULL"],
+        ["'{\"a\": 1' || repeat('0', 1000) || '}'", "NULL", "NULL", "NULL", "NULL"],
+        ["'{\"\\u0024serde_json::private::x\": 1}'", "NULL", "NULL", "NULL", "NULL"],
+        ["'{\"a\": 1}'", "NULL", "NULL", "NULL", "'infinity'"],
+        ["'{\"n\": 2}'", "'taken'", "NULL", "NULL", "NULL"],
+        ["'{\"n\": 3}'", "'other'", "'r0'", "NULL", "NULL"],
+    ];
+    for [payload, key, reference, ordering_key, available_at] in refused {
+        let view = format!(
+            "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference, ordering_key, \
+             available_at) VALUES ('payments', 'charge', ({payload})::json, {key}, {reference}, {ordering_key}, \
+             ({available_at})::timestamptz)"
+        );
+        let function = format!(
+            "SELECT * FROM failwell_enqueue('payments', 'charge', ARRAY[({payload})::json], ARRAY[{key}]::text[], \
+             ARRAY[{reference}]::text[], ARRAY[{ordering_key}]::text[], ARRAY[({available_at})::timestamptz])"
+        );
+        let [by_view, by_function] = [view, function].map(|sql| async move {
+            let error = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await.unwrap_err();
+            let error = error.as_database_error().unwrap();
+            (error.code().map(|c| c.into_owned()), error.message().to_owned())
+        });
+        let (by_view, by_function) = (by_view.await, by_function.await);
+        assert!(by_view.1.starts_with("failwell_outbox: "), "{payload}: {by_view:?}");
+        assert_eq!(by_view, by_function, "{payload}");
+    }
+    assert_eq!(count(pool, "SELECT count(*) FROM operations").await, 1);
+
+    sqlx::query(
+        "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, ordering_key, available_at) \
+         VALUES ('payments', 'charge', '{\"n\": 4}', 'by-view', 'acct', now() + interval '1 hour')",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "SELECT * FROM failwell_enqueue('payments', 'charge', ARRAY['{\"n\": 4}']::json[], ARRAY['by-function'], \
+         ordering_keys => ARRAY['acct'], available_at => ARRAY[now() + interval '1 hour'])",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let written: Vec<(String, String, String, String, bool, bool, i64)> = sqlx::query_as(
+        "SELECT o.payload, o.request_hash, o.status, x.ordering_key, \
+           x.available_at_ms - o.created_at_ms BETWEEN 3500000 AND 3600000, o.not_before_ms = x.available_at_ms, \
+           (SELECT count(*) FROM history h WHERE h.operation_id = o.id) \
+         FROM operations o JOIN outbox x ON x.operation_id = o.id \
+         WHERE o.idempotency_key IN ('by-view', 'by-function') ORDER BY o.id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(written.len(), 2);
+    assert_eq!(written[0], written[1]);
+    assert!(written[0].4 && written[0].5 && written[0].6 == 1, "{written:?}");
+}
+
 /// The one number `sql` selects.
 async fn count(pool: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()

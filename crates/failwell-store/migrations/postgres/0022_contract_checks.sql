@@ -1,0 +1,287 @@
+-- The outbox contract's checks in one place, and `failwell_enqueue`
+-- corrected.
+--
+-- - `failwell_text_refusal` and `failwell_payload_refusal` hold the view's
+--   checks of an intent, in the view's order; the view's trigger and
+--   `failwell_enqueue` both call them (SQL functions, which PostgreSQL
+--   inlines into the statement that calls them).
+-- - The view's trigger writes its one row with statements of one row
+--   again: through `failwell_enqueue` (0021) a multi-row insert into the
+--   view ran at about half the rate of 0020's trigger, the cost of
+--   starting the larger statement once per row. It writes the ordering key
+--   and `available_at` with the message, as `failwell_enqueue` does.
+-- - An intent of a batch left out for its reference, while a later intent
+--   with the same idempotency key was written, is refused (`23505`, naming
+--   the reference and the intent's position). 0021 took the later intent's
+--   operation for the earlier one's and wrote the earlier one's ordering
+--   key and hold with it.
+-- - `hold_ids` and `refs` are read by position from their first entry,
+--   whatever the array's lower bound; 0021 indexed them from 1, so an array
+--   such as '[0:1]={a,b}' tied each hold to the wrong intent.
+-- - A payload is parsed (`jsonb`) only once the checks of its text pass, so
+--   a NULL provider or a blank key is reported before an unparsable
+--   payload, as by 0020's trigger.
+
+-- Raises `refusal` (its first five characters the SQLSTATE, the rest the
+-- message); NULL raises nothing and returns NULL.
+CREATE OR REPLACE FUNCTION failwell_raise(refusal text) RETURNS jsonb LANGUAGE plpgsql VOLATILE STRICT AS $$
+BEGIN
+    RAISE EXCEPTION '%', substr(refusal, 7) USING ERRCODE = left(refusal, 5);
+END $$;
+
+-- Why the view refuses an intent, from the checks that read its payload as
+-- text: NULL when they pass, else the SQLSTATE, a space and the message,
+-- which ends with `suffix` (the intent's position in a batch, or '').
+CREATE FUNCTION failwell_text_refusal(provider text, operation text, payload json, key text, ordering_key text,
+                                      suffix text) RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN provider IS NULL OR operation IS NULL OR payload IS NULL THEN
+            '23502 failwell_outbox: provider, operation and payload are required' || suffix
+        WHEN key !~ '\S' OR provider !~ '\S' OR operation !~ '\S' THEN
+            '23514 failwell_outbox: provider, operation and idempotency_key must not be empty or blank' || suffix
+        WHEN ordering_key !~ '\S' THEN
+            '23514 failwell_outbox: ordering_key must not be empty or blank' || suffix
+        WHEN json_typeof(payload) <> 'object' THEN
+            format('23514 failwell_outbox: payload must be a JSON object, not %s%s', json_typeof(payload), suffix)
+        WHEN octet_length(payload::text) > 1048576 THEN
+            format('23514 failwell_outbox: payload is %s bytes; at most 1048576 (1 MiB)%s', octet_length(payload::text), suffix)
+    END
+$$;
+
+-- The rest of the view's checks, of the parsed payload (`written` its text,
+-- `canonical` it as jsonb) and of `available_at`, as
+-- `failwell_text_refusal` answers. The checks of the parsed payload run
+-- only when it could fail them: 128 nested containers take at least 256
+-- characters; a number with more than 1000 digits is longer than 1000
+-- characters or written with an exponent; a key can read as the reserved
+-- prefix only when the text holds it or a `\u` escape.
+CREATE FUNCTION failwell_payload_refusal(written text, canonical jsonb, available_at timestamptz, suffix text)
+RETURNS text LANGUAGE sql VOLATILE AS $$
+    SELECT CASE
+        WHEN octet_length(written) >= 256 AND jsonb_path_exists(canonical,
+                 'strict $.**{127} ? (@.type() == "array" || @.type() == "object")') THEN
+            '23514 failwell_outbox: payload nests arrays and objects deeper than 127 levels' || suffix
+        WHEN (octet_length(written) > 1000 OR written ~ '[0-9][eE]') AND failwell_holds_long_number(canonical) THEN
+            '23514 failwell_outbox: payload holds a number with more than 1000 digits before or after the decimal point, written out in full' || suffix
+        WHEN (strpos(written, '$serde_json::private::') > 0 OR strpos(written, '\u') > 0) AND jsonb_path_exists(canonical,
+                 'strict $.** ? (@.type() == "object").keyvalue() ? (@.key starts with "$serde_json::private::")') THEN
+            '23514 failwell_outbox: payload holds a key starting with $serde_json::private::, which failwell''s JSON reader reserves' || suffix
+        WHEN available_at IS NOT NULL AND (NOT isfinite(available_at) OR available_at > clock_timestamp() + interval '1 year') THEN
+            format('23514 failwell_outbox: available_at %s is not a time within a year from now%s', available_at, suffix)
+    END
+$$;
+
+CREATE OR REPLACE FUNCTION failwell_enqueue(provider text, operation text, payloads json[],
+                                 idempotency_keys text[] DEFAULT NULL, refs text[] DEFAULT NULL,
+                                 ordering_keys text[] DEFAULT NULL, available_at timestamptz[] DEFAULT NULL,
+                                 hold_ids text[] DEFAULT NULL)
+RETURNS TABLE (id bigint, idempotency_key text, created boolean) LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    now_ms bigint := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    total integer := COALESCE(cardinality(payloads), 0);
+    mismatch text;
+    ns bigint[];
+    ids bigint[];
+    keys text[];
+    hashes text[];
+    news boolean[];
+    references_given text[];
+    refusal text;
+    hold text;
+    i integer;
+    jit_was text;
+BEGIN
+    mismatch := CASE
+        WHEN cardinality(idempotency_keys) <> total THEN 'idempotency_keys'
+        WHEN cardinality(refs) <> total THEN 'refs'
+        WHEN cardinality(ordering_keys) <> total THEN 'ordering_keys'
+        WHEN cardinality(failwell_enqueue.available_at) <> total THEN 'available_at'
+        WHEN cardinality(hold_ids) <> total THEN 'hold_ids' END;
+    IF mismatch IS NOT NULL THEN
+        RAISE EXCEPTION 'failwell_enqueue: % has a different number of entries than payloads (%); give one per payload, or none',
+            mismatch, total USING ERRCODE = 'array_subscript_error';
+    END IF;
+    IF total = 0 THEN
+        RETURN;
+    END IF;
+    -- A large batch's plan costs enough for PostgreSQL to compile it (JIT),
+    -- which takes longer than the statement runs; for this statement only.
+    IF total > 100 THEN
+        jit_was := current_setting('jit');
+        PERFORM set_config('jit', 'off', true);
+    END IF;
+    -- The operations, their messages and history rows in one statement; the
+    -- `operations_created` trigger leaves this statement's rows to it.
+    PERFORM set_config('failwell.enqueue', 'contract', true);
+    -- The intents, checked as the view checks a row; a payload that passes
+    -- the checks of its text is parsed.
+    WITH given AS MATERIALIZED (
+        SELECT g.n, g.payload, g.payload::text AS written, g.key, g.reference, g.ordering_key, g.available_at,
+               e.early, CASE WHEN e.early IS NULL THEN g.payload::jsonb END AS canonical, a.at
+        FROM unnest(payloads, idempotency_keys, refs, ordering_keys, failwell_enqueue.available_at)
+             WITH ORDINALITY AS g (payload, key, reference, ordering_key, available_at, n),
+        LATERAL (SELECT CASE WHEN total > 1 THEN format(' (intent %s)', g.n) ELSE '' END AS at) a,
+        LATERAL (SELECT failwell_text_refusal(failwell_enqueue.provider, failwell_enqueue.operation, g.payload,
+                                              g.key, g.ordering_key, a.at) AS early) e),
+    checked AS MATERIALIZED (
+        SELECT g.*, failwell_raise(COALESCE(g.early, failwell_payload_refusal(g.written, g.canonical, g.available_at, g.at)))
+                    AS refused,
+               failwell_request_hash(failwell_enqueue.provider, failwell_enqueue.operation, g.canonical) AS hash,
+               (extract(epoch FROM g.available_at) * 1000)::bigint AS due_ms
+        FROM given g),
+    keyed AS (
+        SELECT c.*, COALESCE(c.key, 'sha256:' || c.hash) AS idem FROM checked c WHERE c.refused IS NULL),
+    -- Rows are written in the intents' order, so operations take their ids
+    -- in that order (a scan of a CTE returns its rows in the order they
+    -- were written). A key given twice is written once.
+    operation AS (
+        INSERT INTO operations (idempotency_key, provider, operation, reference, payload, request_hash,
+                                provider_key, created_at_ms, updated_at_ms, changed_by, not_before_ms)
+        SELECT k.idem, failwell_enqueue.provider, failwell_enqueue.operation, k.reference,
+               k.written, k.hash, failwell_provider_key(failwell_enqueue.provider, failwell_enqueue.operation, k.idem, 0),
+               now_ms, now_ms, 'app', CASE WHEN k.due_ms > now_ms THEN k.due_ms END
+        FROM keyed k
+        ON CONFLICT DO NOTHING
+        RETURNING operations.id, operations.idempotency_key, operations.request_hash, operations.reference,
+                  operations.not_before_ms),
+    -- Each new operation, with the intent it was written from: the first of
+    -- those with its key, request and reference. (An earlier intent with the
+    -- same key may have been left out for its reference.)
+    made AS (
+        SELECT DISTINCT ON (o.id) o.id, k.n, k.ordering_key, o.not_before_ms
+        FROM operation o
+        JOIN keyed k ON k.idem = o.idempotency_key AND k.hash = o.request_hash
+                        AND k.reference IS NOT DISTINCT FROM o.reference
+        ORDER BY o.id, k.n),
+    message AS (
+        INSERT INTO outbox (operation_id, provider, ordering_key, available_at_ms, created_at_ms, updated_at_ms)
+        SELECT m.id, failwell_enqueue.provider, m.ordering_key, GREATEST(now_ms, m.not_before_ms), now_ms, now_ms
+        FROM made m),
+    history AS (
+        INSERT INTO history (subject, subject_id, operation_id, at_ms, actor, change)
+        SELECT 'operation', m.id, m.id, now_ms, 'app', 'created' FROM made m)
+    SELECT array_agg(r.n), array_agg(r.id), array_agg(r.idem), array_agg(r.hash), array_agg(r.id IS NOT NULL),
+           array_agg(r.reference)
+    INTO ns, ids, keys, hashes, news, references_given
+    FROM (SELECT k.n, m.id, k.idem, k.hash, k.reference FROM keyed k LEFT JOIN made m ON m.n = k.n ORDER BY k.n) r;
+    PERFORM set_config('failwell.enqueue', '', true);
+    IF jit_was IS NOT NULL THEN
+        PERFORM set_config('jit', jit_was, true);
+    END IF;
+
+    -- The intents not written: replays, or refused. One left out although a
+    -- later intent with its key was written was left out for its reference.
+    IF NOT (true = ALL (news)) THEN
+        SELECT CASE
+                   WHEN s.request_hash IS NULL OR w.n > r.n THEN
+                       format('failwell_outbox: reference %s already belongs to another operation of provider %s%s',
+                              r.reference, failwell_enqueue.provider, CASE WHEN total > 1 THEN format(' (intent %s)', r.n) ELSE '' END)
+                   ELSE
+                       format('failwell_outbox: idempotency key %s was already used with a different request%s',
+                              r.key, CASE WHEN total > 1 THEN format(' (intent %s)', r.n) ELSE '' END)
+               END
+        INTO refusal
+        FROM unnest(ns, keys, hashes, news, references_given) AS r (n, key, hash, new, reference)
+        LEFT JOIN operations s ON s.idempotency_key = r.key
+        LEFT JOIN unnest(ns, ids, news) AS w (n, id, new) ON w.new AND w.id = s.id
+        WHERE NOT r.new AND (s.request_hash IS NULL OR w.n > r.n OR s.request_hash <> r.hash)
+        ORDER BY r.n
+        LIMIT 1;
+        IF refusal IS NOT NULL THEN
+            RAISE EXCEPTION '%', refusal USING ERRCODE = 'unique_violation';
+        END IF;
+        SELECT array_agg(COALESCE(s.id, r.id) ORDER BY r.n) INTO ids
+        FROM unnest(ns, ids, keys, news) AS r (n, id, key, new)
+        LEFT JOIN operations s ON NOT r.new AND s.idempotency_key = r.key;
+    END IF;
+
+    -- Holds, one at a time and in order, as the view ties them.
+    FOR hold, i IN SELECT h.hold, h.n FROM unnest(hold_ids) WITH ORDINALITY AS h (hold, n) LOOP
+        CONTINUE WHEN hold IS NULL;
+        refusal := failwell_hold_refusal(hold, keys[i], NOT news[i]);
+        IF refusal IS NOT NULL THEN
+            RAISE EXCEPTION 'failwell_outbox: %', refusal || CASE WHEN total > 1 THEN format(' (intent %s)', i) ELSE '' END
+                USING ERRCODE = CASE WHEN news[i] THEN 'check_violation' ELSE 'unique_violation' END;
+        END IF;
+        IF news[i] THEN
+            UPDATE operations SET hold_id = hold WHERE operations.id = ids[i];
+        END IF;
+    END LOOP;
+
+    RETURN QUERY SELECT r.id, r.key, r.new FROM unnest(ids, keys, news) AS r (id, key, new);
+END $$;
+
+
+
+-- The view's trigger: one intent, with statements of one row, checked as
+-- `failwell_enqueue` checks each of its intents and written as it writes
+-- them.
+CREATE OR REPLACE FUNCTION failwell_outbox_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    now_ms bigint := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    due_ms bigint;
+    written text := NEW.payload::text;
+    canonical jsonb;
+    hash text;
+    key text;
+    new_id bigint;
+    stored text;
+    refusal text;
+BEGIN
+    refusal := failwell_text_refusal(NEW.provider, NEW.operation, NEW.payload, NEW.idempotency_key,
+                                     NEW.ordering_key, '');
+    IF refusal IS NULL THEN
+        canonical := NEW.payload::jsonb;
+        refusal := failwell_payload_refusal(written, canonical, NEW.available_at, '');
+    END IF;
+    PERFORM failwell_raise(refusal);
+    due_ms := (extract(epoch FROM NEW.available_at) * 1000)::bigint;
+    hash := failwell_request_hash(NEW.provider, NEW.operation, canonical);
+    key := COALESCE(NEW.idempotency_key, 'sha256:' || hash);
+    -- The operation, its message and its history row in one statement; the
+    -- `operations_created` trigger leaves this statement's row to it.
+    PERFORM set_config('failwell.enqueue', 'contract', true);
+    WITH operation AS (
+        INSERT INTO operations (idempotency_key, provider, operation, reference, payload, request_hash,
+                                provider_key, created_at_ms, updated_at_ms, changed_by, not_before_ms)
+        VALUES (key, NEW.provider, NEW.operation, NEW.reference, written, hash,
+                failwell_provider_key(NEW.provider, NEW.operation, key, 0), now_ms, now_ms, 'app',
+                CASE WHEN due_ms > now_ms THEN due_ms END)
+        ON CONFLICT DO NOTHING
+        RETURNING id, provider, not_before_ms),
+    message AS (
+        INSERT INTO outbox (operation_id, provider, ordering_key, available_at_ms, created_at_ms, updated_at_ms)
+        SELECT id, provider, NEW.ordering_key, GREATEST(now_ms, not_before_ms), now_ms, now_ms FROM operation),
+    created AS (
+        INSERT INTO history (subject, subject_id, operation_id, at_ms, actor, change)
+        SELECT 'operation', id, id, now_ms, 'app', 'created' FROM operation)
+    SELECT id INTO new_id FROM operation;
+    PERFORM set_config('failwell.enqueue', '', true);
+    IF new_id IS NULL THEN
+        SELECT request_hash INTO stored FROM operations WHERE idempotency_key = key;
+        IF stored IS NULL THEN
+            RAISE EXCEPTION 'failwell_outbox: reference % already belongs to another operation of provider %',
+                NEW.reference, NEW.provider USING ERRCODE = 'unique_violation';
+        ELSIF stored <> hash THEN
+            RAISE EXCEPTION 'failwell_outbox: idempotency key % was already used with a different request', key
+                USING ERRCODE = 'unique_violation';
+        END IF;
+    END IF;
+    IF NEW.hold_id IS NOT NULL THEN
+        refusal := failwell_hold_refusal(NEW.hold_id, key, new_id IS NULL);
+        IF refusal IS NOT NULL THEN
+            RAISE EXCEPTION 'failwell_outbox: %', refusal
+                USING ERRCODE = CASE WHEN new_id IS NULL THEN 'unique_violation' ELSE 'check_violation' END;
+        END IF;
+    END IF;
+    IF new_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF NEW.hold_id IS NOT NULL THEN
+        UPDATE operations SET hold_id = NEW.hold_id WHERE id = new_id;
+    END IF;
+    NEW.id := new_id;
+    NEW.idempotency_key := key;
+    RETURN NEW;
+END $$;
