@@ -9,6 +9,11 @@ use super::store;
 /// created it.
 type Written = (i64, String, bool);
 
+/// A message as the first test reads it: its operation's id, reference,
+/// ordering key, delay in ms, whether it has a `not_before_ms`, and its
+/// `created` history rows.
+type Message = (i64, Option<String>, Option<String>, i64, bool, i64);
+
 /// A batch writes one operation, one message and one `created` history row
 /// per new intent, with ids in the payloads' order, ordering keys and
 /// `available_at` on the messages, and answers one row per intent in order:
@@ -37,7 +42,7 @@ async fn a_batch_writes_each_new_intent_once_in_order_and_replays_the_rest() {
     assert_eq!((first[1].1.as_str(), first[3].1.as_str()), ("k2", "k3"));
     assert!(first[0].0 < first[1].0 && first[1].0 < first[3].0, "{first:?}");
 
-    let rows: Vec<(i64, Option<String>, Option<String>, i64, bool, i64)> = sqlx::query_as(
+    let rows: Vec<Message> = sqlx::query_as(
         "SELECT o.id, o.reference::text, x.ordering_key, x.available_at_ms - o.created_at_ms, \
            o.not_before_ms IS NOT NULL, \
            (SELECT count(*) FROM history h WHERE h.operation_id = o.id AND h.change = 'created') \
