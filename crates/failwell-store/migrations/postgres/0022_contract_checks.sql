@@ -21,6 +21,12 @@
 -- - A payload is parsed (`jsonb`) only once the checks of its text pass, so
 --   a NULL provider or a blank key is reported before an unparsable
 --   payload, as by 0020's trigger.
+-- - The functions an application's statement calls (the views' triggers
+--   and `failwell_enqueue`) run with failwell's schema on their
+--   `search_path`, not the application's: with the application's, an
+--   application table named like one of failwell's (`history`, say) earlier
+--   on its path took failwell's rows, and an application that wrote
+--   `failwell.failwell_outbox` without the schema on its path was refused.
 
 -- Raises `refusal` (its first five characters the SQLSTATE, the rest the
 -- message); NULL raises nothing and returns NULL.
@@ -284,4 +290,14 @@ BEGIN
     NEW.id := new_id;
     NEW.idempotency_key := key;
     RETURN NEW;
+END $$;
+
+-- The schema this migration runs in (failwell's), then `pg_temp` last, so
+-- that no temporary table can stand in for one of failwell's.
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION failwell_outbox_insert() SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION failwell_transfers_insert() SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION failwell_enqueue(text, text, json[], text[], text[], text[], timestamptz[], text[]) '
+                   'SET search_path = %I, pg_temp', current_schema());
 END $$;

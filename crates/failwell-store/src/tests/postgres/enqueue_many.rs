@@ -271,6 +271,69 @@ async fn the_view_and_failwell_enqueue_refuse_and_write_one_intent_alike() {
     assert!(written[0].4 && written[0].5 && written[0].6 == 1, "{written:?}");
 }
 
+/// The functions an application's statement calls write failwell's tables
+/// whatever the application's `search_path`: an application table named
+/// like one of failwell's, earlier on the path, gets none of failwell's
+/// rows, and the ways in work schema-qualified with failwell's schema off
+/// the path.
+#[tokio::test]
+async fn the_ways_in_write_failwells_tables_whatever_the_applications_search_path() {
+    use sqlx::{Connection, Executor};
+    let (schema, url) = super::schema().await;
+    let _store = crate::PostgresStore::open(&url, 1).await.unwrap();
+    let (app, _) = super::schema().await;
+    let (ours, theirs) = (schema.name.as_str(), app.name.as_str());
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    for table in ["operations", "outbox", "history"] {
+        conn.execute(sqlx::AssertSqlSafe(format!("CREATE TABLE {theirs}.{table} (x int)"))).await.unwrap();
+    }
+    conn.execute(sqlx::AssertSqlSafe(format!("SET search_path = {theirs}, {ours}"))).await.unwrap();
+    conn.execute(
+        "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key) \
+         VALUES ('payments', 'charge', '{\"n\": 1}', 'on-path-view')",
+    )
+    .await
+    .unwrap();
+    conn.execute(
+        "SELECT * FROM failwell_enqueue('payments', 'charge', ARRAY['{\"n\": 2}']::json[], ARRAY['on-path'])",
+    )
+    .await
+    .unwrap();
+    conn.execute(sqlx::AssertSqlSafe(format!("SET search_path = {theirs}"))).await.unwrap();
+    conn.execute(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {ours}.failwell_outbox (provider, operation, payload, idempotency_key) \
+         VALUES ('payments', 'charge', '{{\"n\": 3}}', 'off-path-view')"
+    )))
+    .await
+    .unwrap();
+    conn.execute(sqlx::AssertSqlSafe(format!(
+        "SELECT * FROM {ours}.failwell_enqueue('payments', 'charge', ARRAY['{{\"n\": 4}}']::json[], ARRAY['off-path'])"
+    )))
+    .await
+    .unwrap();
+    let error = conn
+        .execute(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {ours}.failwell_transfers (id, debit_account, credit_account, amount) \
+             VALUES ('t', 'nobody', 'no-one', 1)"
+        )))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("failwell_transfers: "), "{error}");
+    for table in ["operations", "outbox", "history"] {
+        let failwells: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {ours}.{table}")))
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        let applications: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {theirs}.{table}")))
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        assert_eq!((failwells, applications), (4, 0), "{table}");
+    }
+}
+
 /// The one number `sql` selects.
 async fn count(pool: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
