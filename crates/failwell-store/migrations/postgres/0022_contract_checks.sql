@@ -120,23 +120,24 @@ BEGIN
     -- The operations, their messages and history rows in one statement; the
     -- `operations_created` trigger leaves this statement's rows to it.
     PERFORM set_config('failwell.enqueue', 'contract', true);
-    -- The intents, checked as the view checks a row; a payload that passes
-    -- the checks of its text is parsed.
-    WITH given AS MATERIALIZED (
-        SELECT g.n, g.payload, g.payload::text AS written, g.key, g.reference, g.ordering_key, g.available_at,
-               e.early, CASE WHEN e.early IS NULL THEN g.payload::jsonb END AS canonical, a.at
+    -- The intents, checked as the view checks a row, in order, each with its
+    -- request hash. A payload is parsed once (the subquery with OFFSET 0),
+    -- and only when the checks of its text pass. Only what the inserts need
+    -- is kept, so that a large batch spills little to disk.
+    WITH checked AS MATERIALIZED (
+        SELECT g.n, p.written, g.key, g.reference, g.ordering_key,
+               failwell_raise(COALESCE(e.early, failwell_payload_refusal(p.written, p.canonical, g.available_at, a.at)))
+                   AS refused,
+               failwell_request_hash(failwell_enqueue.provider, failwell_enqueue.operation, p.canonical) AS hash,
+               (extract(epoch FROM g.available_at) * 1000)::bigint AS due_ms
         FROM unnest(payloads, idempotency_keys, refs, ordering_keys, failwell_enqueue.available_at)
              WITH ORDINALITY AS g (payload, key, reference, ordering_key, available_at, n),
         LATERAL (SELECT CASE WHEN total > 1 THEN format(' (intent %s)', g.n) ELSE '' END AS at) a,
         LATERAL (SELECT failwell_text_refusal(failwell_enqueue.provider, failwell_enqueue.operation, g.payload,
-                                              g.key, g.ordering_key, a.at) AS early) e),
-    checked AS MATERIALIZED (
-        SELECT g.*, failwell_raise(COALESCE(g.early, failwell_payload_refusal(g.written, g.canonical, g.available_at, g.at)))
-                    AS refused,
-               failwell_request_hash(failwell_enqueue.provider, failwell_enqueue.operation, g.canonical) AS hash,
-               (extract(epoch FROM g.available_at) * 1000)::bigint AS due_ms
-        FROM given g),
-    keyed AS (
+                                              g.key, g.ordering_key, a.at) AS early) e,
+        LATERAL (SELECT g.payload::text AS written,
+                        CASE WHEN e.early IS NULL THEN g.payload::jsonb END AS canonical OFFSET 0) p),
+    keyed AS NOT MATERIALIZED (
         SELECT c.*, COALESCE(c.key, 'sha256:' || c.hash) AS idem FROM checked c WHERE c.refused IS NULL),
     -- Rows are written in the intents' order, so operations take their ids
     -- in that order (a scan of a CTE returns its rows in the order they
