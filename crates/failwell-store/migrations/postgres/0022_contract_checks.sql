@@ -21,6 +21,8 @@
 -- - A payload is parsed (`jsonb`) only once the checks of its text pass, so
 --   a NULL provider or a blank key is reported before an unparsable
 --   payload, as by 0020's trigger.
+-- - `failwell_enqueue` wakes the relays itself when it writes, so that a
+--   call from inside an application's trigger wakes them too.
 -- - The functions an application's statement calls (the views' triggers
 --   and `failwell_enqueue`) run with failwell's schema on their
 --   `search_path`, not the application's: with the application's, an
@@ -215,6 +217,13 @@ BEGIN
             UPDATE operations SET hold_id = hold WHERE operations.id = ids[i];
         END IF;
     END LOOP;
+
+    -- Wake the relays at the commit, also when this runs inside a trigger,
+    -- where the tables' own notice triggers leave it to the view. (A
+    -- transaction sends one notice per channel and text.)
+    IF true = ANY (news) THEN
+        PERFORM pg_notify('failwell_outbox', current_schema());
+    END IF;
 
     RETURN QUERY SELECT r.id, r.key, r.new FROM unnest(ids, keys, news) AS r (id, key, new);
 END $$;

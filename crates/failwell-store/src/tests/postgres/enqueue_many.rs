@@ -31,9 +31,7 @@ async fn a_batch_writes_each_new_intent_once_in_order_and_replays_the_rest() {
                   ordering_keys => ARRAY['acct-1', 'acct-1', 'acct-1', NULL], \
                   available_at => ARRAY[NULL, NULL, NULL, now() + interval '1 hour'])";
     let first: Vec<Written> = sqlx::query_as(call).fetch_all(pool).await.unwrap();
-    let notice =
-        tokio::time::timeout(std::time::Duration::from_secs(5), listener.recv()).await.unwrap().unwrap();
-    assert_eq!(notice.payload(), schema.name);
+    super::notice_naming(&mut listener, &schema).await;
     let created: Vec<bool> = first.iter().map(|w| w.2).collect();
     assert_eq!(created, [true, true, false, true]);
     assert_eq!(first[0].0, first[2].0, "the repeat is the first intent's operation");
@@ -70,6 +68,28 @@ async fn a_batch_writes_each_new_intent_once_in_order_and_replays_the_rest() {
             .await
             .unwrap();
     assert!(none.is_empty());
+}
+
+/// A batch enqueued from inside an application's own trigger wakes the
+/// relays at the commit too.
+#[tokio::test]
+async fn a_batch_from_an_applications_trigger_wakes_the_relays() {
+    let (schema, s) = store().await;
+    let pool = s.pool();
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await.unwrap();
+    listener.listen("failwell_outbox").await.unwrap();
+    for sql in [
+        super::ORDERS_TABLE,
+        "CREATE FUNCTION orders_charge() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           PERFORM failwell_enqueue('payments', 'charge', ARRAY[json_build_object('order', NEW.id)], ARRAY[NEW.id]); \
+           RETURN NULL; END $$",
+        "CREATE TRIGGER orders_charge AFTER INSERT ON orders FOR EACH ROW EXECUTE FUNCTION orders_charge()",
+        "INSERT INTO orders VALUES ('o-1')",
+    ] {
+        sqlx::query(sql).execute(pool).await.unwrap();
+    }
+    super::notice_naming(&mut listener, &schema).await;
+    assert_eq!(count(pool, "SELECT count(*) FROM outbox").await, 1);
 }
 
 /// A refused intent refuses the whole batch, with the view's error and the

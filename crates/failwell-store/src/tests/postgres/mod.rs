@@ -60,6 +60,16 @@ pub(super) async fn schema() -> (Schema, String) {
     (Schema { url, name }, schema_url)
 }
 
+/// Waits up to 5 s for a `failwell_outbox` notice naming `schema`, passing
+/// over those of tests running beside this one (in schemas of their own,
+/// on the same channel); panics when none comes.
+async fn notice_naming(listener: &mut sqlx::postgres::PgListener, schema: &Schema) {
+    let ours = async { while listener.recv().await.unwrap().payload() != schema.name {} };
+    tokio::time::timeout(std::time::Duration::from_secs(5), ours)
+        .await
+        .expect("a failwell_outbox notice naming the schema");
+}
+
 async fn store() -> (Schema, S) {
     let (schema, url) = schema().await;
     (schema, PostgresStore::open(&url, 4).await.unwrap())

@@ -225,9 +225,7 @@ async fn every_way_in_writes_one_message_one_history_row_and_a_notice() {
     Outbox::enqueue(&mut *tx, &charge("api-2"), 1).await.unwrap();
     sqlx::query(view).bind("view-2").bind("r2").execute(&mut *tx).await.unwrap();
     tx.commit().await.unwrap();
-    let notice =
-        tokio::time::timeout(std::time::Duration::from_secs(5), listener.recv()).await.unwrap().unwrap();
-    assert_eq!(notice.payload(), schema.name);
+    super::notice_naming(&mut listener, &schema).await;
 
     let rows: Vec<(String, i64, i64, String)> = sqlx::query_as(
         "SELECT o.idempotency_key, \
@@ -250,9 +248,7 @@ async fn every_way_in_writes_one_message_one_history_row_and_a_notice() {
     let mut tx = s.pool().begin().await.unwrap();
     Outbox::enqueue(&mut *tx, &charge("api-3"), 1).await.unwrap();
     tx.commit().await.unwrap();
-    let notice =
-        tokio::time::timeout(std::time::Duration::from_secs(5), listener.recv()).await.unwrap().unwrap();
-    assert_eq!(notice.payload(), schema.name);
+    super::notice_naming(&mut listener, &schema).await;
 }
 
 /// A message whose operation is gone (changed behind failwell's back: no
