@@ -96,15 +96,8 @@ async fn a_batch_from_an_applications_trigger_wakes_the_relays() {
 /// intent's position, and nothing of the batch is written.
 #[tokio::test]
 async fn one_refused_intent_refuses_the_batch_and_writes_nothing() {
-    let (_schema, s) = store().await;
+    let (_schema, s) = store_with_one_taken().await;
     let pool = s.pool();
-    sqlx::query(
-        "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference) \
-                 VALUES ('payments', 'charge', '{\"n\": 0}', 'taken', 'r0')",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
     for (arguments, code, says) in [
         (
             "ARRAY['{\"n\": 1}', '[1]']::json[]",
@@ -218,15 +211,8 @@ async fn one_refused_intent_refuses_the_batch_and_writes_nothing() {
 /// accept is written alike (ordering key, `available_at`, history).
 #[tokio::test]
 async fn the_view_and_failwell_enqueue_refuse_and_write_one_intent_alike() {
-    let (_schema, s) = store().await;
+    let (_schema, s) = store_with_one_taken().await;
     let pool = s.pool();
-    sqlx::query(
-        "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference) \
-         VALUES ('payments', 'charge', '{\"n\": 0}', 'taken', 'r0')",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
     // payload, idempotency_key, reference, ordering_key, available_at
     let refused = [
         ["NULL", "NULL", "NULL", "NULL", "NULL"],
@@ -352,6 +338,20 @@ async fn the_ways_in_write_failwells_tables_whatever_the_applications_search_pat
                 .unwrap();
         assert_eq!((failwells, applications), (4, 0), "{table}");
     }
+}
+
+/// A store holding one operation, with the idempotency key `taken` and the
+/// reference `r0`.
+async fn store_with_one_taken() -> (super::Schema, crate::PostgresStore) {
+    let (schema, s) = store().await;
+    sqlx::query(
+        "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference) \
+         VALUES ('payments', 'charge', '{\"n\": 0}', 'taken', 'r0')",
+    )
+    .execute(s.pool())
+    .await
+    .unwrap();
+    (schema, s)
 }
 
 /// The one number `sql` selects.
