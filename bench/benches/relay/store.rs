@@ -233,14 +233,14 @@ impl Db {
 
     /// Whether any message is not delivered yet. Polled every 10 ms during
     /// a drain, so it reads one entry of the pending messages' index
-    /// (`outbox_open`), not all of them: a `count(*)` of 50,000 pending
+    /// (`outbox_provider_due`), not all of them: a `count(*)` of 50,000 pending
     /// messages took 5–25 ms of the database server's CPU each time, on a
     /// machine whose two cores failwell and PostgreSQL share (it is not
     /// counted in their CPU per message, but it slowed their drain; the
     /// peers' harnesses count what they delete instead).
     pub async fn any_pending(&self) -> bool {
         self.count(
-            "SELECT count(*) FROM (SELECT 1 FROM outbox WHERE state = 'pending' ORDER BY created_at_ms LIMIT 1) p",
+            "SELECT count(*) FROM (SELECT 1 FROM outbox WHERE state = 'pending' ORDER BY provider LIMIT 1) p",
         )
         .await
             > 0

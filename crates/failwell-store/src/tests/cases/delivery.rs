@@ -84,6 +84,29 @@ macro_rules! delivery_cases {
             assert_eq!(rest.len(), 17, "the rest of the backlog");
         }
 
+        /// A claim of every provider takes the oldest due messages whatever
+        /// their provider, oldest first, up to its limit, and nothing due
+        /// later.
+        #[tokio::test]
+        async fn a_claim_of_every_provider_takes_the_oldest_across_providers() {
+            let (_d, s) = store().await;
+            for (provider, key, at) in [
+                ("payments", "p30", 30),
+                ("shipping", "s10", 10),
+                ("erp", "e20", 20),
+                ("payments", "p05", 5),
+                ("retired", "r40", 40),
+                ("shipping", "s99", 99),
+            ] {
+                let op = NewOperation { provider: provider.into(), ..new_op(key, 100) };
+                s.submit(op, at).await.unwrap();
+            }
+            let first = s.claim(50, 3, 100_000, &ClaimScope::All).await.unwrap();
+            assert_eq!(keys(&first), ["p05", "s10", "e20"]);
+            let rest = s.claim(50, 10, 100_000, &ClaimScope::All).await.unwrap();
+            assert_eq!(keys(&rest), ["p30", "r40"], "s99 is not due yet");
+        }
+
         /// A success's history reads the same on every store: created, the
         /// call, then the message done and the operation succeeded. A store
         /// writes those two changes as history rows or marks the attempt row
