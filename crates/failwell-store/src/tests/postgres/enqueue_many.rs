@@ -23,8 +23,7 @@ type Message = (i64, Option<String>, Option<String>, i64, bool, i64);
 async fn a_batch_writes_each_new_intent_once_in_order_and_replays_the_rest() {
     let (schema, s) = store().await;
     let pool = s.pool();
-    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await.unwrap();
-    listener.listen("failwell_outbox").await.unwrap();
+    let mut listener = super::listening(pool).await;
     let call = "SELECT * FROM failwell_enqueue('payments', 'charge', \
                   ARRAY['{\"n\": 1}', '{\"n\": 2}', '{\"n\": 1}', '{\"n\": 3}']::json[], \
                   idempotency_keys => ARRAY[NULL, 'k2', NULL, 'k3'], refs => ARRAY[NULL, 'r2', NULL, NULL], \
@@ -76,8 +75,7 @@ async fn a_batch_writes_each_new_intent_once_in_order_and_replays_the_rest() {
 async fn a_batch_from_an_applications_trigger_wakes_the_relays() {
     let (schema, s) = store().await;
     let pool = s.pool();
-    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await.unwrap();
-    listener.listen("failwell_outbox").await.unwrap();
+    let mut listener = super::listening(pool).await;
     for sql in [
         super::ORDERS_TABLE,
         "CREATE FUNCTION orders_charge() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \

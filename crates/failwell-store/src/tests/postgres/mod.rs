@@ -60,6 +60,14 @@ pub(super) async fn schema() -> (Schema, String) {
     (Schema { url, name }, schema_url)
 }
 
+/// A connection of its own to `pool`'s server, listening on the relays'
+/// channel, `failwell_outbox`.
+async fn listening(pool: &sqlx::PgPool) -> sqlx::postgres::PgListener {
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await.unwrap();
+    listener.listen("failwell_outbox").await.unwrap();
+    listener
+}
+
 /// Waits up to 5 s for a `failwell_outbox` notice naming `schema`, passing
 /// over those of tests running beside this one (in schemas of their own,
 /// on the same channel); panics when none comes.

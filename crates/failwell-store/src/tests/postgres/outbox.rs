@@ -205,8 +205,7 @@ async fn the_provider_key_in_sql_is_the_rust_one() {
 #[tokio::test]
 async fn every_way_in_writes_one_message_one_history_row_and_a_notice() {
     let (schema, s) = store().await;
-    let mut listener = sqlx::postgres::PgListener::connect_with(s.pool()).await.unwrap();
-    listener.listen("failwell_outbox").await.unwrap();
+    let mut listener = super::listening(s.pool()).await;
     let view = "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference) \
                 VALUES ('payments', 'charge', '{\"amount\": 1}', $1, $2)";
     let mut tx = s.pool().begin().await.unwrap();
