@@ -146,7 +146,7 @@ fn needs(location: &Location, detail: Option<&str>) -> (String, String) {
                 format!(
                     "INSERT, and SELECT to read the status, on the view failwell_outbox; the view's trigger runs \
                      with the application's rights, so also SELECT, INSERT, UPDATE on operations and outbox, \
-                     INSERT on history, and USAGE on the schema {schema} (docs/OUTBOX.md, Setup)"
+                     and USAGE on the schema {schema} (docs/OUTBOX.md, Setup)"
                 ),
                 format!(
                     "CREATE and USAGE on the schema {schema}: it creates its tables, view, functions and \

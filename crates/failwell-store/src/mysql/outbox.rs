@@ -20,7 +20,7 @@ impl OutboxConnection for MySqlConnection {
         // inserted by the `operations_created` trigger.
         let inserted = sql::query(
             "INSERT INTO operations (idempotency_key, provider, operation, reference, payload, request_hash, \
-             provider_key, created_at_ms, updated_at_ms, changed_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)",
+             provider_key, created_at_ms, updated_at_ms, changed_by, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $9)",
         )
         .bind(op.idempotency_key.as_str())
         .bind(op.provider.as_str())

@@ -86,7 +86,10 @@ pub trait OperatorStore: Send + Sync {
     /// webhook events did, and the discrepancies reports found. A plain
     /// success's two changes (`message pending -> done`, `operation … ->
     /// succeeded`) come from its attempt row where the relay marked it
-    /// (`attempts.settled_from`), at the attempt's end, right after it.
+    /// (`attempts.settled_from`), at the attempt's end, right after it. Its
+    /// creation (`operation created`, by whoever recorded it, at its
+    /// `created_at_ms`) comes from the operation's `created_by` where that
+    /// is set, and from a history row where it is not.
     async fn history(&self, operation_id: i64) -> Result<Vec<HistoryEntry>, StoreError>;
 }
 

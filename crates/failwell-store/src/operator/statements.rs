@@ -431,6 +431,9 @@ macro_rules! operator_statements {
                     "SELECT at_ms, subject, actor, \"change\", detail, 0 AS source, id, 0 AS part FROM history \
                      WHERE operation_id = $1 \
                      UNION ALL \
+                     SELECT created_at_ms, 'operation', created_by, 'created', NULL, 0, 0, 0 \
+                     FROM operations WHERE id = $1 AND created_by IS NOT NULL \
+                     UNION ALL \
                      SELECT started_at_ms, 'attempt', \
                        CASE kind WHEN 'lookup' THEN 'reconciler' ELSE 'relay' END, \
                        kind || CASE WHEN kind = 'call' THEN ' ' || attempt_no ELSE '' END || ': ' || \

@@ -23,8 +23,8 @@ impl OutboxConnection for PgConnection {
         // for it and then does nothing or inserts.
         let inserted = sqlx::query(
             "INSERT INTO operations (idempotency_key, provider, operation, reference, payload, request_hash, \
-             provider_key, created_at_ms, updated_at_ms, changed_by) \
-             VALUES ($1, $2, $3, $4, $5, failwell_request_hash($2, $3, $5::jsonb), $6, $7, $7, $8) \
+             provider_key, created_at_ms, updated_at_ms, changed_by, created_by) \
+             VALUES ($1, $2, $3, $4, $5, failwell_request_hash($2, $3, $5::jsonb), $6, $7, $7, $8, $8) \
              ON CONFLICT DO NOTHING RETURNING id, idempotency_key, provider, operation, \
              reference, payload, status, key_group, provider_key, key_first_sent_at_ms, attempts, provider_ref, \
              response, last_error, FALSE AS dead_letter, reconcile_attempts, effect_possible, lookup_misses, \

@@ -16,7 +16,7 @@ impl OutboxConnection for SqliteConnection {
         let provider_key = derive_key(&op.provider, &op.operation, &op.idempotency_key, 0);
         let inserted = sqlx::query(
             "INSERT INTO operations (idempotency_key, provider, operation, reference, payload, request_hash, \
-             provider_key, created_at_ms, updated_at_ms, changed_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9) \
+             provider_key, created_at_ms, updated_at_ms, changed_by, created_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?9) \
              ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, idempotency_key, provider, operation, \
              reference, payload, status, key_group, provider_key, key_first_sent_at_ms, attempts, provider_ref, \
              response, last_error, FALSE AS dead_letter, reconcile_attempts, effect_possible, lookup_misses, created_at_ms, \

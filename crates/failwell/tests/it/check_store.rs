@@ -76,7 +76,7 @@ async fn check_names_a_postgres_schema_and_the_rights_the_contract_needs() {
     let needs = format!(
         "the application's user  INSERT, and SELECT to read the status, on the view failwell_outbox; the view's \
          trigger runs with the application's rights, so also SELECT, INSERT, UPDATE on operations and outbox, \
-         INSERT on history, and USAGE on the schema {schema}"
+         and USAGE on the schema {schema}"
     );
     let text = check(&url);
     has_lines(
@@ -131,7 +131,6 @@ async fn the_rights_named_for_a_postgres_application_are_needed_and_enough() {
     assert!(refused.to_string().contains("permission denied for table operations"), "{refused}");
     run(&mut conn, "RESET ROLE".into()).await.unwrap();
     run(&mut conn, format!("GRANT SELECT, INSERT, UPDATE ON operations, outbox TO {role}")).await.unwrap();
-    run(&mut conn, format!("GRANT INSERT ON history TO {role}")).await.unwrap();
     run(&mut conn, format!("SET ROLE {role}")).await.unwrap();
     run(&mut conn, insert("rights-1", "")).await.unwrap();
     run(&mut conn, insert("rights-2", ", 'k', now() + interval '1 hour'")).await.unwrap();

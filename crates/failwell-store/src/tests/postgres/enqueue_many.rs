@@ -10,12 +10,18 @@ use super::store;
 type Written = (i64, String, bool);
 
 /// A message as the first test reads it: its operation's id, reference,
-/// ordering key, delay in ms, whether it has a `not_before_ms`, and its
-/// `created` history rows.
-type Message = (i64, Option<String>, Option<String>, i64, bool, i64);
+/// ordering key, delay in ms, whether it has a `not_before_ms`, its
+/// `created` history rows and who it says created it (`created_by`).
+type Message = (i64, Option<String>, Option<String>, i64, bool, i64, Option<String>);
 
-/// A batch writes one operation, one message and one `created` history row
-/// per new intent, with ids in the payloads' order, ordering keys and
+/// An intent as the view and `failwell_enqueue` must write it alike: its
+/// payload, request hash, status, ordering key, whether it is due in an
+/// hour and its `not_before_ms` is that time, its history rows and its
+/// `created_by`.
+type Alike = (String, String, String, String, bool, bool, i64, Option<String>);
+
+/// A batch writes one operation and one message per new intent (its
+/// creation is the operation's `created_by`, not a history row), with ids in the payloads' order, ordering keys and
 /// `available_at` on the messages, and answers one row per intent in order:
 /// a repeat inside the batch and a later call with the same intents are
 /// replays that write nothing. The transaction wakes the relays.
@@ -42,7 +48,8 @@ async fn a_batch_writes_each_new_intent_once_in_order_and_replays_the_rest() {
     let rows: Vec<Message> = sqlx::query_as(
         "SELECT o.id, o.reference::text, x.ordering_key, x.available_at_ms - o.created_at_ms, \
            o.not_before_ms IS NOT NULL, \
-           (SELECT count(*) FROM history h WHERE h.operation_id = o.id AND h.change = 'created') \
+           (SELECT count(*) FROM history h WHERE h.operation_id = o.id AND h.change = 'created'), \
+           o.created_by \
          FROM operations o JOIN outbox x ON x.operation_id = o.id ORDER BY x.id",
     )
     .fetch_all(pool)
@@ -55,7 +62,10 @@ async fn a_batch_writes_each_new_intent_once_in_order_and_replays_the_rest() {
     assert_eq!(rows[0].2.as_deref(), Some("acct-1"));
     assert_eq!((rows[0].3, rows[0].4), (0, false));
     assert!(rows[2].3 > 3_500_000 && rows[2].4, "due in an hour: {rows:?}");
-    assert!(rows.iter().all(|r| r.5 == 1), "one created history row each: {rows:?}");
+    assert!(
+        rows.iter().all(|r| (r.5, r.6.as_deref()) == (0, Some("app"))),
+        "created by app, no row: {rows:?}"
+    );
 
     let again: Vec<Written> = sqlx::query_as(call).fetch_all(pool).await.unwrap();
     let replayed: Vec<(i64, String, bool)> = first.iter().map(|w| (w.0, w.1.clone(), false)).collect();
@@ -201,7 +211,7 @@ async fn one_refused_intent_refuses_the_batch_and_writes_nothing() {
     }
     assert_eq!(count(pool, "SELECT count(*) FROM operations").await, 1);
     assert_eq!(count(pool, "SELECT count(*) FROM outbox").await, 1);
-    assert_eq!(count(pool, "SELECT count(*) FROM history").await, 1);
+    assert_eq!(count(pool, "SELECT count(*) FROM history").await, 0, "a creation is no history row");
 }
 
 /// The view and `failwell_enqueue` check one intent alike: each refusal
@@ -260,10 +270,10 @@ async fn the_view_and_failwell_enqueue_refuse_and_write_one_intent_alike() {
     .execute(pool)
     .await
     .unwrap();
-    let written: Vec<(String, String, String, String, bool, bool, i64)> = sqlx::query_as(
+    let written: Vec<Alike> = sqlx::query_as(
         "SELECT o.payload, o.request_hash, o.status, x.ordering_key, \
            x.available_at_ms - o.created_at_ms BETWEEN 3500000 AND 3600000, o.not_before_ms = x.available_at_ms, \
-           (SELECT count(*) FROM history h WHERE h.operation_id = o.id) \
+           (SELECT count(*) FROM history h WHERE h.operation_id = o.id), o.created_by \
          FROM operations o JOIN outbox x ON x.operation_id = o.id \
          WHERE o.idempotency_key IN ('by-view', 'by-function') ORDER BY o.id",
     )
@@ -272,7 +282,8 @@ async fn the_view_and_failwell_enqueue_refuse_and_write_one_intent_alike() {
     .unwrap();
     assert_eq!(written.len(), 2);
     assert_eq!(written[0], written[1]);
-    assert!(written[0].4 && written[0].5 && written[0].6 == 1, "{written:?}");
+    assert!(written[0].4 && written[0].5 && written[0].6 == 0, "{written:?}");
+    assert_eq!(written[0].7.as_deref(), Some("app"));
 }
 
 /// The functions an application's statement calls write failwell's tables
@@ -323,7 +334,8 @@ async fn the_ways_in_write_failwells_tables_whatever_the_applications_search_pat
         .await
         .unwrap_err();
     assert!(error.to_string().contains("failwell_transfers: "), "{error}");
-    for table in ["operations", "outbox", "history"] {
+    // The intents' creations are on their operations: no history rows.
+    for (table, written) in [("operations", 4), ("outbox", 4), ("history", 0)] {
         let failwells: i64 =
             sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {ours}.{table}")))
                 .fetch_one(&mut conn)
@@ -334,7 +346,7 @@ async fn the_ways_in_write_failwells_tables_whatever_the_applications_search_pat
                 .fetch_one(&mut conn)
                 .await
                 .unwrap();
-        assert_eq!((failwells, applications), (4, 0), "{table}");
+        assert_eq!((failwells, applications), (written, 0), "{table}");
     }
 }
 

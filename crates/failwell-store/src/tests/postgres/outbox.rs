@@ -197,13 +197,16 @@ async fn the_provider_key_in_sql_is_the_rust_one() {
 }
 
 /// However an intent comes in — the view, `Outbox::enqueue`, the view again
-/// after a refused insert rolled back to a savepoint, all in one transaction —
-/// each operation gets exactly one message and one `created` history row
-/// (the view writes them itself; the `operations_created` trigger writes
-/// the others, and leaves only the view's own statement to it), and each
-/// committing transaction wakes the relays once (`LISTEN failwell_outbox`).
+/// after a refused insert rolled back to a savepoint, an application's own
+/// insert into `operations`, all in one transaction — each operation gets
+/// exactly one message (the view writes its own; the `operations_created`
+/// trigger writes the others, and leaves only the view's own statement to
+/// it) and one `created` event: its `created_by`, or a history row when the
+/// insert did not set it, never both. Its history starts with that event.
+/// Each committing transaction wakes the relays once (`LISTEN
+/// failwell_outbox`).
 #[tokio::test]
-async fn every_way_in_writes_one_message_one_history_row_and_a_notice() {
+async fn every_way_in_writes_one_message_one_created_event_and_a_notice() {
     let (schema, s) = store().await;
     let mut listener = super::listening(s.pool()).await;
     let view = "INSERT INTO failwell_outbox (provider, operation, payload, idempotency_key, reference) \
@@ -223,24 +226,36 @@ async fn every_way_in_writes_one_message_one_history_row_and_a_notice() {
     sqlx::query("ROLLBACK TO SAVEPOINT bad").execute(&mut *tx).await.unwrap();
     Outbox::enqueue(&mut *tx, &charge("api-2"), 1).await.unwrap();
     sqlx::query(view).bind("view-2").bind("r2").execute(&mut *tx).await.unwrap();
+    sqlx::query(
+        "INSERT INTO operations (idempotency_key, provider, operation, payload, request_hash, provider_key, \
+           created_at_ms, updated_at_ms, changed_by) \
+         VALUES ('own-1', 'payments', 'charge', '{}', failwell_request_hash('payments', 'charge', '{}'), \
+           failwell_provider_key('payments', 'charge', 'own-1', 0), 7, 7, 'app')",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
     super::notice_naming(&mut listener, &schema).await;
 
-    let rows: Vec<(String, i64, i64, String)> = sqlx::query_as(
-        "SELECT o.idempotency_key, \
+    let rows: Vec<(i64, String, i64, i64, Option<String>)> = sqlx::query_as(
+        "SELECT o.id, o.idempotency_key, \
            (SELECT count(*) FROM outbox x WHERE x.operation_id = o.id AND x.state = 'pending'), \
            (SELECT count(*) FROM history h WHERE h.operation_id = o.id AND h.change = 'created'), \
-           (SELECT string_agg(h.actor, ',') FROM history h WHERE h.operation_id = o.id) \
+           o.created_by \
          FROM operations o ORDER BY o.id",
     )
     .fetch_all(s.pool())
     .await
     .unwrap();
-    let keys: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
-    assert_eq!(keys, ["view-1", "api-1", "api-2", "view-2"]);
-    for (key, messages, created, actors) in &rows {
-        assert_eq!((*messages, *created), (1, 1), "{key}");
-        assert_eq!(actors, "app", "{key}");
+    let keys: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    assert_eq!(keys, ["view-1", "api-1", "api-2", "view-2", "own-1"]);
+    for (id, key, messages, created_rows, created_by) in &rows {
+        let expected = if key == "own-1" { (1, 1, None) } else { (1, 0, Some("app")) };
+        assert_eq!((*messages, *created_rows, created_by.as_deref()), expected, "{key}");
+        let history = s.history(*id).await.unwrap();
+        let first = (history[0].subject, history[0].actor.as_str(), history[0].change.as_str());
+        assert_eq!(first, ("operation", "app", "created"), "{key}: {history:?}");
     }
 
     // A transaction that only calls the Rust API wakes the relays as well.
