@@ -89,7 +89,8 @@ mod sqlite {
     /// A database written by the previous schema (migrations 0001–0004)
     /// keeps every operation and message through the upgrade: pending
     /// work is claimed under its provider, dead letters stay listed, and
-    /// outbox ids are not reused afterwards.
+    /// outbox ids are not reused afterwards. An operation's creation reads
+    /// the same whether it was stored before or after the upgrade.
     #[tokio::test]
     async fn an_upgraded_database_keeps_its_work_and_never_reuses_an_id() {
         use crate::prelude::*;
@@ -155,6 +156,13 @@ mod sqlite {
             .await
             .unwrap();
         assert!(id > highest, "outbox id {id} reused (the deleted one was {highest})");
+        // Recorded before the upgrade (a history row) or after it
+        // (`created_by`): one `created` entry each, first in its history.
+        for operation_id in [1, created.id] {
+            let history = s.history(operation_id).await.unwrap();
+            let creations = history.iter().filter(|h| h.change == "created").count();
+            assert_eq!((creations, history[0].change.as_str()), (1, "created"), "{history:?}");
+        }
     }
 }
 
