@@ -5,8 +5,15 @@
 -- `created_at_ms`. An insert that does not set it (the contract's table,
 -- an application's own insert) still gets its `created` history row from
 -- the trigger, and so do the operations stored before this migration. An
--- operation has one or the other, never both.
+-- operation has one or the other, never both. The history is append-only,
+-- so the creation is too: an update that changes `created_by` or
+-- `created_at_ms` is refused.
 ALTER TABLE operations ADD COLUMN created_by VARCHAR(32) NULL;
+
+CREATE TRIGGER operations_creation_fixed BEFORE UPDATE ON operations FOR EACH ROW
+    IF NOT (NEW.created_by <=> OLD.created_by) OR NOT (NEW.created_at_ms <=> OLD.created_at_ms) THEN
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'operations.created_by and created_at_ms record the creation, and are append-only';
+    END IF;
 
 DROP TRIGGER operations_created;
 CREATE TRIGGER operations_created AFTER INSERT ON operations FOR EACH ROW

@@ -11,8 +11,19 @@
 --   `operations_created` trigger; so do the operations stored before this
 --   migration, whose rows stay where they are (the history is
 --   append-only). An operation has one or the other, never both.
+-- - The history is append-only, so the creation is too: an update that
+--   changes `created_by` or `created_at_ms` is refused. (The trigger runs
+--   only for an update that sets one of them; failwell's never do.)
 
 ALTER TABLE operations ADD COLUMN created_by text;
+
+CREATE FUNCTION failwell_creation_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'operations.created_by and created_at_ms record the creation, and are append-only';
+END $$;
+CREATE TRIGGER operations_creation_fixed BEFORE UPDATE OF created_by, created_at_ms ON operations
+    FOR EACH ROW WHEN (OLD.created_by IS DISTINCT FROM NEW.created_by OR OLD.created_at_ms <> NEW.created_at_ms)
+    EXECUTE FUNCTION failwell_creation_fixed();
 
 CREATE OR REPLACE FUNCTION failwell_operation_created() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

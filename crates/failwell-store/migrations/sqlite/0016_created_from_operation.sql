@@ -5,8 +5,16 @@
 -- `created_at_ms`. An insert that does not set it (the contract's view,
 -- an application's own insert) still gets its `created` history row from
 -- the trigger, and so do the operations stored before this migration. An
--- operation has one or the other, never both.
+-- operation has one or the other, never both. The history is append-only,
+-- so the creation is too: an update that changes `created_by` or
+-- `created_at_ms` is refused.
 ALTER TABLE operations ADD COLUMN created_by TEXT;
+
+CREATE TRIGGER operations_creation_fixed BEFORE UPDATE OF created_by, created_at_ms ON operations
+    WHEN NEW.created_by IS NOT OLD.created_by OR NEW.created_at_ms IS NOT OLD.created_at_ms
+BEGIN
+    SELECT RAISE(ABORT, 'operations.created_by and created_at_ms record the creation, and are append-only');
+END;
 
 DROP TRIGGER operations_history_insert;
 CREATE TRIGGER operations_history_insert AFTER INSERT ON operations WHEN NEW.created_by IS NULL

@@ -406,6 +406,8 @@ macro_rules! delivery_cases {
             assert!(!again[0].interrupted);
         }
 
+        /// Attempts cannot be rewritten or deleted, nor an operation's
+        /// creation (`created_by`, `created_at_ms`) rewritten.
         #[tokio::test]
         async fn history_is_append_only() {
             let (_d, s) = store().await;
@@ -423,6 +425,21 @@ macro_rules! delivery_cases {
             assert!(update.unwrap_err().to_string().contains("append-only"));
             let delete = sqlx::query("DELETE FROM attempts").execute(s.pool()).await;
             assert!(delete.unwrap_err().to_string().contains("append-only"));
+            // The operation's creation is part of its history.
+            for update in [
+                "UPDATE operations SET created_by = 'someone else'",
+                "UPDATE operations SET created_by = NULL",
+                "UPDATE operations SET created_at_ms = created_at_ms + 1",
+            ] {
+                let refused = sqlx::query(update).execute(s.pool()).await;
+                assert!(refused.unwrap_err().to_string().contains("append-only"), "{update}");
+            }
+            sqlx::query("UPDATE operations SET created_by = created_by, created_at_ms = created_at_ms, attempts = 2")
+                .execute(s.pool())
+                .await
+                .unwrap();
+            let history = s.history(c.operation.id).await.unwrap();
+            assert_eq!((history[0].actor.as_str(), history[0].change.as_str()), ("api", "created"));
         }
 
         #[tokio::test]
