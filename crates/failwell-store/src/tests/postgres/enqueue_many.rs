@@ -350,6 +350,26 @@ async fn the_ways_in_write_failwells_tables_whatever_the_applications_search_pat
     }
 }
 
+/// `failwell_enqueue` plans each call for its batch (`plan_cache_mode =
+/// force_custom_plan`, migration 0025) and keeps failwell's schema on its
+/// `search_path`. Without the first, PostgreSQL may use a generic plan from
+/// a session's sixth call on, which joins a large batch by nested loops. A
+/// `CREATE OR REPLACE` of the function drops both settings.
+#[tokio::test]
+async fn failwell_enqueue_plans_every_call_for_its_batch() {
+    let (schema, s) = store().await;
+    let config: Vec<String> = sqlx::query_scalar(
+        "SELECT unnest(proconfig) FROM pg_proc \
+         WHERE proname = 'failwell_enqueue' AND pronamespace = $1::text::regnamespace",
+    )
+    .bind(&schema.name)
+    .fetch_all(s.pool())
+    .await
+    .unwrap();
+    assert!(config.iter().any(|c| c == "plan_cache_mode=force_custom_plan"), "{config:?}");
+    assert!(config.iter().any(|c| c.starts_with("search_path=")), "{config:?}");
+}
+
 /// A store holding one operation, with the idempotency key `taken` and the
 /// reference `r0`.
 async fn store_with_one_taken() -> (super::Schema, crate::PostgresStore) {
