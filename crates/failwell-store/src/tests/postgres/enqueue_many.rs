@@ -21,8 +21,9 @@ type Message = (i64, Option<String>, Option<String>, i64, bool, i64, Option<Stri
 type Alike = (String, String, String, String, bool, bool, i64, Option<String>);
 
 /// A batch writes one operation and one message per new intent (its
-/// creation is the operation's `created_by`, not a history row), with ids in the payloads' order, ordering keys and
-/// `available_at` on the messages, and answers one row per intent in order:
+/// creation is the operation's `created_by`, not a history row), with ids
+/// in the payloads' order, ordering keys and `available_at` on the
+/// messages, and answers one row per intent in order:
 /// a repeat inside the batch and a later call with the same intents are
 /// replays that write nothing. The transaction wakes the relays.
 #[tokio::test]
