@@ -81,7 +81,10 @@
 //! the rate with what else the machine is doing.
 //! On PostgreSQL it also reports the WAL written per message by the
 //! enqueue and by the drain (`pg_current_wal_lsn` before and after each:
-//! the whole server's WAL, so nothing else should write to it meanwhile).
+//! the whole server's WAL, so nothing else should write to it meanwhile),
+//! and the checkpoints PostgreSQL started during the drain
+//! (`checkpoints_in_drain`): after a checkpoint, the first change of each
+//! page writes the whole page, so such a drain writes more and runs slower.
 
 mod cpu;
 mod proc_stat;
@@ -167,6 +170,8 @@ struct Run {
     /// WAL bytes per message written by the enqueue and by the drain
     /// (PostgreSQL only).
     wal: Option<(f64, f64)>,
+    /// Checkpoints PostgreSQL started during the drain (PostgreSQL only).
+    checkpoints: Option<u64>,
     /// With `INSERT_LATENCY`: single-row transactions' latency (µs) through
     /// the contract and into a plain queue table.
     inserts: Option<(Histogram<u64>, Histogram<u64>)>,
@@ -267,6 +272,7 @@ async fn run(
         db.analyze().await;
     }
     let wal_enqueued = db.wal_position().await;
+    let checkpoints_at_start = db.checkpoints().await;
     let started = Instant::now();
     if backlog {
         for _ in 0..config.processes {
@@ -290,6 +296,7 @@ async fn run(
         }
         _ => None,
     };
+    let checkpoints = checkpoints_at_start.zip(db.checkpoints().await).map(|(start, end)| end - start);
     check(&db, nginx.is_none().then_some(&**sink), n, "the drain").await;
     let mut latency = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).unwrap();
     if nginx.is_none() {
@@ -309,6 +316,7 @@ async fn run(
         drain_msgs_s: n as f64 / drain.as_secs_f64(),
         cpu,
         wal,
+        checkpoints,
         latency,
         inserts,
     }
@@ -463,7 +471,7 @@ async fn main() {
             println!(
                 "rep={rep} store={} failwell config={config} enqueue_msgs_s={:.0} drain_msgs_s={:.0} \
                  latency_p50_ms={:.2} latency_p99_ms={:.2} cpu_us_per_msg failwell={:.0} database={:.0} sink={:.0} \
-                 wal_bytes_per_msg enqueue={:.0} drain={:.0}",
+                 wal_bytes_per_msg enqueue={:.0} drain={:.0} checkpoints_in_drain={}",
                 server.name(),
                 r.enqueue_msgs_s,
                 r.drain_msgs_s,
@@ -474,6 +482,7 @@ async fn main() {
                 r.cpu.sink,
                 r.wal.map_or(f64::NAN, |w| w.0),
                 r.wal.map_or(f64::NAN, |w| w.1),
+                r.checkpoints.map_or_else(|| "-".to_owned(), |c| c.to_string()),
             );
             if let Some((contract, plain)) = &r.inserts {
                 let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;

@@ -299,6 +299,26 @@ impl Db {
         }
     }
 
+    /// Checkpoints PostgreSQL has started so far, timed and requested
+    /// (`pg_stat_bgwriter`, `pg_stat_checkpointer` from PostgreSQL 17 on):
+    /// after one, the first change of each page writes the whole page to the
+    /// WAL, so a drain that runs across one writes more and runs slower.
+    /// `None` on MySQL.
+    pub async fn checkpoints(&self) -> Option<u64> {
+        let Self::Postgres(pool) = self else { return None };
+        let version: i32 = sqlx::query_scalar("SELECT current_setting('server_version_num')::int")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        let count = if version >= 170_000 {
+            "SELECT num_timed + num_requested FROM pg_stat_checkpointer"
+        } else {
+            "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+        };
+        let count: i64 = sqlx::query_scalar(count).fetch_one(pool).await.unwrap();
+        Some(count as u64)
+    }
+
     /// Latency (µs) of `count` single-row transactions through the outbox
     /// contract and as many into a plain queue table (pgmq's layout: an id,
     /// timestamps, a read count, the message as `jsonb`, an index on the
