@@ -84,7 +84,7 @@
 //! the whole server's WAL, so nothing else should write to it meanwhile),
 //! and the checkpoints PostgreSQL started during the drain
 //! (`checkpoints_in_drain`): after a checkpoint, the first change of each
-//! page writes the whole page, so such a drain writes more and runs slower.
+//! page writes the whole page, so such a drain writes more WAL.
 
 mod cpu;
 mod proc_stat;

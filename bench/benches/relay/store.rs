@@ -302,7 +302,7 @@ impl Db {
     /// Checkpoints PostgreSQL has started so far, timed and requested
     /// (`pg_stat_bgwriter`, `pg_stat_checkpointer` from PostgreSQL 17 on):
     /// after one, the first change of each page writes the whole page to the
-    /// WAL, so a drain that runs across one writes more and runs slower.
+    /// WAL, so a drain that runs across one writes more.
     /// `None` on MySQL.
     pub async fn checkpoints(&self) -> Option<u64> {
         let Self::Postgres(pool) = self else { return None };
