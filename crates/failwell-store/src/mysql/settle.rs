@@ -21,7 +21,7 @@ const ROWS: &str = "JSON_TABLE($1, '$[*]' COLUMNS (n FOR ORDINALITY, outbox_id B
      available_at_ms BIGINT PATH '$.available_at_ms', delay_ms BIGINT PATH '$.delay_ms', error LONGTEXT PATH '$.error', \
      dead_at_ms BIGINT PATH '$.dead_at_ms', given_back BIGINT PATH '$.given_back', status LONGTEXT PATH '$.status', \
      provider_ref LONGTEXT PATH '$.provider_ref', response LONGTEXT PATH '$.response', op_error LONGTEXT PATH '$.op_error', \
-     reconcile_at_ms BIGINT PATH '$.reconcile_at_ms')) AS i";
+     reconcile_at_ms BIGINT PATH '$.reconcile_at_ms', leaves BOOLEAN PATH '$.leaves')) AS i";
 
 crate::outbox::changes::complete_by_rounds!(super::MySqlStore, sqlx::mysql::MySqlConnection);
 
@@ -92,5 +92,17 @@ async fn settle(
     .execute(&mut *conn)
     .await
     .context("updating operations")?;
+    // A delivered message leaves the outbox; its operation keeps the
+    // outcome. It is `done` by now, so no purge is written for it.
+    sql::query(sql::AssertSqlSafe(format!(
+        "DELETE x FROM {ROWS} STRAIGHT_JOIN outbox x FORCE INDEX (PRIMARY) ON x.id = i.outbox_id \
+         WHERE {held} AND i.leaves AND x.state = 'done'"
+    )))
+    .bind(rows)
+    .bind(now_ms)
+    .bind(moved_ids.as_str())
+    .execute(&mut *conn)
+    .await
+    .context("deleting delivered messages")?;
     Ok(moved.into_iter().collect())
 }

@@ -17,6 +17,10 @@ pub(crate) struct MessageChange<'a> {
     /// 1 when the attempt counted at claim time is given back (a deferral
     /// sent nothing).
     pub given_back: i64,
+    /// The message then leaves the outbox: its delivery succeeded, and its
+    /// operation keeps the outcome (migrations `0026_delivered_leave_outbox`
+    /// on PostgreSQL, `0017` on SQLite, `0009` on MySQL).
+    pub leaves: bool,
 }
 
 impl<'a> MessageChange<'a> {
@@ -34,7 +38,8 @@ impl<'a> MessageChange<'a> {
                 ("pending", Some(*available_at_ms), None, Some(reason), None, 1)
             }
         };
-        Self { state, available_at_ms, delay_ms, error, dead_at_ms, given_back }
+        let leaves = matches!(transition, Transition::Succeeded { .. });
+        Self { state, available_at_ms, delay_ms, error, dead_at_ms, given_back, leaves }
     }
 }
 
@@ -135,6 +140,7 @@ pub(crate) fn completion_json(c: &Completion, now_ms: i64) -> Value {
         "error": m.error,
         "dead_at_ms": m.dead_at_ms,
         "given_back": m.given_back,
+        "leaves": m.leaves,
         "status": o.status.as_str(),
         "provider_ref": o.provider_ref,
         "response": o.response.map(Value::to_string),

@@ -16,6 +16,7 @@ mod ledger;
 mod operator;
 mod outbox;
 mod rows;
+mod settle;
 mod store;
 mod writes;
 

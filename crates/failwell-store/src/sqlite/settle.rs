@@ -1,4 +1,4 @@
-//! A batch of relay results on SQLite in four statements, whatever its size.
+//! A batch of relay results on SQLite in five statements, whatever its size.
 //!
 //! Each statement sqlx runs on SQLite is a round trip to the connection's
 //! own thread, and the single writer waits for every one: four statements
@@ -22,11 +22,12 @@ const ROWS: &str = "(SELECT key AS n, value ->> 'outbox_id' AS outbox_id, value 
      value ->> 'state' AS state, value ->> 'available_at_ms' AS available_at_ms, value ->> 'delay_ms' AS delay_ms, \
      value ->> 'error' AS error, value ->> 'dead_at_ms' AS dead_at_ms, value ->> 'given_back' AS given_back, \
      value ->> 'status' AS status, value ->> 'provider_ref' AS provider_ref, value ->> 'response' AS response, \
-     value ->> 'op_error' AS op_error, value ->> 'reconcile_at_ms' AS reconcile_at_ms FROM json_each($1))";
+     value ->> 'op_error' AS op_error, value ->> 'reconcile_at_ms' AS reconcile_at_ms, value ->> 'leaves' AS leaves \
+     FROM json_each($1))";
 
 crate::outbox::changes::complete_by_rounds!(super::SqliteStore, sqlx::sqlite::SqliteConnection);
 
-/// The four statements of one round (`rows`: results of distinct
+/// The five statements of one round (`rows`: results of distinct
 /// operations); returns the ids of the messages whose lease held.
 async fn settle(
     conn: &mut SqliteConnection,
@@ -72,6 +73,7 @@ async fn settle(
     .await
     .context("completing outbox messages")?;
     if !moved.is_empty() {
+        let moved_ids = serde_json::to_string(&moved).unwrap_or_default();
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE operations SET status = i.status, provider_ref = COALESCE(i.provider_ref, operations.provider_ref), \
              response = COALESCE(i.response, operations.response), last_error = i.op_error, \
@@ -81,10 +83,21 @@ async fn settle(
         )))
         .bind(rows)
         .bind(now_ms)
-        .bind(serde_json::to_string(&moved).unwrap_or_default())
+        .bind(moved_ids.as_str())
         .execute(&mut *conn)
         .await
         .context("updating operations")?;
+        // A delivered message leaves the outbox; its operation keeps the
+        // outcome. It is `done` by now, so no purge is written for it.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM outbox WHERE id IN (SELECT i.outbox_id FROM {ROWS} i WHERE i.leaves) \
+             AND id IN (SELECT value FROM json_each($2)) AND state = 'done'"
+        )))
+        .bind(rows)
+        .bind(moved_ids.as_str())
+        .execute(&mut *conn)
+        .await
+        .context("deleting delivered messages")?;
     }
     Ok(moved.into_iter().collect())
 }

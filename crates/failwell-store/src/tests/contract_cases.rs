@@ -260,6 +260,59 @@ macro_rules! contract_cases {
             assert_eq!(claimed.len(), 1, "{claimed:?}");
             assert_eq!(claimed[0].operation.idempotency_key, op.idempotency_key);
         }
+
+        /// A delivered message leaves the outbox; what the application
+        /// reads still says it was delivered, from its operation. A failed
+        /// one stays `done` until retention, a retried one `pending`.
+        #[tokio::test]
+        async fn a_delivered_message_leaves_the_outbox_and_still_reads_as_done() {
+            let (_d, s, app) = store().await;
+            for key in ["'ok'", "'refused'", "'again'"] {
+                charge(&app, key, "{\"amount\": 1}").await.unwrap();
+            }
+            let now = now_ms(&app).await + 1;
+            let claimed = s.claim(now, 10, 60_000, &ClaimScope::All).await.unwrap();
+            let results = claimed
+                .iter()
+                .map(|c| {
+                    let (outcome, transition) = match c.operation.idempotency_key.as_str() {
+                        "ok" => (
+                            failwell_policy::Outcome::Succeeded,
+                            crate::Transition::Succeeded { provider_ref: Some("ch_1".into()), response: None },
+                        ),
+                        "refused" => (
+                            failwell_policy::Outcome::Failed,
+                            crate::Transition::Failed { error: "HTTP 402".into(), response: None },
+                        ),
+                        _ => (
+                            failwell_policy::Outcome::Failed,
+                            crate::Transition::Retry { available_at_ms: now + 60_000, delay_ms: 60_000, error: "HTTP 503".into() },
+                        ),
+                    };
+                    crate::tests::completion(c, Some(crate::tests::record(outcome)), transition)
+                })
+                .collect();
+            s.complete(results, now + 1).await.unwrap();
+            let messages = "SELECT COUNT(*) FROM outbox x JOIN operations o ON o.id = x.operation_id WHERE o.idempotency_key";
+            assert_eq!(count(&app, &format!("{messages} = 'ok'")).await, 0, "the delivered message left");
+            assert_eq!(count(&app, &format!("{messages} = 'refused' AND x.state = 'done'")).await, 1);
+            assert_eq!(count(&app, &format!("{messages} = 'again' AND x.state = 'pending'")).await, 1);
+            let rows: Vec<(String, String, String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT idempotency_key, status, delivery, attempts FROM {STATUS} ORDER BY id"
+            )))
+            .fetch_all(&app)
+            .await
+            .unwrap();
+            let row = |k: &str, st: &str, d: &str| (k.to_owned(), st.to_owned(), d.to_owned(), 1);
+            assert_eq!(
+                rows,
+                [row("ok", "succeeded", "done"), row("refused", "failed", "done"), row("again", "pending", "pending")]
+            );
+            let ok = s.operation("ok").await.unwrap().unwrap();
+            let history = s.history(ok.id).await.unwrap();
+            let changes: Vec<&str> = history.iter().map(|h| h.change.as_str()).collect();
+            assert!(changes.contains(&"pending -> done") && !changes.contains(&"purged"), "{changes:?}");
+        }
     };
 }
 

@@ -165,7 +165,10 @@ macro_rules! delivery_cases {
                     let transition = if c.operation.idempotency_key == "unknown" {
                         Transition::Unknown { error: "timeout".into(), reconcile_at_ms: 50 }
                     } else {
-                        Transition::Succeeded { provider_ref: None, response: None }
+                        // A failed operation's message stays `done` until
+                        // retention on every database (PostgreSQL deletes a
+                        // succeeded one at once: tests/postgres/delivered.rs).
+                        Transition::Failed { error: "HTTP 402".into(), response: None }
                     };
                     ended(c, transition)
                 })
@@ -176,7 +179,7 @@ macro_rules! delivery_cases {
             assert_eq!(s.delete_delivered(11, 2).await.unwrap(), 1);
             assert_eq!(s.delete_delivered(11, 2).await.unwrap(), 0, "the open and the unknown one stay");
             let op = s.operation("d1").await.unwrap().unwrap();
-            assert_eq!(op.status, OperationStatus::Succeeded, "the operation stays");
+            assert_eq!(op.status, OperationStatus::Failed, "the operation stays");
             let history = s.history(op.id).await.unwrap();
             assert!(history.iter().all(|h| h.change != "purged"), "retention is not a purge: {history:?}");
             // An unknown operation reopened after its message was deleted

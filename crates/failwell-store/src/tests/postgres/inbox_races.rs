@@ -208,19 +208,21 @@ async fn events_racing_the_relay_settle_each_operation_once_without_deadlock() {
             let op = relay.operation(key).await.unwrap().unwrap();
             assert_eq!(op.status, OperationStatus::Succeeded, "round {round}: {key}");
             assert_eq!(settled_changes(&relay, op.id).await, 1, "round {round}: {key} settled once");
-            let message: String = sqlx::query_scalar("SELECT state FROM outbox WHERE operation_id = $1")
-                .bind(op.id)
-                .fetch_one(relay.pool())
-                .await
-                .unwrap();
-            assert_eq!(message, "done", "round {round}: {key}");
-            // Whichever came first settled it; the other saw it settled.
+            let message: Option<String> =
+                sqlx::query_scalar("SELECT state FROM outbox WHERE operation_id = $1")
+                    .bind(op.id)
+                    .fetch_optional(relay.pool())
+                    .await
+                    .unwrap();
+            // Whichever came first settled it; the other saw it settled. The
+            // relay's success deletes its message; an event's leaves it done.
             let effects = ledger_effects(&relay, &format!("evt_{key}")).await;
-            let expected = match answered.get(key) {
-                Some(Recorded::Applied) => LedgerEffect::Confirmed,
-                Some(Recorded::SettledElsewhere) | None => LedgerEffect::Resolved,
+            let (expected, left) = match answered.get(key) {
+                Some(Recorded::Applied) => (LedgerEffect::Confirmed, None),
+                Some(Recorded::SettledElsewhere) | None => (LedgerEffect::Resolved, Some("done")),
                 Some(other) => panic!("round {round}: {key}: the answer was {other:?}"),
             };
+            assert_eq!(message.as_deref(), left, "round {round}: {key}");
             assert_eq!(effects, [Some(expected)], "round {round}: {key}: {:?}", answered.get(key));
         }
     }
@@ -275,6 +277,24 @@ async fn a_late_forward_result_racing_a_new_claim_is_applied_or_lost_never_both(
 /// has.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_results_locks_its_messages_in_id_order() {
+    let succeeded = || Transition::Succeeded { provider_ref: Some("ch_call".into()), response: None };
+    batch_locks_in_id_order([succeeded(), succeeded()]).await;
+}
+
+/// The same for a batch that deletes one message (delivered) and updates
+/// the other (failed), whichever of the two is the earlier.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_deletes_and_updates_locks_its_messages_in_id_order() {
+    let succeeded = || Transition::Succeeded { provider_ref: Some("ch_call".into()), response: None };
+    let failed = || Transition::Failed { error: "HTTP 402".into(), response: None };
+    batch_locks_in_id_order([succeeded(), failed()]).await;
+    batch_locks_in_id_order([failed(), succeeded()]).await;
+}
+
+/// Completes the earlier and the later of two claimed messages with
+/// `transitions` (in that order), given to the batch later first, while
+/// another transaction holds the later one.
+async fn batch_locks_in_id_order(transitions: [Transition; 2]) {
     let (_schema, _, relay, other) = two_stores().await;
     for key in ["first", "second"] {
         relay.submit(new_op(key), 0).await.unwrap();
@@ -298,9 +318,17 @@ async fn a_batch_of_results_locks_its_messages_in_id_order() {
         .execute(&mut *holder)
         .await
         .unwrap();
-    let succeeded = || Transition::Succeeded { provider_ref: Some("ch_call".into()), response: None };
-    let mut completions: Vec<Completion> =
-        claimed.iter().map(|c| crate::tests::completion(c, None, succeeded())).collect();
+    let [for_earlier, for_later] = transitions;
+    let mut completions: Vec<Completion> = claimed
+        .iter()
+        .map(|c| {
+            crate::tests::completion(
+                c,
+                None,
+                if c.outbox_id == earlier { &for_earlier } else { &for_later }.clone(),
+            )
+        })
+        .collect();
     completions.sort_by_key(|c| std::cmp::Reverse(c.outbox_id));
     let probing = async {
         let deadline = Instant::now() + Duration::from_secs(10);

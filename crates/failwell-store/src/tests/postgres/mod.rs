@@ -4,6 +4,7 @@
 
 mod backlog;
 mod contract;
+mod delivered;
 mod enqueue_many;
 mod floors;
 mod inbox_races;
