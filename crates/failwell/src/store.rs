@@ -162,8 +162,9 @@ fn needs(location: &Location, detail: Option<&str>) -> (String, String) {
                  definer, failwell's user, so nothing on failwell's own tables"
                     .to_owned(),
                 format!(
-                    "CREATE, CREATE VIEW, ALTER, INDEX, TRIGGER and SELECT, INSERT, UPDATE, DELETE on the database \
-                     {database}: it creates its tables, view and triggers at start, one process at a time (with \
+                    "CREATE, CREATE VIEW, ALTER, DROP, INDEX, TRIGGER and SELECT, INSERT, UPDATE, DELETE on the \
+                     database {database}: it creates its tables, view and triggers at start, and replaces the view \
+                     when a migration changes it, one process at a time (with \
                      binary logging on, MySQL 8.0's default, also log_bin_trust_function_creators = 1 or \
                      SUPER, to create triggers)"
                 ),

@@ -159,7 +159,7 @@ async fn check_names_mysql_or_mariadb_its_version_and_the_contract_table() {
             "state                   reachable; holds no failwell store yet",
             needs,
             &format!(
-                "failwell's user         CREATE, CREATE VIEW, ALTER, INDEX, TRIGGER and SELECT, INSERT, UPDATE, DELETE on the database {name}"
+                "failwell's user         CREATE, CREATE VIEW, ALTER, DROP, INDEX, TRIGGER and SELECT, INSERT, UPDATE, DELETE on the database {name}"
             ),
         ],
     );
@@ -220,7 +220,7 @@ async fn the_rights_named_for_mysql_are_enough() {
         format!("CREATE USER '{failwell}'@'%' IDENTIFIED BY 'secret'"),
         format!("CREATE USER '{app}'@'%' IDENTIFIED BY 'secret'"),
         format!(
-            "GRANT CREATE, CREATE VIEW, ALTER, INDEX, TRIGGER, SELECT, INSERT, UPDATE, DELETE ON {name}.* \
+            "GRANT CREATE, CREATE VIEW, ALTER, DROP, INDEX, TRIGGER, SELECT, INSERT, UPDATE, DELETE ON {name}.* \
              TO '{failwell}'@'%'"
         ),
     ] {

@@ -8,6 +8,11 @@ use crate::tests::{completion, record};
 use crate::{ClaimScope, OperationStatus, Recorded, Transition};
 use failwell_policy::Outcome;
 
+/// A row of the contract's view: idempotency key, status, delivery,
+/// attempts, last error, ordering key, and whether it has an
+/// `available_at`.
+type ViewRow = (String, String, String, i64, Option<String>, Option<String>, bool);
+
 /// `key`'s message: its state, or `None` when it has left the outbox.
 async fn message_state(s: &super::S, key: &str) -> Option<String> {
     sqlx::query_scalar(
@@ -70,14 +75,14 @@ async fn a_delivered_message_leaves_the_outbox_and_the_contract_still_shows_its_
     assert_eq!(next_keys, ["next"]);
 
     // The contract's view reads the delivered operation as before.
-    let rows: Vec<(String, String, String, i64, Option<String>, Option<String>, bool)> = sqlx::query_as(
+    let rows: Vec<ViewRow> = sqlx::query_as(
         "SELECT idempotency_key, status, delivery, attempts, last_error, ordering_key, available_at IS NOT NULL \
          FROM failwell_outbox ORDER BY id",
     )
     .fetch_all(s.pool())
     .await
     .unwrap();
-    let row = |k: &str, st: &str, d: &str, a: i64, e: Option<&str>, ok: Option<&str>| {
+    let row = |k: &str, st: &str, d: &str, a: i64, e: Option<&str>, ok: Option<&str>| -> ViewRow {
         (k.to_owned(), st.to_owned(), d.to_owned(), a, e.map(str::to_owned), ok.map(str::to_owned), true)
     };
     assert_eq!(
