@@ -13,8 +13,9 @@ use crate::outbox::changes::{MessageChange, OperationChange};
 use crate::{AttemptRecord, Completion, Recorded};
 
 /// Records a batch of results in one statement: the compare-and-set of
-/// every message on `(id, lease_token)` (the messages locked first, in id
-/// order, as every writer locks them), their attempt rows, the new state
+/// every message on `(id, lease_token)` (each message locked in id order,
+/// as every writer locks them; a delivered one deleted, any other
+/// updated, see [`settle`]), their attempt rows, the new state
 /// of the operations whose message moved, and the history rows of those
 /// changes, except a plain success's: its attempt row says it
 /// (`settled_from`, migration `0017_history_from_attempts.sql`). Results
